@@ -1,0 +1,254 @@
+"""One llama.cpp model + context, driven through the low-level API.
+
+Why low-level: the high-level ``Llama`` class cannot turn off ``use_extra_bufts``.
+That flag must be off twice over — on these CPUs the AMX repack kernels crash the
+first decode, and repacked weights are *copies* in anonymous memory that no eviction
+of the file mapping could ever release. Loading uses mmap so the weights stay a view
+of the file, which is what the residency controller streams.
+
+The eval callback asks llama.cpp to stop at each layer's first node
+(``attn_norm-N``); in the ``ask=False`` call that follows — after the previous layer
+has finished computing — the layer hook may block until the layer's weights are in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+import llama_cpp
+from engine.errors import ShardscopeError
+
+LOAD_MODE_MMAP = 1
+_LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
+_backend_lock = threading.Lock()
+_backend_ready = False
+_log_tail: deque = deque(maxlen=40)
+
+
+@llama_cpp.llama_log_callback
+def _log_to_tail(level, text, user_data):  # keeps llama.cpp quiet; errors quote the tail
+    if text:
+        _log_tail.append(text.decode("utf-8", "replace"))
+
+
+def _ensure_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_log_to_tail, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def _last_log_error() -> str:
+    lines = [l.strip() for l in "".join(_log_tail).splitlines() if l.strip()]
+    errors = [l for l in lines if "error" in l.lower() or "unknown" in l.lower() or "failed" in l.lower()]
+    return (errors or lines or ["no details from llama.cpp"])[-1]
+
+
+def _load_ggml_get_name():
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
+        path = os.path.join(lib_dir, name)
+        if os.path.exists(path):
+            lib = ctypes.CDLL(path)
+            fn = lib.ggml_get_name
+            fn.argtypes = [ctypes.c_void_p]
+            fn.restype = ctypes.c_char_p
+            return fn
+    raise ShardscopeError(f"cannot find libggml-base in {lib_dir}: llama-cpp-python install is incomplete")
+
+
+def gpu_offload_supported() -> bool:
+    _ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@dataclass
+class GenerationResult:
+    prompt_tokens: int
+    tokens: list[int]
+    text: str
+    ttft_s: float  # prompt evaluation + first sampled token
+    token_s: list[float] = field(default_factory=list)  # each later token's decode time
+    perf: dict = field(default_factory=dict)  # llama.cpp's own counters, for cross-checks
+    stopped: bool = False
+
+
+class LlamaSession:
+    def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
+                 layer_hook: Callable[[int], bool] | None = None):
+        _ensure_backend()
+        self.model_path = model_path
+        self.n_threads = n_threads
+        self.requested_gpu_layers = n_gpu_layers
+        self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+        self.n_gpu_layers = n_gpu_layers if self.gpu_offload else 0
+        self.gpu_note = "" if self.gpu_offload or n_gpu_layers == 0 else (
+            "this llama.cpp build has no GPU offload: n_gpu_layers is 0")
+        self.n_ctx = n_ctx
+        self.layer_hook = layer_hook
+        self._model = None
+        self._ctx = None
+        self._callback = None
+        self._node_cache: dict[int, int] = {}
+        self._load_model()
+        self._create_context()
+
+    # ------------------------------------------------------------ lifecycle
+    def _load_model(self) -> None:
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = self.n_gpu_layers
+        params.load_mode = LOAD_MODE_MMAP
+        params.use_extra_bufts = False
+        _log_tail.clear()
+        self._model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), params)
+        if not self._model:
+            raise ShardscopeError(f"{self.model_path}: llama.cpp could not load the model ({_last_log_error()})")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_layer = llama_cpp.llama_model_n_layer(self._model)
+
+    def _create_context(self) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.n_ctx
+        params.n_ubatch = min(self.n_ctx, 512)
+        params.n_threads = self.n_threads
+        params.n_threads_batch = self.n_threads
+        params.no_perf = False
+        if self.layer_hook is not None:
+            self._get_name = _load_ggml_get_name()
+            self._callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
+            params.cb_eval = self._callback
+            params.cb_eval_user_data = None
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            raise ShardscopeError(f"{self.model_path}: llama.cpp could not create a context "
+                                  f"(n_ctx {self.n_ctx}: {_last_log_error()})")
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "LlamaSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ callback
+    def _on_node(self, tensor, ask, user_data):
+        layer = self._node_cache.get(tensor)
+        if layer is None:
+            match = _LAYER_NODE.match(self._get_name(tensor) or b"")
+            layer = int(match.group(1)) if match else -1
+            self._node_cache[tensor] = layer
+        if ask:
+            return layer >= 0
+        if layer < 0:
+            return True
+        return self.layer_hook(layer)
+
+    # ------------------------------------------------------------ tokens
+    def set_threads(self, n_threads: int) -> None:
+        self.n_threads = n_threads
+        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
+
+    def tokenize(self, text: str) -> list[int]:
+        raw = text.encode("utf-8")
+        buf = (llama_cpp.llama_token * (len(raw) + 16))()
+        n = llama_cpp.llama_tokenize(self._vocab, raw, len(raw), buf, len(buf), True, False)
+        if n < 0:
+            raise ShardscopeError("prompt could not be tokenized")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[: max(n, 0)]
+
+    def _decode(self, tokens: list[int]) -> None:
+        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        batch = llama_cpp.llama_batch_get_one(arr, len(tokens))
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise _DecodeFailed(rc)
+
+    def _next_token(self, rng: np.random.Generator | None, temperature: float) -> int:
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        if rng is None or temperature <= 0:
+            return int(np.argmax(logits))
+        scaled = (logits - logits.max()) / temperature
+        probs = np.exp(scaled)
+        probs /= probs.sum()
+        return int(rng.choice(self.n_vocab, p=probs))
+
+    def generate(self, prompt: str, n_gen: int, *, temperature: float = 0.0, seed: int = 0,
+                 on_token: Callable[[int, int, bytes, float], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> GenerationResult:
+        """Plain completion; greedy unless ``temperature`` > 0 (then seeded sampling).
+
+        End-of-generation tokens do not stop it: like llama-bench, a run makes exactly
+        ``n_gen`` tokens so runs compare.
+        """
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._ctx), True)
+        llama_cpp.llama_perf_context_reset(self._ctx)
+        prompt_tokens = self.tokenize(prompt)
+        if len(prompt_tokens) + n_gen > self.n_ctx:
+            raise ShardscopeError(
+                f"prompt ({len(prompt_tokens)} tokens) + {n_gen} generated tokens exceed n_ctx {self.n_ctx}")
+        rng = np.random.default_rng(seed) if temperature > 0 else None
+        out: list[int] = []
+        text = bytearray()
+        durations: list[float] = []
+        stopped = False
+        start = time.perf_counter()
+        self._decode(prompt_tokens)
+        token = self._next_token(rng, temperature)
+        ttft = time.perf_counter() - start
+        out.append(token)
+        text += self.piece(token)
+        if on_token:
+            on_token(0, token, self.piece(token), ttft)
+        while len(out) < n_gen:
+            if should_stop and should_stop():
+                stopped = True
+                break
+            t0 = time.perf_counter()
+            self._decode([token])
+            token = self._next_token(rng, temperature)
+            dt = time.perf_counter() - t0
+            durations.append(dt)
+            out.append(token)
+            piece = self.piece(token)
+            text += piece
+            if on_token:
+                on_token(len(out) - 1, token, piece, dt)
+        perf = llama_cpp.llama_perf_context(self._ctx)
+        return GenerationResult(
+            prompt_tokens=len(prompt_tokens), tokens=out, text=text.decode("utf-8", "replace"),
+            ttft_s=ttft, token_s=durations, stopped=stopped,
+            perf={"t_p_eval_ms": perf.t_p_eval_ms, "t_eval_ms": perf.t_eval_ms,
+                  "n_p_eval": perf.n_p_eval, "n_eval": perf.n_eval},
+        )
+
+
+class _DecodeFailed(Exception):
+    def __init__(self, rc: int):
+        super().__init__(f"llama_decode returned {rc}")
+        self.rc = rc

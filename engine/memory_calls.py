@@ -1,0 +1,148 @@
+"""The kernel calls that make streaming real: find the mapping, load, evict, check.
+
+Linux gives everything needed: ``MADV_POPULATE_READ`` faults a range in from a
+background thread (ctypes drops the GIL, so it overlaps llama_decode);
+``MADV_PAGEOUT`` reclaims the pages so the next access reads the disk, not the page
+cache (``MADV_DONTNEED`` alone only unmaps: the bytes stay cached and come back for
+free, which would fake the SSD); ``mincore`` reports what is really cached, the
+independent check. Where a call is missing (macOS has no PAGEOUT/POPULATE_READ) the
+``mechanism`` strings say what is active instead — the GUI shows them, never pretends.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+import sys
+from dataclasses import dataclass
+
+PAGE = mmap.PAGESIZE
+MADV_WILLNEED = 3
+MADV_DONTNEED = 4
+MADV_PAGEOUT = 21
+MADV_POPULATE_READ = 22
+POSIX_FADV_DONTNEED = 4
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.madvise.restype = ctypes.c_int
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_libc.mincore.restype = ctypes.c_int
+_HAS_FADVISE = hasattr(os, "posix_fadvise")
+IS_LINUX = sys.platform.startswith("linux")
+
+
+@dataclass(frozen=True)
+class FileMapping:
+    """Where llama.cpp mapped the model: address of file offset X = base + X."""
+
+    path: str
+    start: int
+    end: int
+    file_offset: int
+
+    @property
+    def base(self) -> int:
+        return self.start - self.file_offset
+
+    def address(self, file_offset: int) -> int:
+        return self.base + file_offset
+
+    def clip(self, start: int, end: int) -> tuple[int, int] | None:
+        """File range → address range inside the mapping (None if outside)."""
+        lo = max(self.address(start), self.start)
+        hi = min(self.address(end), self.end)
+        return (lo, hi) if hi > lo else None
+
+
+def find_mapping(path: str) -> FileMapping | None:
+    """The largest mapping of ``path`` in this process (Linux /proc/self/maps)."""
+    if not IS_LINUX:
+        return None
+    real = os.path.realpath(path)
+    best = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[5].strip() != real:
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if best is None or hi - lo > best.end - best.start:
+                best = FileMapping(real, lo, hi, int(parts[2], 16))
+    return best
+
+
+def mapping_rss_bytes(mapping: FileMapping) -> int | None:
+    """Rss of the mapping as the kernel accounts it (smaps): resident weight bytes."""
+    if not IS_LINUX:
+        return None
+    header = f"{mapping.start:x}-"
+    found = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if not found:
+                if line.startswith(header):
+                    found = True
+                continue
+            if line.startswith("Rss:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _madvise(start: int, end: int, advice: int) -> int:
+    """0 on success, else errno."""
+    lo = start // PAGE * PAGE
+    if _libc.madvise(ctypes.c_void_p(lo), end - lo, advice) != 0:
+        return ctypes.get_errno()
+    return 0
+
+
+def populate(start: int, end: int) -> str:
+    """Fault a range in (blocking; call from an I/O thread). Returns the mechanism used."""
+    err = _madvise(start, end, MADV_POPULATE_READ)
+    if err == 0:
+        return "MADV_POPULATE_READ"
+    if err in (errno.EINVAL, errno.ENOSYS):
+        # Older kernels/macOS: ask for readahead, then touch one byte a page.
+        _madvise(start, end, MADV_WILLNEED)
+        buf = (ctypes.c_char * (end - start)).from_address(start)
+        for off in range(0, end - start, PAGE):
+            _ = buf[off]
+        return "MADV_WILLNEED+touch"
+    raise OSError(err, f"madvise(POPULATE_READ) failed: {os.strerror(err)}")
+
+
+def evict(start: int, end: int, fd: int | None, file_start: int) -> str:
+    """Drop a range from memory *and* the page cache, so re-access reads the disk."""
+    err = _madvise(start, end, MADV_PAGEOUT)
+    mechanism = "MADV_PAGEOUT"
+    if err:
+        _madvise(start, end, MADV_DONTNEED)
+        mechanism = "MADV_DONTNEED"
+    if fd is not None and _HAS_FADVISE:
+        # Readahead may have cached pages just past a neighbour's range that no mapping
+        # holds; PAGEOUT only walks mapped pages, so drop the file range too.
+        os.posix_fadvise(fd, file_start, end - start, POSIX_FADV_DONTNEED)
+        mechanism += "+FADV_DONTNEED"
+    return mechanism
+
+
+def resident_pages(start: int, end: int) -> int:
+    """Pages of [start, end) in the page cache, per mincore (the independent check)."""
+    lo = start // PAGE * PAGE
+    length = end - lo
+    n_pages = (length + PAGE - 1) // PAGE
+    if n_pages <= 0:
+        return 0
+    vec = (ctypes.c_ubyte * n_pages)()
+    if _libc.mincore(ctypes.c_void_p(lo), length, vec) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mincore failed: {os.strerror(err)}")
+    return sum(1 for b in bytes(vec) if b & 1)
+
+
+def resident_bytes(start: int, end: int) -> int:
+    return resident_pages(start, end) * PAGE

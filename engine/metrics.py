@@ -1,0 +1,159 @@
+"""Metrics sampler: what the charts show, read from the kernel at a fixed rate.
+
+It runs on its own thread so the decode thread never pays for it. Every number comes
+from a source a user can check: RSS from psutil, resident weight bytes from the
+mapping's ``Rss`` in /proc/self/smaps, disk bytes from /proc/self/io ``read_bytes``,
+hits/misses and token times from the engine's own counters. Consumers subscribe with
+a plain callback (the GUI wraps it in a Qt signal); they are called on this thread.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+
+from engine import memory_calls
+from engine.shard_plan import MIB
+
+
+@dataclass(frozen=True)
+class MetricsSample:
+    t_s: float
+    rss_mb: float
+    resident_weights_mb: float  # kernel: Rss of the model file mapping
+    other_rss_mb: float  # KV cache, compute buffers, Python, Qt: RSS − weights
+    ssd_mb_s: float  # kernel: read_bytes delta of this process
+    read_mb_total: float  # since the run started
+    hit_rate: float  # % over the last second of layer accesses (NaN before any)
+    tok_s: float
+    n_tokens: int
+    budget_mb: float
+    accounted_weights_mb: float  # the controller's own books, for cross-checks
+    hits: int
+    misses: int
+    shard_states: tuple[int, ...] = ()
+    current_layer_pos: int | None = None
+    emulated_ssd_mb_s: float = 0.0
+    phase: str = ""
+
+
+@dataclass
+class TokenClock:
+    """Token completion times, written by the decode thread, read by the sampler."""
+
+    times: deque = field(default_factory=lambda: deque(maxlen=4096))
+    durations: deque = field(default_factory=lambda: deque(maxlen=4096))
+    n_tokens: int = 0
+    phase: str = "idle"
+
+    def record(self, t: float, duration_s: float) -> None:
+        self.times.append(t)
+        self.durations.append(duration_s)
+        self.n_tokens += 1
+
+    def rate(self, now: float, window_s: float = 2.0) -> float:
+        recent = [t for t in list(self.times) if now - t <= window_s]
+        if len(recent) >= 2 and recent[-1] > recent[0]:
+            return (len(recent) - 1) / (recent[-1] - recent[0])
+        if self.durations and recent:
+            last = self.durations[-1]
+            return 1.0 / last if last > 0 else 0.0
+        return 0.0
+
+
+def process_read_bytes(proc: psutil.Process) -> int:
+    try:
+        return proc.io_counters().read_bytes
+    except (AttributeError, psutil.Error):  # macOS has no per-process disk counters
+        return 0
+
+
+class MetricsSampler:
+    def __init__(self, controller, mapping, clock: TokenClock, interval_s: float = 0.1,
+                 window_s: float = 1.0):
+        self.controller = controller
+        self.mapping = mapping
+        self.clock = clock
+        self.interval_s = interval_s
+        self.window = max(1, int(round(window_s / interval_s)))
+        self._subscribers: list[Callable[[MetricsSample], None]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc = psutil.Process()
+        self._t0 = time.perf_counter()
+        self._read0 = process_read_bytes(self._proc)
+        self._history: deque = deque(maxlen=self.window + 1)
+        self._last_hit_rate = math.nan
+        self.samples_taken = 0
+
+    def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
+        self._subscribers.append(callback)
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._read0 = process_read_bytes(self._proc)
+        self._thread = threading.Thread(target=self._run, name="shardscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.sample()  # a last sample so the end state is charted too
+
+    def _run(self) -> None:
+        next_t = time.perf_counter()
+        while not self._stop.is_set():
+            self.sample()
+            next_t += self.interval_s
+            delay = next_t - time.perf_counter()
+            if delay < 0:
+                next_t = time.perf_counter()
+                delay = 0
+            self._stop.wait(delay)
+
+    def sample(self) -> MetricsSample:
+        now = time.perf_counter()
+        rss = self._proc.memory_info().rss
+        weights = memory_calls.mapping_rss_bytes(self.mapping) if self.mapping else None
+        read_total = process_read_bytes(self._proc) - self._read0
+        snap = self.controller.snapshot() if self.controller else None
+        hits = snap.counters.hits if snap else 0
+        misses = snap.counters.misses if snap else 0
+        self._history.append((now, read_total, hits, misses))
+        t_old, read_old, hits_old, misses_old = self._history[0]
+        dt = now - t_old
+        ssd = (read_total - read_old) / MIB / dt if dt > 0 else 0.0
+        accesses = (hits - hits_old) + (misses - misses_old)
+        if accesses > 0:
+            self._last_hit_rate = 100.0 * (hits - hits_old) / accesses
+        weights_b = weights if weights is not None else 0
+        sample = MetricsSample(
+            t_s=now - self._t0,
+            rss_mb=rss / MIB,
+            resident_weights_mb=weights_b / MIB,
+            other_rss_mb=(rss - weights_b) / MIB,
+            ssd_mb_s=ssd,
+            read_mb_total=read_total / MIB,
+            hit_rate=self._last_hit_rate,
+            tok_s=self.clock.rate(now),
+            n_tokens=self.clock.n_tokens,
+            budget_mb=(snap.budget_bytes / MIB) if snap else math.nan,
+            accounted_weights_mb=(snap.resident_bytes / MIB) if snap else math.nan,
+            hits=hits,
+            misses=misses,
+            shard_states=snap.states if snap else (),
+            current_layer_pos=snap.current_layer_pos if snap else None,
+            emulated_ssd_mb_s=self.controller.ssd_mb_s if self.controller else 0.0,
+            phase=self.clock.phase,
+        )
+        self.samples_taken += 1
+        for callback in list(self._subscribers):
+            callback(sample)
+        return sample

@@ -1,0 +1,360 @@
+"""The residency controller: keep weights under a budget by streaming shards.
+
+Compute calls ``on_layer`` (from llama.cpp's eval callback) just before a layer's
+matrices run. If the layer's shards are resident that is a *hit*; otherwise it is a
+*miss* and the decode thread waits while the loader thread brings them in. All disk
+work — loads, prefetch, eviction — happens on the loader thread: measured here,
+prefetch issued from the decode thread makes decoding slower.
+
+Resident weight bytes (globals + shards marked loading/resident) never exceed the
+budget: the loader only starts a load when there is room, and makes room by evicting
+shards that neither the current layer nor the prefetch window needs.
+
+Policies differ only in what may be evicted. ``lru`` lets every shard compete, which
+thrashes on cyclic layer access once the model exceeds the budget (every shard is
+evicted just before it is needed again). ``pinned`` keeps a fixed prefix of shards
+resident and streams the rest through the prefetch window, so the pinned fraction
+are hits on every token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine import memory_calls
+from engine.errors import ShardscopeError
+from engine.shard_plan import MIB, ShardPlan
+
+EVICTED, LOADING, RESIDENT, PINNED = 0, 1, 2, 3
+CHUNK_BYTES = 2 * MIB  # populate granularity: fine enough for the SSD rate limiter
+
+
+def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
+    """Budget in bytes, or a refusal that says the minimum (checked before loading)."""
+    budget = int(budget_mb * MIB)
+    minimum = plan.min_budget_bytes(depth)
+    if budget < minimum and budget < plan.total_bytes:
+        raise ShardscopeError(
+            f"budget {budget_mb:g} MB is below the minimum of {minimum / MIB:.0f} MB for "
+            f"{Path(plan.model_path).name} with prefetch depth {depth} (globals "
+            f"{plan.globals_bytes / MIB:.0f} MB + largest layer + {depth} prefetched shard(s) "
+            f"of up to {plan.max_shard_bytes / MIB:.0f} MB)"
+        )
+    return budget
+
+
+@dataclass
+class ResidencyCounters:
+    hits: int = 0
+    misses: int = 0
+    loads: int = 0
+    loaded_bytes: int = 0
+    evictions: int = 0
+    evicted_bytes: int = 0
+    wait_s: float = 0.0
+    load_s: float = 0.0
+    layer_calls: int = 0
+
+    def copy(self) -> "ResidencyCounters":
+        return ResidencyCounters(**self.__dict__)
+
+
+@dataclass(frozen=True)
+class ResidencySnapshot:
+    states: tuple[int, ...]
+    counters: ResidencyCounters
+    resident_bytes: int  # the controller's own accounting (globals + shards)
+    budget_bytes: int
+    current_layer_pos: int | None
+    load_mechanism: str
+    evict_mechanism: str
+
+
+@dataclass
+class _Knobs:
+    budget_bytes: int
+    prefetch_depth: int
+    policy: str
+    ssd_mb_s: float
+    pinned: frozenset = field(default_factory=frozenset)
+
+
+class ResidencyController:
+    def __init__(self, plan: ShardPlan, mapping: memory_calls.FileMapping | None, fd: int | None,
+                 budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0):
+        self.plan = plan
+        self.mapping = mapping
+        self.fd = fd
+        self._cond = threading.Condition()
+        self._state = [RESIDENT] * len(plan.shards)  # llama.cpp's load read everything in
+        self._last_use = [0] * len(plan.shards)
+        self._tick = 0
+        self._current: int | None = None
+        self._counters = ResidencyCounters()
+        self._stop = False
+        self._error: str | None = None
+        self._rate_free_at = 0.0
+        self.load_mechanism = "MADV_POPULATE_READ" if mapping else "none (no file mapping found)"
+        self.evict_mechanism = "MADV_PAGEOUT+FADV_DONTNEED" if mapping else "none (no file mapping found)"
+        self._knobs = _Knobs(self._check_budget(budget_mb, prefetch_depth), prefetch_depth, policy, ssd_mb_s)
+        self._knobs.pinned = self._choose_pinned(self._knobs)
+        self._resident = plan.total_bytes
+        self._thread = threading.Thread(target=self._loader, name="shardscope-loader", daemon=True)
+
+    # ----------------------------------------------------------------- set-up
+    def _check_budget(self, budget_mb: float, depth: int) -> int:
+        return require_budget(self.plan, budget_mb, depth)
+
+    def _choose_pinned(self, knobs: _Knobs) -> frozenset:
+        plan = self.plan
+        if plan.total_bytes <= knobs.budget_bytes:
+            return frozenset(range(len(plan.shards)))  # everything fits: nothing streams
+        if knobs.policy != "pinned":
+            return frozenset()
+        biggest_layer = max(plan.layer_bytes(i) for i in range(len(plan.layers)))
+        room = knobs.budget_bytes - plan.globals_bytes - biggest_layer - knobs.prefetch_depth * plan.max_shard_bytes
+        pinned, used = [], 0
+        for shard in plan.shards:
+            if used + shard.n_bytes > room:
+                break
+            pinned.append(shard.index)
+            used += shard.n_bytes
+        return frozenset(pinned)
+
+    def start(self) -> None:
+        """Cold start: evict every shard that is not pinned, then start the loader."""
+        with self._cond:
+            victims = [s.index for s in self.plan.shards if s.index not in self._knobs.pinned]
+            for index in victims:
+                self._mark_evicted(index)
+        self._evict_now(victims)
+        self._thread.start()
+
+    def close_waits(self) -> None:
+        """Release a decode thread blocked on a load (Stop pressed mid-layer)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    # ----------------------------------------------------------- live knobs
+    def set_budget(self, budget_mb: float) -> None:
+        with self._cond:
+            self._knobs.budget_bytes = self._check_budget(budget_mb, self._knobs.prefetch_depth)
+            self._repin()
+
+    def set_prefetch_depth(self, depth: int) -> None:
+        with self._cond:
+            self._check_budget(self._knobs.budget_bytes / MIB, depth)
+            self._knobs.prefetch_depth = depth
+            self._repin()
+
+    def set_policy(self, policy: str) -> None:
+        with self._cond:
+            self._knobs.policy = policy
+            self._repin()
+
+    def set_ssd_mb_s(self, ssd_mb_s: float) -> None:
+        with self._cond:
+            self._knobs.ssd_mb_s = max(0.0, float(ssd_mb_s))
+
+    def _repin(self) -> None:
+        self._knobs.pinned = self._choose_pinned(self._knobs)
+        self._cond.notify_all()
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._knobs.budget_bytes
+
+    @property
+    def prefetch_depth(self) -> int:
+        return self._knobs.prefetch_depth
+
+    @property
+    def policy(self) -> str:
+        return self._knobs.policy
+
+    @property
+    def ssd_mb_s(self) -> float:
+        return self._knobs.ssd_mb_s
+
+    @property
+    def pinned(self) -> frozenset:
+        return self._knobs.pinned
+
+    @property
+    def error(self) -> str | None:
+        return self._error
+
+    # ---------------------------------------------------------- decode side
+    def on_layer(self, layer_pos: int) -> bool:
+        """Called on the decode thread just before layer ``layer_pos`` computes.
+
+        Returns False if streaming failed (the caller aborts the graph).
+        """
+        needed = self.plan.layer_shards[layer_pos]
+        with self._cond:
+            self._counters.layer_calls += 1
+            self._current = layer_pos
+            self._tick += 1
+            for index in needed:
+                self._last_use[index] = self._tick
+            missing = [i for i in needed if self._state[i] != RESIDENT]
+            self._counters.hits += len(needed) - len(missing)
+            self._counters.misses += len(missing)
+            self._cond.notify_all()
+            if not missing:
+                return True
+            start = time.perf_counter()
+            while not self._stop and self._error is None and any(self._state[i] != RESIDENT for i in needed):
+                self._cond.wait(0.05)
+            self._counters.wait_s += time.perf_counter() - start
+            return self._error is None
+
+    # ---------------------------------------------------------- loader side
+    def _wanted(self) -> tuple[list[int], list[int]]:
+        """(current layer + prefetch window, most urgent first; pinned shards)."""
+        plan, knobs = self.plan, self._knobs
+        # Before the first layer runs, the window starts at shard 0 (cold start prefetch).
+        current = plan.layer_shards[self._current] if self._current is not None else ()
+        order: list[int] = list(current)
+        n = len(plan.shards)
+        if n and knobs.prefetch_depth > 0:
+            start = (current[-1] + 1) if current else 0
+            taken = 0
+            for step in range(n):
+                index = (start + step) % n
+                if index in current:
+                    break
+                if index in knobs.pinned:
+                    continue  # prefetch counts streamed shards: pinned ones need no load
+                order.append(index)
+                taken += 1
+                if taken >= knobs.prefetch_depth:
+                    break
+        front = list(dict.fromkeys(order))
+        return front, [i for i in sorted(knobs.pinned) if i not in front]
+
+    def _victim(self, protected: set[int]) -> int | None:
+        candidates = [i for i, st in enumerate(self._state)
+                      if st == RESIDENT and i not in protected and i not in self._knobs.pinned]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda i: self._last_use[i])
+
+    def _mark_evicted(self, index: int) -> None:
+        if self._state[index] != EVICTED:
+            self._state[index] = EVICTED
+            self._resident -= self.plan.shards[index].n_bytes
+            self._counters.evictions += 1
+            self._counters.evicted_bytes += self.plan.shards[index].n_bytes
+
+    def _plan_step(self) -> tuple[list[int], int | None]:
+        """Under the lock: pick what to evict and what to load next."""
+        knobs = self._knobs
+        front, pins = self._wanted()
+        desired = front + pins
+        protected = set(front)
+        victims: list[int] = []
+        while self._resident > knobs.budget_bytes:  # budget shrank: evict down first
+            victim = self._victim(protected)
+            if victim is None:
+                break
+            self._mark_evicted(victim)
+            victims.append(victim)
+        target = next((i for i in desired if self._state[i] == EVICTED), None)
+        if target is None:
+            return victims, None
+        need = self.plan.shards[target].n_bytes
+        while self._resident + need > knobs.budget_bytes:
+            victim = self._victim(protected | {target})
+            if victim is None:
+                break
+            self._mark_evicted(victim)
+            victims.append(victim)
+        urgent = self._current is not None and target in self.plan.layer_shards[self._current]
+        if self._resident + need > knobs.budget_bytes and not urgent:
+            return victims, None  # no room yet: wait for compute to move on
+        self._state[target] = LOADING
+        self._resident += need
+        return victims, target
+
+    def _loader(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                victims, target = self._plan_step()
+                if not victims and target is None:
+                    self._cond.wait(0.05)
+                    continue
+            try:
+                self._evict_now(victims)
+                if target is not None:
+                    self._load_now(target)
+            except OSError as exc:
+                with self._cond:
+                    self._error = f"{self.plan.model_path}: streaming failed ({exc.strerror or exc})"
+                    self._cond.notify_all()
+                return
+            if target is not None:
+                with self._cond:
+                    self._state[target] = RESIDENT
+                    self._cond.notify_all()
+
+    def _evict_now(self, victims: list[int]) -> None:
+        if not self.mapping:
+            return
+        for index in victims:
+            for start, end in self.plan.shards[index].ranges:
+                span = self.mapping.clip(start, end)
+                if span:
+                    self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
+
+    def _load_now(self, index: int) -> None:
+        shard = self.plan.shards[index]
+        started = time.perf_counter()
+        if self.mapping:
+            for start, end in shard.ranges:
+                span = self.mapping.clip(start, end)
+                if not span:
+                    continue
+                for lo in range(span[0], span[1], CHUNK_BYTES):
+                    hi = min(lo + CHUNK_BYTES, span[1])
+                    self._throttle(hi - lo)
+                    self.load_mechanism = memory_calls.populate(lo, hi)
+        with self._cond:
+            self._counters.loads += 1
+            self._counters.loaded_bytes += shard.n_bytes
+            self._counters.load_s += time.perf_counter() - started
+
+    def _throttle(self, n_bytes: int) -> None:
+        """Emulate a slower SSD: no chunk starts before the emulated disk is free."""
+        rate = self._knobs.ssd_mb_s
+        if rate <= 0:
+            return
+        now = time.perf_counter()
+        begin = max(now, self._rate_free_at)
+        self._rate_free_at = begin + n_bytes / (rate * 1e6)
+        delay = begin - now
+        if delay > 0:
+            time.sleep(delay)
+
+    # -------------------------------------------------------------- readout
+    def snapshot(self) -> ResidencySnapshot:
+        with self._cond:
+            pinned = self._knobs.pinned
+            states = tuple(PINNED if (i in pinned and st == RESIDENT) else st
+                           for i, st in enumerate(self._state))
+            return ResidencySnapshot(states, self._counters.copy(), self._resident,
+                                     self._knobs.budget_bytes, self._current,
+                                     self.load_mechanism, self.evict_mechanism)

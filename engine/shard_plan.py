@@ -1,0 +1,173 @@
+"""Shard plan: which byte ranges of the file load and evict together.
+
+A shard is the unit of loading, eviction and accounting. It holds consecutive whole
+layers up to ``shard_mb``, or a slice of one layer when the layer alone is larger.
+Only the big matrices stream: norms and other small tensors stay resident with the
+globals, because llama.cpp touches a layer's norm weight *before* the eval callback
+can wait for the layer — an evicted norm would fault in up to 8 MiB of readahead.
+Ranges are rounded inward to whole pages so evicting one shard never drops a page
+that a resident neighbour shares.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+
+from engine.errors import ShardscopeError
+from engine.gguf_layout import ModelLayout
+
+PAGE = mmap.PAGESIZE
+MIB = 1024 * 1024
+# Tensors smaller than this stay resident with the globals (norms, biases, scales).
+SMALL_TENSOR_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    layers: tuple[int, ...]
+    ranges: tuple[tuple[int, int], ...]  # absolute file offsets [start, end), page aligned
+    part: int = 0  # slice number when one layer is split over several shards
+    n_parts: int = 1
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(end - start for start, end in self.ranges)
+
+    @property
+    def label(self) -> str:
+        if self.n_parts > 1:
+            return f"L{self.layers[0]} part {self.part + 1}/{self.n_parts}"
+        if len(self.layers) == 1:
+            return f"L{self.layers[0]}"
+        return f"L{self.layers[0]}-{self.layers[-1]}"
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    model_path: str
+    shard_bytes_target: int
+    shards: tuple[Shard, ...]
+    layer_shards: tuple[tuple[int, ...], ...]  # layer position → shard indices it needs
+    layers: tuple[int, ...]  # layer numbers in compute order
+    total_bytes: int  # every tensor byte in the file
+    streamable_bytes: int
+
+    @property
+    def globals_bytes(self) -> int:
+        """Everything that never leaves memory: embeddings, output, norms, page edges."""
+        return self.total_bytes - self.streamable_bytes
+
+    @property
+    def max_shard_bytes(self) -> int:
+        return max((s.n_bytes for s in self.shards), default=0)
+
+    def layer_bytes(self, layer_pos: int) -> int:
+        return sum(self.shards[i].n_bytes for i in self.layer_shards[layer_pos])
+
+    def min_budget_bytes(self, prefetch_depth: int) -> int:
+        """Globals + the layer being computed + the shards being prefetched.
+
+        The eval callback waits per layer, so all slices of the current layer must be
+        resident together; prefetch keeps ``prefetch_depth`` more shards in flight.
+        """
+        if not self.shards:
+            return self.globals_bytes
+        biggest_layer = max(self.layer_bytes(i) for i in range(len(self.layers)))
+        return self.globals_bytes + biggest_layer + prefetch_depth * self.max_shard_bytes
+
+    def shard_of_layer_pos(self, layer_pos: int) -> tuple[int, ...]:
+        return self.layer_shards[layer_pos]
+
+
+def _page_inward(start: int, end: int) -> tuple[int, int] | None:
+    lo = (start + PAGE - 1) // PAGE * PAGE
+    hi = end // PAGE * PAGE
+    return (lo, hi) if hi > lo else None
+
+
+def _layer_ranges(layout: ModelLayout, layer: int) -> list[tuple[int, int]]:
+    """Page-aligned ranges of one layer's big tensors, adjacent ones merged."""
+    ranges: list[tuple[int, int]] = []
+    for tensor in layout.layer_tensors(layer):
+        if tensor.n_bytes < SMALL_TENSOR_BYTES:
+            continue
+        inner = _page_inward(tensor.offset, tensor.offset + tensor.n_bytes)
+        if inner is None:
+            continue
+        if ranges and ranges[-1][1] == inner[0]:
+            ranges[-1] = (ranges[-1][0], inner[1])
+        else:
+            ranges.append(inner)
+    return ranges
+
+
+def _split(ranges: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:
+    """Cut a layer's ranges into consecutive pieces of at most ``limit`` bytes."""
+    pieces: list[list[tuple[int, int]]] = [[]]
+    room = limit
+    for start, end in ranges:
+        while start < end:
+            if room < PAGE:
+                pieces.append([])
+                room = limit
+            take = min(end - start, room // PAGE * PAGE)
+            pieces[-1].append((start, start + take))
+            start += take
+            room -= take
+    return [p for p in pieces if p]
+
+
+def plan_shards(layout: ModelLayout, shard_mb: float) -> ShardPlan:
+    if not shard_mb or shard_mb <= 0:
+        raise ShardscopeError(f"shard size must be > 0 MB, got {shard_mb}")
+    target = max(PAGE, int(shard_mb * MIB) // PAGE * PAGE)
+    layers = tuple(layout.layer_indices)
+    per_layer = [_layer_ranges(layout, layer) for layer in layers]
+    shards: list[Shard] = []
+    layer_shards: list[tuple[int, ...]] = []
+    group_layers: list[int] = []
+    group_ranges: list[tuple[int, int]] = []
+    group_positions: list[int] = []
+
+    def close_group() -> None:
+        if group_layers:
+            idx = len(shards)
+            shards.append(Shard(idx, tuple(group_layers), tuple(group_ranges)))
+            for pos in group_positions:
+                layer_shards[pos] = (idx,)
+            group_layers.clear()
+            group_ranges.clear()
+            group_positions.clear()
+
+    for pos, (layer, ranges) in enumerate(zip(layers, per_layer)):
+        layer_shards.append(())
+        size = sum(e - s for s, e in ranges)
+        if size == 0:
+            continue
+        if size > target:
+            close_group()
+            pieces = _split(ranges, target)
+            first = len(shards)
+            for part, piece in enumerate(pieces):
+                shards.append(Shard(len(shards), (layer,), tuple(piece), part, len(pieces)))
+            layer_shards[pos] = tuple(range(first, len(shards)))
+            continue
+        group_size = sum(e - s for s, e in group_ranges)
+        if group_size + size > target:
+            close_group()
+        group_layers.append(layer)
+        group_ranges.extend(ranges)
+        group_positions.append(pos)
+    close_group()
+    streamable = sum(s.n_bytes for s in shards)
+    return ShardPlan(
+        model_path=layout.path,
+        shard_bytes_target=target,
+        shards=tuple(shards),
+        layer_shards=tuple(layer_shards),
+        layers=layers,
+        total_bytes=layout.weight_bytes,
+        streamable_bytes=streamable,
+    )

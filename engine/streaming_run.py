@@ -1,0 +1,299 @@
+"""One streaming run, start to finish: plan → load → cold start → generate → summary.
+
+The CLI, the benches and the GUI worker all drive runs through this class, so what
+the window charts is exactly what ``shardscope bench`` writes. Knobs the engine can
+change between tokens (budget, prefetch depth, policy, SSD emulation, threads) have
+setters that are safe to call from another thread while ``run()`` is generating.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from engine import memory_calls
+from engine.bundled_model import resolve_model_path
+from engine.errors import ShardscopeError
+from engine.layout_cache import load_layout
+from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from engine.residency import ResidencyController, require_budget
+from engine.settings import RunSettings, validate
+from engine.shard_plan import MIB, ShardPlan, plan_shards
+
+
+@dataclass
+class RunSummary:
+    """One CSV row: names follow llama-bench where they overlap."""
+
+    model_filename: str
+    model_size_mb: float
+    n_layers: int
+    n_shards: int
+    n_threads: int
+    n_gpu_layers: int
+    shard_mb: float
+    prefetch_depth: int
+    budget_mb: float
+    policy: str
+    emulated_ssd_mb_s: float
+    n_prompt: int
+    n_gen: int
+    ttft_ms: float
+    avg_ts: float
+    stddev_ts: float
+    peak_rss_mb: float
+    resident_weights_mb: float  # peak of the mapping's Rss while generating (kernel)
+    read_mb_per_token: float  # /proc/self/io read_bytes per decoded token
+    streamed_mb_per_token: float  # what the controller loaded per decoded token
+    ssd_mb_s: float  # read_bytes over decode time
+    hit_rate: float  # % of layer-shard accesses found resident
+    hits: int
+    misses: int
+    wait_ms_per_token: float  # decode time spent waiting for loads
+    llama_eval_ms_per_token: float  # llama.cpp's own perf counter, cross-check
+    globals_mb: float
+    pinned_mb: float
+    load_mechanism: str
+    evict_mechanism: str
+    stopped: bool = False
+    text: str = ""
+    device: str = ""
+    projected_ts: float = math.nan
+    projected_bound: str = ""
+
+    @staticmethod
+    def columns() -> list[str]:
+        return [f for f in RunSummary.__dataclass_fields__ if f != "text"]
+
+    def row(self) -> dict:
+        return {k: getattr(self, k) for k in self.columns()}
+
+
+def _reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_bytes(proc: psutil.Process) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return proc.memory_info().rss
+
+
+def prepare_plan(settings: RunSettings) -> tuple[str, ShardPlan]:
+    """Everything that can be refused before the (slow) model load."""
+    validate(settings)
+    path = resolve_model_path(settings.model_path)
+    layout = load_layout(path)
+    plan = plan_shards(layout, settings.shard_mb)
+    require_budget(plan, settings.budget_mb, settings.prefetch_depth)
+    return path, plan
+
+
+class StreamingRun:
+    def __init__(self, settings: RunSettings, *, sample_interval_s: float = 0.1,
+                 on_sample: Callable[[MetricsSample], None] | None = None,
+                 on_token: Callable[[int, str, float], None] | None = None,
+                 on_phase: Callable[[str], None] | None = None):
+        self.settings = settings
+        self.model_path, self.plan = prepare_plan(settings)
+        self.on_token = on_token
+        self.on_phase = on_phase
+        self.clock = TokenClock()
+        self._stop = threading.Event()
+        self._samples: list[MetricsSample] = []
+        self._on_sample = on_sample
+        self._sample_interval = sample_interval_s
+        self.session = None
+        self.controller: ResidencyController | None = None
+        self.sampler: MetricsSampler | None = None
+        self._fd: int | None = None
+        self.mapping = None
+        self.samples: list[MetricsSample] = []
+
+    # ------------------------------------------------------------ control
+    def stop(self) -> None:
+        self._stop.set()
+        if self.controller:
+            self.controller.close_waits()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def set_budget_mb(self, mb: float) -> None:
+        require_budget(self.plan, mb, self.current_depth())
+        self.settings = self.settings.with_changes(budget_mb=int(mb))
+        if self.controller:
+            self.controller.set_budget(mb)
+
+    def set_prefetch_depth(self, depth: int) -> None:
+        require_budget(self.plan, self.settings.budget_mb, depth)
+        self.settings = self.settings.with_changes(prefetch_depth=int(depth))
+        if self.controller:
+            self.controller.set_prefetch_depth(depth)
+
+    def set_policy(self, policy: str) -> None:
+        self.settings = validate(self.settings.with_changes(policy=policy))
+        if self.controller:
+            self.controller.set_policy(policy)
+
+    def set_ssd_mb_s(self, rate: float) -> None:
+        self.settings = self.settings.with_changes(ssd_mb_s=float(rate))
+        if self.controller:
+            self.controller.set_ssd_mb_s(rate)
+
+    def set_threads(self, n: int) -> None:
+        self.settings = validate(self.settings.with_changes(threads=int(n)))
+        if self.session:
+            self.session.set_threads(int(n))
+
+    def current_depth(self) -> int:
+        return self.controller.prefetch_depth if self.controller else self.settings.prefetch_depth
+
+    # ------------------------------------------------------------ the run
+    def _phase(self, name: str) -> None:
+        self.clock.phase = name
+        if self.on_phase:
+            self.on_phase(name)
+
+    def load(self) -> None:
+        from engine.llama_session import LlamaSession  # llama.cpp loads only when needed
+
+        s = self.settings
+        self._phase("loading")
+        self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
+                                    n_ctx=s.n_ctx, layer_hook=self._on_layer)
+        self.mapping = memory_calls.find_mapping(self.model_path)
+        try:
+            self._fd = os.open(self.model_path, os.O_RDONLY)
+        except OSError as exc:
+            raise ShardscopeError(f"{self.model_path}: cannot open for eviction ({exc.strerror})") from None
+        self.controller = ResidencyController(self.plan, self.mapping, self._fd, s.budget_mb,
+                                              s.prefetch_depth, s.policy, s.ssd_mb_s)
+
+    def _on_layer(self, layer_number: int) -> bool:
+        controller = self.controller
+        if controller is None:
+            return True
+        return controller.on_layer(self._layer_pos.get(layer_number, layer_number))
+
+    def run(self) -> RunSummary:
+        """Load (unless loaded), stream-generate ``n_gen`` tokens, return the summary."""
+        s = self.settings
+        self._layer_pos = {layer: pos for pos, layer in enumerate(self.plan.layers)}
+        if self.session is None:
+            self.load()
+        proc = psutil.Process()
+        self._phase("cold start")
+        self.controller.start()
+        self.sampler = MetricsSampler(self.controller, self.mapping, self.clock, self._sample_interval)
+        self.sampler.subscribe(self.samples.append)
+        if self._on_sample:
+            self.sampler.subscribe(self._on_sample)
+        _reset_peak_rss()
+        self.sampler.start()
+        marks: dict[str, tuple[int, int, float]] = {}
+
+        def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
+            now = time.perf_counter()
+            if index == 0:
+                marks["first"] = (process_read_bytes(proc), self.controller.snapshot().counters.loaded_bytes, now)
+                self._phase("generating")
+            else:
+                self.clock.record(now, dt)
+            if self.on_token:
+                self.on_token(index, piece.decode("utf-8", "replace"), dt)
+
+        self._phase("prompt")
+        try:
+            result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
+                                           on_token=on_token, should_stop=self._stop.is_set)
+        except Exception as exc:
+            if self.controller.error:
+                raise ShardscopeError(self.controller.error) from None
+            if isinstance(exc, ShardscopeError):
+                raise
+            if self._stop.is_set():
+                raise ShardscopeError("run stopped") from None
+            raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
+        finally:
+            self.sampler.stop()
+            self._phase("done")
+        end_read = process_read_bytes(proc)
+        snap = self.controller.snapshot()
+        read0, loaded0, _ = marks.get("first", (end_read, snap.counters.loaded_bytes, 0))
+        n_decoded = len(result.token_s)
+        decode_s = sum(result.token_s)
+        rates = [1.0 / d for d in result.token_s if d > 0]
+        per_tok = max(n_decoded, 1)
+        accesses = snap.counters.hits + snap.counters.misses
+        gen_samples = [x for x in self.samples if x.phase == "generating"] or self.samples
+        return RunSummary(
+            model_filename=Path(self.model_path).name,
+            model_size_mb=round(os.path.getsize(self.model_path) / MIB, 2),
+            n_layers=len(self.plan.layers),
+            n_shards=len(self.plan.shards),
+            n_threads=self.settings.threads,
+            n_gpu_layers=self.session.n_gpu_layers,
+            shard_mb=s.shard_mb,
+            prefetch_depth=self.controller.prefetch_depth,
+            budget_mb=self.controller.budget_bytes / MIB,
+            policy=self.controller.policy,
+            emulated_ssd_mb_s=self.controller.ssd_mb_s,
+            n_prompt=result.prompt_tokens,
+            n_gen=len(result.tokens),
+            ttft_ms=round(result.ttft_s * 1000, 2),
+            avg_ts=round(n_decoded / decode_s, 3) if decode_s > 0 else 0.0,
+            stddev_ts=round(statistics.pstdev(rates), 3) if len(rates) > 1 else 0.0,
+            peak_rss_mb=round(_peak_rss_bytes(proc) / MIB, 1),
+            resident_weights_mb=round(max(x.resident_weights_mb for x in gen_samples), 1) if gen_samples else math.nan,
+            read_mb_per_token=round((end_read - read0) / MIB / per_tok, 2),
+            streamed_mb_per_token=round((snap.counters.loaded_bytes - loaded0) / MIB / per_tok, 2),
+            ssd_mb_s=round((end_read - read0) / MIB / decode_s, 1) if decode_s > 0 else 0.0,
+            hit_rate=round(100.0 * snap.counters.hits / accesses, 2) if accesses else math.nan,
+            hits=snap.counters.hits,
+            misses=snap.counters.misses,
+            wait_ms_per_token=round(snap.counters.wait_s * 1000 / max(len(result.tokens), 1), 2),
+            llama_eval_ms_per_token=round(result.perf["t_eval_ms"] / max(result.perf["n_eval"], 1), 2),
+            globals_mb=round(self.plan.globals_bytes / MIB, 1),
+            pinned_mb=round(sum(self.plan.shards[i].n_bytes for i in self.controller.pinned) / MIB, 1),
+            load_mechanism=self.controller.load_mechanism,
+            evict_mechanism=self.controller.evict_mechanism,
+            stopped=result.stopped,
+            text=result.text,
+        )
+
+    def close(self) -> None:
+        if self.sampler:
+            self.sampler.stop()
+        if self.controller:
+            self.controller.close()
+        if self.session:
+            self.session.close()
+            self.session = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "StreamingRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
