@@ -1,0 +1,151 @@
+"""A setting the user changes while a run is live, e.g. the memory budget.
+
+Each committed change makes the engine re-plan residency (evict, reload shards),
+so a drag must not flood it with hundreds of intermediate values: the read-out
+follows the handle live, but `valueCommitted` fires only when the handle is let
+go, or on a discrete step (keyboard, wheel, click on the groove). Changes made
+from code never emit it: the engine already knows the value it pushed.
+
+Values snap to multiples of `step` from the minimum so a committed value is
+always one the engine was offered (e.g. budgets in 50 MB steps). The QSlider
+works in the same units as `value()` so code holding `slider` sees no mapping.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QWidget
+
+__all__ = ["LabelledSlider"]
+
+
+class LabelledSlider(QWidget):
+    valueCommitted = Signal(int)
+
+    def __init__(
+        self,
+        title: str,
+        minimum: int,
+        maximum: int,
+        value: int,
+        units: str,
+        step: int = 1,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        if step < 1:
+            raise ValueError(f"LabelledSlider {title!r}: step must be >= 1, got {step}")
+        self._units = units
+        self._step = int(step)
+        self._quiet = 0  # >0 while code (not the user) moves the slider
+        self._disabled_reason: str | None = None
+        self._last_committed: int | None = None
+
+        self.title_label = QLabel(title, self)
+        self.slider = QSlider(Qt.Orientation.Horizontal, self)
+        self.slider.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.readout_label = QLabel(self)
+        self.readout_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.title_label)
+        layout.addWidget(self.slider, 1)
+        layout.addWidget(self.readout_label)
+
+        self.slider.setSingleStep(self._step)
+        self.slider.setPageStep(self._step * 10)
+        self.slider.valueChanged.connect(self._on_value_changed)
+        self.slider.sliderReleased.connect(self._on_released)
+        self.setRange(minimum, maximum)
+        self.setValue(value)
+        self._last_committed = self.value()
+
+    # -- public API ---------------------------------------------------------------
+    def value(self) -> int:
+        return self.slider.value()
+
+    def setValue(self, v: int) -> None:
+        self._quiet += 1
+        try:
+            self.slider.setValue(self._snap(int(v)))
+        finally:
+            self._quiet -= 1
+        self._last_committed = self.value()
+        self._show_value(self.value())
+
+    def setRange(self, lo: int, hi: int) -> None:
+        if hi < lo:
+            raise ValueError(f"LabelledSlider {self.title_label.text()!r}: range {lo}..{hi} is empty")
+        self._quiet += 1
+        try:
+            self.slider.setRange(int(lo), int(hi))
+            self.slider.setValue(self._snap(self.slider.value()))
+        finally:
+            self._quiet -= 1
+        self._last_committed = self.value()
+        self._reserve_readout_width()
+        self._show_value(self.value())
+
+    def setDisabledReason(self, reason: str | None) -> None:
+        self._disabled_reason = reason or None
+        enabled = self._disabled_reason is None
+        self.slider.setEnabled(enabled)
+        tip = "" if enabled else self._disabled_reason
+        for w in (self.title_label, self.slider, self.readout_label):
+            w.setToolTip(tip)
+        self._show_value(self.value())
+
+    def disabledReason(self) -> str | None:
+        return self._disabled_reason
+
+    def units(self) -> str:
+        return self._units
+
+    def readout(self) -> str:
+        return self.readout_label.text()
+
+    # -- internals ------------------------------------------------------------------
+    def _snap(self, v: int) -> int:
+        lo, hi = self.slider.minimum(), self.slider.maximum()
+        if v <= lo:
+            return lo
+        if v >= hi:
+            return hi  # the maximum stays reachable even when off the step grid
+        return min(hi, lo + round((v - lo) / self._step) * self._step)
+
+    def _text_for(self, v: int) -> str:
+        return f"{v:,} {self._units}".rstrip()
+
+    def _show_value(self, v: int) -> None:
+        if self._disabled_reason is not None:
+            self.readout_label.setText(self._disabled_reason)
+            self.readout_label.setEnabled(False)
+        else:
+            self.readout_label.setText(self._text_for(v))
+            self.readout_label.setEnabled(True)
+
+    def _reserve_readout_width(self) -> None:
+        # Wide enough for either end of the range, so the slider does not jiggle
+        # sideways as the digit count changes during a drag.
+        fm = self.readout_label.fontMetrics()
+        widest = max(fm.horizontalAdvance(self._text_for(x)) for x in (self.slider.minimum(), self.slider.maximum()))
+        self.readout_label.setMinimumWidth(widest + 4)
+
+    def _on_value_changed(self, v: int) -> None:
+        snapped = self._snap(v)
+        if snapped != v:
+            self.slider.setValue(snapped)  # re-enters with the snapped value
+            return
+        self._show_value(v)
+        if self._quiet or self.slider.isSliderDown():
+            return
+        self._commit(v)
+
+    def _on_released(self) -> None:
+        self._commit(self.value())
+
+    def _commit(self, v: int) -> None:
+        if v != self._last_committed:
+            self._last_committed = v
+            self.valueCommitted.emit(v)

@@ -1,0 +1,376 @@
+"""Stacked strip charts of a live run (memory, bandwidth, tok/s...) on one time axis.
+
+The chart shares two CPU cores with llama.cpp, so the work is split the way
+pyqtgraph's scrolling-plot examples do it: `append` only writes one float per
+curve into preallocated numpy buffers, and a QTimer redraws at a modest rate,
+only when something new arrived and only while the chart is on screen. Curves,
+level lines and markers are created once and then fed with `setData`/`setValue`;
+nothing is created per sample, and markers are capped so a long run cannot grow
+the scene without bound.
+
+Buffers are twice the capacity: samples are written at increasing positions and,
+once the end is reached, the newest `capacity` samples are moved back to the
+front. Every sample costs one store per curve, the held window is always one
+contiguous slice, and the move happens once per `capacity` samples.
+
+The chart takes its colours from the Qt palette so it matches the rest of the
+application whether that is light or dark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QTimer
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QWidget
+
+from widgets.number_format import format_number
+
+__all__ = ["LiveChart"]
+
+_LEGEND_ALPHA = 200
+_FILL_ALPHA = 50
+_LEFT_AXIS_WIDTH = 64
+_MARKER_LABEL_POSITION = 0.92  # near the top, clear of the legend
+
+
+@dataclass
+class _Plot:
+    item: pg.PlotItem
+    units: str
+    curve_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Level:
+    plot_key: str
+    line: pg.InfiniteLine
+    label: str
+
+
+@dataclass
+class _Marker:
+    t: float
+    lines: list[tuple[pg.PlotItem, pg.InfiniteLine]]
+
+
+def _escape_format(text: str) -> str:
+    # InfLineLabel runs str.format on its text; a label such as "{x}" must survive.
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+class LiveChart(pg.GraphicsLayoutWidget):
+    follow_seconds: float = 60.0
+    max_markers: int = 200
+
+    def __init__(self, capacity: int = 6000, refresh_hz: float = 15.0, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        # GraphicsLayoutWidget binds the layout's clear() onto the instance, which
+        # would shadow our clear() (empty the data) with "remove every plot".
+        if "clear" in self.__dict__:
+            del self.clear
+        if capacity < 2:
+            raise ValueError(f"LiveChart capacity must be at least 2 points, got {capacity}")
+        self.capacity = int(capacity)
+        self.refresh_count = 0
+        self._t = np.full(2 * self.capacity, np.nan)
+        self._y: dict[str, np.ndarray] = {}
+        self._end = 0  # one past the newest sample in the buffers
+        self._len = 0  # samples held, <= capacity
+        self._dirty = False
+        self._following = True
+
+        self._plots: dict[str, _Plot] = {}
+        self._curves: dict[str, pg.PlotDataItem] = {}
+        self._curve_plot: dict[str, str] = {}
+        self._levels: dict[str, _Level] = {}
+        self._markers: deque[_Marker] = deque()
+
+        self._grid = False
+        self._fg = QColor()
+        self._bg = QColor()
+        self._read_palette()
+        self.ci.setContentsMargins(4, 4, 4, 4)
+        self.ci.setSpacing(2)
+
+        self._timer = QTimer(self)
+        self._timer.timeout.connect(self._tick)
+        self.set_refresh_hz(refresh_hz)
+        self._timer.start()
+
+    # -- building the chart ---------------------------------------------------------
+    def add_plot(self, key: str, title: str, units: str) -> None:
+        if key in self._plots:
+            raise ValueError(f"LiveChart already has a plot {key!r}")
+        item: pg.PlotItem = self.ci.addPlot(row=len(self._plots), col=0)
+        item.setTitle(title, size="9pt", color=self._fg.name())
+        item.setLabel("left", units)
+        item.setLabel("bottom", "time", units="s")
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.enableAutoSIPrefix(False)  # "kMB" and "ks" only confuse
+        # Same left-axis width on every row, or the linked time axes do not line up.
+        item.getAxis("left").setWidth(_LEFT_AXIS_WIDTH)
+        item.showGrid(x=self._grid, y=self._grid, alpha=0.25)
+        item.setClipToView(True)
+        item.setDownsampling(auto=True, mode="peak")
+        item.setMenuEnabled(True)
+        vb = item.getViewBox()
+        # Time is the axis people explore; values stay auto-ranged on what is visible.
+        vb.setMouseEnabled(x=True, y=False)
+        vb.enableAutoRange(x=False, y=True)
+        vb.setAutoVisible(y=True)
+        vb.sigRangeChangedManually.connect(self._on_user_moved_view)
+        legend = item.addLegend(offset=(6, 2), colCount=1, labelTextSize="8pt")
+        legend.setZValue(10)
+
+        if self._plots:
+            first = next(iter(self._plots.values())).item
+            item.setXLink(first)
+            # Only the bottom plot shows time tick labels; the others share them.
+            previous_last = list(self._plots.values())[-1].item
+            previous_last.getAxis("bottom").setStyle(showValues=False)
+            previous_last.getAxis("bottom").showLabel(False)
+        self._plots[key] = _Plot(item=item, units=units)
+        self._style_plot(item)
+
+    def add_curve(self, plot_key: str, curve_key: str, label: str, color: str, fill_to_zero: bool = False) -> None:
+        plot = self._plot(plot_key)
+        if curve_key in self._curves or curve_key in self._levels:
+            raise ValueError(f"LiveChart already has a curve or level line {curve_key!r}")
+        kwargs: dict[str, object] = {"pen": pg.mkPen(color, width=1), "name": label}
+        if fill_to_zero:
+            fill = QColor(color)
+            fill.setAlpha(_FILL_ALPHA)
+            kwargs.update(fillLevel=0.0, brush=fill)
+        curve = plot.item.plot(**kwargs)
+        self._curves[curve_key] = curve
+        self._curve_plot[curve_key] = plot_key
+        plot.curve_keys.append(curve_key)
+        # A curve that joins mid-run has no history: its past is NaN, drawn as a gap.
+        self._y[curve_key] = np.full(2 * self.capacity, np.nan)
+        legend = plot.item.legend
+        if legend is not None:
+            legend.setColumnCount(max(1, min(4, len(plot.curve_keys))))
+        self._dirty = True
+
+    def add_level_line(self, plot_key: str, line_key: str, label: str, color: str) -> None:
+        plot = self._plot(plot_key)
+        if line_key in self._levels or line_key in self._curves:
+            raise ValueError(f"LiveChart already has a curve or level line {line_key!r}")
+        label_bg = QColor(self._bg)
+        label_bg.setAlpha(_LEGEND_ALPHA)
+        line = pg.InfiniteLine(
+            angle=0,
+            movable=False,
+            pen=pg.mkPen(color, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            label="",
+            # Right-aligned at the right end, clear of the legend; below the line when
+            # it sits in the top half of the plot so the text is never cut off.
+            labelOpts={"position": 0.99, "color": color, "fill": label_bg, "anchors": [(1, 0), (1, 1)]},
+        )
+        line.setZValue(5)
+        line.setVisible(False)
+        # Not ignoreBounds: a visible level (e.g. the memory budget) pulls the Y range
+        # so it stays on screen next to the curve it limits.
+        plot.item.addItem(line)
+        self._levels[line_key] = _Level(plot_key=plot_key, line=line, label=label)
+
+    def set_level(self, line_key: str, value: float | None) -> None:
+        try:
+            level = self._levels[line_key]
+        except KeyError:
+            raise KeyError(f"LiveChart has no level line {line_key!r}; add_level_line() it first") from None
+        if value is None or not math.isfinite(value):
+            level.line.setVisible(False)
+            return
+        units = self._plots[level.plot_key].units
+        text = f"{level.label} {format_number(float(value))} {units}".strip()
+        level.line.setValue(float(value))
+        level.line.label.setFormat(_escape_format(text))
+        level.line.setVisible(True)
+        level.line.label.setVisible(True)
+
+    def set_grid(self, visible: bool) -> None:
+        """Off by default: pyqtgraph replays grid lines through a QPicture on every
+        frame, which measured 2-3x the cost of the whole rest of a redraw."""
+        self._grid = bool(visible)
+        for plot in self._plots.values():
+            plot.item.showGrid(x=self._grid, y=self._grid, alpha=0.25)
+
+    def set_refresh_hz(self, refresh_hz: float) -> None:
+        if not refresh_hz > 0:
+            raise ValueError(f"LiveChart refresh rate must be positive, got {refresh_hz}")
+        self._timer.setInterval(max(1, round(1000.0 / refresh_hz)))
+
+    # -- feeding data -----------------------------------------------------------------
+    def append(self, t: float, values: dict[str, float]) -> None:
+        """Called at sample rate from the engine's callbacks: stores only, never draws."""
+        if self._end == self._t.shape[0]:
+            self._shift()
+        i = self._end
+        self._t[i] = t
+        nan = math.nan
+        for key, buf in self._y.items():
+            buf[i] = values.get(key, nan)
+        self._end = i + 1
+        if self._len < self.capacity:
+            self._len += 1
+        self._dirty = True
+
+    def mark_event(self, t: float, label: str) -> None:
+        marker_bg = QColor(self._bg)
+        marker_bg.setAlpha(_LEGEND_ALPHA)
+        text = _escape_format(label)
+        lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        for plot in self._plots.values():
+            line = pg.InfiniteLine(
+                pos=float(t),
+                angle=90,
+                movable=False,
+                pen=pg.mkPen(self._fg, width=1, style=pg.QtCore.Qt.PenStyle.DotLine),
+                label=text,
+                labelOpts={"position": _MARKER_LABEL_POSITION, "color": self._fg, "fill": marker_bg},
+            )
+            line.setZValue(4)
+            plot.item.addItem(line, ignoreBounds=True)
+            lines.append((plot.item, line))
+        self._markers.append(_Marker(t=float(t), lines=lines))
+        while len(self._markers) > self.max_markers:
+            self._remove_marker(self._markers.popleft())
+
+    def marker_count(self) -> int:
+        return len(self._markers)
+
+    def clear(self) -> None:
+        """A new run: drop every sample and marker, keep plots, curves and level lines."""
+        self._t.fill(np.nan)
+        for buf in self._y.values():
+            buf.fill(np.nan)
+        self._end = 0
+        self._len = 0
+        while self._markers:
+            self._remove_marker(self._markers.popleft())
+        self._following = True
+        self._dirty = True
+
+    # -- view -------------------------------------------------------------------------
+    def follow_latest(self) -> None:
+        """Go back to showing the last `follow_seconds` after the user panned or zoomed."""
+        self._following = True
+        for plot in self._plots.values():
+            plot.item.getViewBox().enableAutoRange(x=False, y=True)
+        self._dirty = True
+
+    def is_following(self) -> bool:
+        return self._following
+
+    def export_png(self, path: str) -> None:
+        self._redraw()  # the picture must include samples that arrived since the last tick
+        if not self.grab().save(path, "PNG"):
+            raise OSError(f"could not save the chart as a PNG to {path!r}: is the folder there and writable?")
+
+    # -- introspection (tests, benches) ------------------------------------------------
+    def point_count(self, curve_key: str) -> int:
+        """Samples held for the curve, gaps (NaN) included: every curve shares the time axis."""
+        self._buffer(curve_key)
+        return self._len
+
+    def curve_data(self, curve_key: str) -> tuple[np.ndarray, np.ndarray]:
+        buf = self._buffer(curve_key)
+        start = self._end - self._len
+        return self._t[start : self._end].copy(), buf[start : self._end].copy()
+
+    def plot_item(self, plot_key: str) -> pg.PlotItem:
+        return self._plot(plot_key).item
+
+    def level_line(self, line_key: str) -> pg.InfiniteLine:
+        return self._levels[line_key].line
+
+    # -- internals ----------------------------------------------------------------------
+    def _shift(self) -> None:
+        keep = self._len
+        start = self._end - keep
+        self._t[:keep] = self._t[start : self._end]
+        for buf in self._y.values():
+            buf[:keep] = buf[start : self._end]
+        self._end = keep
+
+    def _tick(self) -> None:
+        if not self._following and any(
+            p.item.getViewBox().autoRangeEnabled()[0] for p in self._plots.values()
+        ):
+            # The user pressed the plot's "A" button or chose "View all": take that as
+            # "show me the live data again".
+            self.follow_latest()
+        if not self._dirty or not self.isVisible():
+            return
+        self._redraw()
+        self.refresh_count += 1
+
+    def _redraw(self) -> None:
+        self._dirty = False
+        start = self._end - self._len
+        # Copies, not views: pyqtgraph keeps the arrays it is given and may re-read them
+        # on a pan, after our buffers have been shifted underneath.
+        t = self._t[start : self._end].copy()
+        for key, curve in self._curves.items():
+            curve.setData(t, self._y[key][start : self._end].copy())
+        if self._following and self._len and self._plots:
+            newest = float(t[-1])
+            lo = max(float(t[0]), newest - self.follow_seconds)
+            first = next(iter(self._plots.values())).item
+            first.setXRange(lo, lo + self.follow_seconds, padding=0)
+
+    def _on_user_moved_view(self, *_: object) -> None:
+        self._following = False
+
+    def _remove_marker(self, marker: _Marker) -> None:
+        for item, line in marker.lines:
+            item.removeItem(line)
+
+    def _plot(self, plot_key: str) -> _Plot:
+        try:
+            return self._plots[plot_key]
+        except KeyError:
+            raise KeyError(f"LiveChart has no plot {plot_key!r}; plots are {list(self._plots)}") from None
+
+    def _buffer(self, curve_key: str) -> np.ndarray:
+        try:
+            return self._y[curve_key]
+        except KeyError:
+            raise KeyError(f"LiveChart has no curve {curve_key!r}; curves are {list(self._y)}") from None
+
+    # -- palette --------------------------------------------------------------------------
+    def _read_palette(self) -> None:
+        pal = self.palette()
+        self._bg = pal.color(QPalette.ColorRole.Base)
+        self._fg = pal.color(QPalette.ColorRole.Text)
+        self.setBackground(self._bg)
+        for plot in getattr(self, "_plots", {}).values():
+            self._style_plot(plot.item)
+
+    def _style_plot(self, item: pg.PlotItem) -> None:
+        axis_pen = pg.mkPen(self._fg)
+        for name in ("left", "bottom"):
+            axis = item.getAxis(name)
+            axis.setPen(axis_pen)
+            axis.setTextPen(axis_pen)
+        item.titleLabel.setText(item.titleLabel.text, color=self._fg.name())
+        legend = item.legend
+        if legend is not None:
+            bg = QColor(self._bg)
+            bg.setAlpha(_LEGEND_ALPHA)
+            legend.setBrush(pg.mkBrush(bg))
+            legend.setPen(pg.mkPen(QColor(self._fg.red(), self._fg.green(), self._fg.blue(), 60)))
+            legend.setLabelTextColor(self._fg)
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() == QEvent.Type.PaletteChange:
+            self._read_palette()
+        super().changeEvent(event)
