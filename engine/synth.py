@@ -1,0 +1,391 @@
+"""Writes synthetic llama-architecture GGUF models of a chosen size.
+
+Streaming only shows up when a model is larger than the memory budget, and tests and
+benchmarks need such models without downloading any. This module writes a *real* GGUF
+(arch "llama", Q8_0 matrices, F32 norms, the small vocabulary of ``synth_vocab``) that
+llama.cpp loads and decodes; the weights are random, so the text is gibberish, but the
+compute and the I/O per token are those of a real model of that size.
+
+Layout, for the shard planner: every tensor starts on a 4096-byte boundary
+(``general.alignment`` = 4096) and the file order is
+
+    token_embd.weight
+    blk.0.attn_norm.weight, blk.0.attn_q.weight, blk.0.attn_k.weight,
+    blk.0.attn_v.weight, blk.0.attn_output.weight, blk.0.ffn_norm.weight,
+    blk.0.ffn_gate.weight, blk.0.ffn_up.weight, blk.0.ffn_down.weight
+    blk.1.* ... blk.{n_layers-1}.*   (numeric order, each layer one contiguous range)
+    output_norm.weight, output.weight
+
+Each layer's range begins with its (small) ``attn_norm``, the first tensor llama.cpp
+reads in that layer. Nearly all bytes are in ``blk.N.*``; ``token_embd`` and the
+separate (untied) ``output`` are a few MB at most.
+
+Memory stays bounded: tensor data is generated and written a chunk (≤ 8 MiB) at a
+time, never the whole model. The file is written to ``<out>.partial``, fsynced, then
+renamed over ``out``; on any failure the partial file is removed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+import numpy as np
+
+from engine.errors import ShardscopeError
+from engine.synth_vocab import SynthVocab, build_vocab
+
+MIB = 1024 * 1024
+ALIGNMENT = 4096
+MIN_SIZE_MB = 8.0
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS in llama.cpp
+HEAD_DIM = 64
+CONTEXT_LENGTH = 2048
+RMS_EPS = 1e-5
+ROPE_FREQ_BASE = 10000.0
+SIZE_TOLERANCE = 0.05  # the planned file is within 5 % of the requested size
+
+_Q8_BLOCK = 32  # weights per Q8_0 block
+_Q8_BYTES = 34  # f16 scale + 32 int8
+_GGML_TYPE_F32 = 0
+_GGML_TYPE_Q8_0 = 8
+_FILE_TYPE_MOSTLY_Q8_0 = 7
+_CHUNK_BYTES = 8 * MIB
+# Standard deviation of an integer drawn uniformly from [-127, 127].
+_Q_STD = math.sqrt((255**2 - 1) / 12.0)
+
+LAYER_TENSORS = (
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+)
+
+
+@dataclass(frozen=True)
+class SynthInfo:
+    path: str
+    size_bytes: int
+    n_layers: int
+    n_embd: int
+    n_ff: int
+    n_vocab: int
+    n_head: int = 0
+    n_head_kv: int = 0
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    rows: int  # ne1 (output features); 1 for a vector
+    cols: int  # ne0 (input features, the quantized dimension)
+    quantized: bool
+    sigma: float  # standard deviation of the weights (ignored for norms)
+
+    @property
+    def nbytes(self) -> int:
+        if self.quantized:
+            return self.rows * (self.cols // _Q8_BLOCK) * _Q8_BYTES
+        return self.rows * self.cols * 4
+
+
+@dataclass(frozen=True)
+class _Shape:
+    n_layers: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+
+    @property
+    def n_embd_kv(self) -> int:
+        return self.n_head_kv * HEAD_DIM
+
+
+def _pad(n: int) -> int:
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+def _q8(rows: int, cols: int) -> int:
+    return rows * (cols // _Q8_BLOCK) * _Q8_BYTES
+
+
+def _n_head_kv(n_head: int) -> int:
+    """Grouped-query attention, 4 query heads per KV head where the numbers allow."""
+    for kv in range(max(1, n_head // 4), 0, -1):
+        if n_head % kv == 0:
+            return kv
+    return 1
+
+
+def _layer_bytes(n_embd: int, n_ff: int, n_embd_kv: int) -> int:
+    return (2 * _pad(4 * n_embd) + 2 * _pad(_q8(n_embd, n_embd)) + 2 * _pad(_q8(n_embd_kv, n_embd))
+            + 2 * _pad(_q8(n_ff, n_embd)) + _pad(_q8(n_embd, n_ff)))
+
+
+def _global_bytes(n_embd: int, n_vocab: int) -> int:
+    return 2 * _pad(_q8(n_vocab, n_embd)) + _pad(4 * n_embd)
+
+
+def _header_bytes(n_layers: int, vocab: SynthVocab) -> int:
+    """An upper estimate of header + metadata + tensor infos, padded (exact enough)."""
+    tokens = sum(8 + len(t.encode("utf-8")) for t in vocab.tokens)
+    kv = 4096 + tokens + 8 * vocab.n_vocab
+    infos = (n_layers * len(LAYER_TENSORS) + 3) * (8 + 32 + 4 + 16 + 4 + 8)
+    return _pad(24 + kv + infos)
+
+
+def default_n_layers(size_mb: float) -> int:
+    """Layers of about sqrt(size) MB: 8 MB layers at 64 MB, 16 at 256 MB, 32 at 1 GB."""
+    return int(min(64, max(2, round(math.sqrt(size_mb)))))
+
+
+def _plan(size_mb: float, n_layers: int, vocab: SynthVocab, where: str) -> _Shape:
+    target = int(size_mb * MIB)
+    fixed = _header_bytes(n_layers, vocab)
+    # Per-layer bytes for n_ff = 2.75 n_embd and n_embd_kv = n_embd / 4, per n_embd².
+    per_e2 = (_Q8_BYTES / _Q8_BLOCK) * (2 + 2 * 0.25 + 3 * 2.75)
+    n_embd = 0
+    for _ in range(3):  # the globals depend on n_embd: settle it
+        layer_budget = (target - fixed - _global_bytes(max(n_embd, 64), vocab.n_vocab)) / n_layers
+        e0 = math.sqrt(max(layer_budget, 1.0) / per_e2)
+        step = 256 if e0 >= 1024 else 128 if e0 >= 256 else 64  # n_head divisible by 4, 2, 1
+        n_embd = max(64, int(round(e0 / step)) * step)
+
+    best: _Shape | None = None
+    while True:
+        n_head = n_embd // HEAD_DIM
+        n_head_kv = _n_head_kv(n_head)
+        kv = n_head_kv * HEAD_DIM
+        layer_budget = (target - fixed - _global_bytes(n_embd, vocab.n_vocab)) / n_layers
+        per_ff = 3 * n_embd * _Q8_BYTES / _Q8_BLOCK
+        f_lin = (layer_budget - _layer_bytes(n_embd, 0, kv)) / per_ff
+        f0 = int(round(f_lin / 32)) * 32
+        candidates = [f for f in range(f0 - 96, f0 + 97, 32) if f >= 32]
+        if not candidates:
+            candidates = [32]
+        n_ff = min(candidates, key=lambda f: abs(
+            fixed + _global_bytes(n_embd, vocab.n_vocab) + n_layers * _layer_bytes(n_embd, f, kv) - target))
+        best = _Shape(n_layers, n_embd, n_ff, n_head, n_head_kv)
+        if n_ff >= n_embd or n_embd <= 64:
+            break
+        n_embd -= 64  # FFN thinner than the embedding: narrow it
+
+    total = fixed + _global_bytes(best.n_embd, vocab.n_vocab) + n_layers * _layer_bytes(
+        best.n_embd, best.n_ff, best.n_embd_kv)
+    if abs(total - target) > SIZE_TOLERANCE * target:
+        smallest = (fixed + _global_bytes(64, vocab.n_vocab) + n_layers * _layer_bytes(64, 32, 64)) / MIB
+        raise ShardscopeError(
+            f"{where}: cannot make a {size_mb:g} MB model with {n_layers} layers "
+            f"(that many layers need at least {smallest:.1f} MB); ask for fewer layers or a larger size")
+    return best
+
+
+def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
+    e, f, kv, n = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers
+    # Weights of std 1/sqrt(fan_in) keep every activation near unit scale; the two
+    # projections back into the residual stream are scaled down by sqrt(2 n_layers)
+    # so the residual stays bounded however deep the model is.
+    s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
+    s_res = 1.0 / math.sqrt(2.0 * n)
+    out = [_Tensor("token_embd.weight", n_vocab, e, True, 1.0)]
+    for i in range(n):
+        p = f"blk.{i}."
+        out += [
+            _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
+            _Tensor(p + "attn_q.weight", e, e, True, s_e),
+            _Tensor(p + "attn_k.weight", kv, e, True, s_e),
+            _Tensor(p + "attn_v.weight", kv, e, True, s_e),
+            _Tensor(p + "attn_output.weight", e, e, True, s_e * s_res),
+            _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
+            _Tensor(p + "ffn_gate.weight", f, e, True, s_e),
+            _Tensor(p + "ffn_up.weight", f, e, True, s_e),
+            _Tensor(p + "ffn_down.weight", e, f, True, 2.0 * s_f * s_res),
+        ]
+    out += [
+        _Tensor("output_norm.weight", 1, e, False, 0.0),
+        _Tensor("output.weight", n_vocab, e, True, 2.0 * s_e),
+    ]
+    return out
+
+
+def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:
+    if not t.quantized:
+        fh.write(np.ones(t.cols, dtype="<f4").tobytes())
+        return
+    blocks_per_row = t.cols // _Q8_BLOCK
+    scale = np.frombuffer(np.array([t.sigma / _Q_STD], dtype="<f2").tobytes(), dtype=np.uint8)
+    rows_per_chunk = max(1, _CHUNK_BYTES // (blocks_per_row * _Q8_BYTES))
+    for start in range(0, t.rows, rows_per_chunk):
+        n_blocks = min(rows_per_chunk, t.rows - start) * blocks_per_row
+        n_bytes = n_blocks * _Q8_BYTES
+        # Random bytes straight into the block layout (4 GB/s with SFC64), then fix up:
+        # Q8_0 quants lie in [-127, 127], and every block starts with the f16 scale.
+        raw = bitgen.random_raw(-(-n_bytes // 8)).view(np.int8)[:n_bytes]
+        np.maximum(raw, -127, out=raw)
+        buf = raw.view(np.uint8).reshape(n_blocks, _Q8_BYTES)
+        buf[:, :2] = scale
+        fh.write(memoryview(buf))
+
+
+def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, int]:
+    if isinstance(size_mb, bool) or not isinstance(size_mb, numbers.Real) or not math.isfinite(size_mb):
+        raise ShardscopeError(f"{where}: size_mb must be a finite number of MB, got {size_mb!r}")
+    if size_mb <= 0:
+        raise ShardscopeError(f"{where}: size_mb must be positive, got {size_mb:g}")
+    if size_mb < MIN_SIZE_MB:
+        raise ShardscopeError(
+            f"{where}: size_mb {size_mb:g} is too small for a synthetic model (minimum {MIN_SIZE_MB:g} MB)")
+    if n_layers is None:
+        return float(size_mb), default_n_layers(size_mb)
+    if isinstance(n_layers, bool) or not isinstance(n_layers, numbers.Integral):
+        raise ShardscopeError(f"{where}: n_layers must be an integer, got {n_layers!r}")
+    if n_layers < 1:
+        raise ShardscopeError(f"{where}: n_layers must be at least 1, got {n_layers}")
+    if n_layers > MAX_LAYERS:
+        raise ShardscopeError(f"{where}: n_layers {n_layers} is more than llama.cpp allows ({MAX_LAYERS})")
+    return float(size_mb), int(n_layers)
+
+
+def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float) -> None:
+    writer.add_name(f"shardscope-synthetic-{size_mb:g}MB")
+    writer.add_description("random weights written by shardscope for streaming tests; output is gibberish")
+    writer.add_custom_alignment(ALIGNMENT)
+    writer.add_file_type(_FILE_TYPE_MOSTLY_Q8_0)
+    writer.add_quantization_version(2)
+    writer.add_vocab_size(vocab.n_vocab)
+    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_block_count(shape.n_layers)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_rope_freq_base(ROPE_FREQ_BASE)
+    writer.add_layer_norm_rms_eps(RMS_EPS)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_scores(list(vocab.scores))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_unk_token_id(vocab.unk_id)
+    writer.add_bos_token_id(vocab.bos_id)
+    writer.add_eos_token_id(vocab.eos_id)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+
+
+def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers: int | None = None,
+                          seed: int = 0, progress: Callable[[float], None] | None = None) -> SynthInfo:
+    """Write a llama-architecture GGUF of about ``size_mb`` MiB (±5 %) to ``out_path``.
+
+    ``n_layers`` None picks about sqrt(size_mb) layers (2..64). The same arguments give
+    the same bytes. ``progress(fraction)`` is called with 0.0 first, then after each
+    tensor, and with 1.0 once the file is in place; an exception raised by it aborts
+    the write (nothing is left behind). Raises ShardscopeError for bad arguments, an
+    unwritable directory or a full disk; ``out_path`` is then untouched.
+    """
+    target = Path(out_path)
+    size_mb, n_layers = _validate(size_mb, n_layers, str(target))
+    vocab = build_vocab()
+    shape = _plan(size_mb, n_layers, vocab, str(target))
+    tensors = _tensors(shape, vocab.n_vocab)
+
+    directory = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise ShardscopeError(f"{target}: is a directory, not a file name")
+    if not directory.is_dir():
+        raise ShardscopeError(f"{target}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ShardscopeError(f"{target}: directory {directory} is not writable")
+    expected = _header_bytes(n_layers, vocab) + sum(_pad(t.nbytes) for t in tensors)
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        free = None
+    if free is not None and free < expected + 16 * MIB:
+        raise ShardscopeError(
+            f"{target}: not enough disk space for a {expected / MIB:.0f} MB model "
+            f"({free / MIB:.0f} MB free in {directory})")
+
+    import gguf  # imported late: it is slow to import and only writing needs it
+
+    partial = target.with_name(target.name + ".partial")
+    data_total = sum(t.nbytes for t in tensors)
+    written = 0
+    fh = None
+    try:
+        if progress is not None:
+            progress(0.0)
+        writer = gguf.GGUFWriter(partial, arch="llama")
+        _metadata(writer, shape, vocab, size_mb)
+        for t in tensors:
+            if t.quantized:
+                writer.add_tensor_info(t.name, (t.rows, t.cols // _Q8_BLOCK * _Q8_BYTES), np.dtype(np.uint8),
+                                       t.nbytes, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            else:
+                writer.add_tensor_info(t.name, (t.cols,), np.dtype(np.float32), t.nbytes)
+        try:
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+        finally:
+            writer.close()
+
+        # The data section: tensors in the order of their infos, each at the next
+        # multiple of ALIGNMENT (the offsets write_ti_data_to_file recorded).
+        fh = open(partial, "ab")
+        for index, t in enumerate(tensors):
+            fh.write(b"\0" * (_pad(fh.tell()) - fh.tell()))
+            _write_tensor(fh, t, np.random.SFC64([seed, index]))
+            written += t.nbytes
+            if progress is not None and index < len(tensors) - 1:
+                progress(written / data_total)
+        fh.write(b"\0" * (_pad(fh.tell()) - fh.tell()))
+        os.fsync(fh.fileno())
+        size_bytes = fh.tell()
+        fh.close()
+        fh = None
+        os.replace(partial, target)
+        _fsync_dir(directory)
+    except OSError as exc:
+        _discard(fh, partial)
+        raise ShardscopeError(f"{target}: could not be written ({exc.strerror or exc})") from None
+    except BaseException:
+        _discard(fh, partial)
+        raise
+    if progress is not None:
+        progress(1.0)
+    return SynthInfo(str(target), size_bytes, shape.n_layers, shape.n_embd, shape.n_ff, vocab.n_vocab,
+                     shape.n_head, shape.n_head_kv)
+
+
+def _discard(fh, partial: Path) -> None:
+    if fh is not None:
+        try:
+            fh.close()
+        except OSError:
+            pass
+    try:
+        os.unlink(partial)
+    except OSError:
+        pass
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["SynthInfo", "write_synthetic_model", "default_n_layers", "LAYER_TENSORS", "ALIGNMENT"]
