@@ -204,7 +204,7 @@ def read_layout(path: str | os.PathLike) -> ModelLayout:
         # Each tensor info needs ≥ 24 bytes and each key/value ≥ 12: bound counts by the file.
         if n_tensors * 24 > size or n_kv * 12 > size:
             raise ShardscopeError(
-                f"{path}: header claims {n_tensors} tensors and {n_kv} metadata keys, "
+                f"{path}: truncated or corrupt GGUF header: it claims {n_tensors} tensors and {n_kv} metadata keys, "
                 f"impossible in a {size}-byte file"
             )
         metadata: dict = {}

@@ -96,8 +96,7 @@ class MetricsSampler:
         self._subscribers.append(callback)
 
     def start(self) -> None:
-        self._t0 = time.perf_counter()
-        self._read0 = process_read_bytes(self._proc)
+        """Start sampling; the time and read baselines were taken at construction."""
         self._thread = threading.Thread(target=self._run, name="shardscope-sampler", daemon=True)
         self._thread.start()
 

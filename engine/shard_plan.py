@@ -75,7 +75,8 @@ class ShardPlan:
         if not self.shards:
             return self.globals_bytes
         biggest_layer = max(self.layer_bytes(i) for i in range(len(self.layers)))
-        return self.globals_bytes + biggest_layer + prefetch_depth * self.max_shard_bytes
+        needed = self.globals_bytes + biggest_layer + prefetch_depth * self.max_shard_bytes
+        return min(needed, self.total_bytes)  # past the model's size, everything simply fits
 
     def shard_of_layer_pos(self, layer_pos: int) -> tuple[int, ...]:
         return self.layer_shards[layer_pos]

@@ -1,0 +1,74 @@
+"""GGUF layout → shard plan: numeric layer order, slicing, globals, the cache."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import gguf
+import pytest
+
+from engine.errors import ShardscopeError
+from engine.gguf_layout import read_layout
+from engine.layout_cache import load_layout
+from engine.shard_plan import MIB, PAGE, plan_shards
+
+
+def _write_lexicographic_gguf(path, n_layers=12, rows=512):
+    """Layers stored 0, 1, 10, 11, 2, … as some converters do."""
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_custom_alignment(4096)
+    names = ["token_embd.weight"]
+    for layer in sorted(range(n_layers), key=str):
+        names += [f"blk.{layer}.attn_norm.weight", f"blk.{layer}.ffn_up.weight"]
+    for name in names:
+        shape = (64,) if name.endswith("norm.weight") else (rows, 256)
+        writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_layers_grouped_in_numeric_order(tmp_path):
+    path = tmp_path / "lex.gguf"
+    _write_lexicographic_gguf(path)
+    layout = read_layout(path)
+    assert layout.layer_indices == list(range(12))
+    plan = plan_shards(layout, 1)  # 512 KiB layers → two per shard
+    covered = [layer for shard in plan.shards for layer in shard.layers]
+    assert covered == list(range(12))
+    for shard in plan.shards:
+        for start, end in shard.ranges:
+            assert start % PAGE == 0 and end % PAGE == 0
+    # norms stay with the globals, so a layer's first node never faults
+    assert plan.globals_bytes >= sum(t.n_bytes for t in layout.global_tensors)
+
+
+def test_big_layer_is_sliced(synthetic_model):
+    layout = read_layout(synthetic_model)
+    plan = plan_shards(layout, 4)
+    assert len(plan.shards) > layout.n_layers
+    assert plan.max_shard_bytes <= 4 * MIB
+    first = plan.layer_shards[0]
+    assert len(first) > 1 and all(plan.shards[i].layers == (0,) for i in first)
+    assert plan.streamable_bytes > 0.95 * layout.weight_bytes
+
+
+def test_min_budget_counts_globals_layer_and_window(synthetic_model):
+    plan = plan_shards(read_layout(synthetic_model), 32)
+    assert plan.min_budget_bytes(2) == plan.globals_bytes + plan.layer_bytes(0) + 2 * plan.max_shard_bytes
+
+
+def test_layout_cache_reopens_fast(bundled_model):
+    first = load_layout(bundled_model)
+    start = time.perf_counter()
+    again = load_layout(bundled_model)
+    assert time.perf_counter() - start < 1.0
+    assert again == first
+    assert first.architecture == "gemma3" and first.n_layers == 18
+
+
+def test_shard_size_must_be_positive(bundled_model):
+    with pytest.raises(ShardscopeError, match="shard size"):
+        plan_shards(read_layout(bundled_model), 0)
