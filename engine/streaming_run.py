@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections import deque
 import threading
 import time
 from dataclasses import dataclass, field
@@ -125,7 +126,8 @@ class StreamingRun:
         self.sampler: MetricsSampler | None = None
         self._fd: int | None = None
         self.mapping = None
-        self.samples: list[MetricsSample] = []
+        # Bounded: a GUI run can go on for hours; the timeline keeps the last 10 minutes.
+        self.samples: deque[MetricsSample] = deque(maxlen=6000)
 
     # ------------------------------------------------------------ control
     def stop(self) -> None:
@@ -194,13 +196,18 @@ class StreamingRun:
             return True
         return controller.on_layer(self._layer_pos.get(layer_number, layer_number))
 
-    def run(self) -> RunSummary:
-        """Load (unless loaded), stream-generate ``n_gen`` tokens, return the summary."""
-        s = self.settings
+    def run(self, continuous: bool = False,
+            on_summary: Callable[[RunSummary], None] | None = None) -> RunSummary:
+        """Load (unless loaded), stream-generate ``n_gen`` tokens, return the summary.
+
+        ``continuous`` repeats rounds of ``n_gen`` tokens (the context restarts from
+        the prompt each round, the weights stay as streaming left them) until
+        ``stop()``: the GUI's Run button and the soak bench work this way. Each round's
+        summary goes to ``on_summary``.
+        """
         self._layer_pos = {layer: pos for pos, layer in enumerate(self.plan.layers)}
         if self.session is None:
             self.load()
-        proc = psutil.Process()
         self._phase("cold start")
         # The sampler's baselines come first so the cold-start prefetch is counted too.
         self.sampler = MetricsSampler(self.controller, self.mapping, self.clock, self._sample_interval)
@@ -208,15 +215,30 @@ class StreamingRun:
         self.sampler.subscribe(self.samples.append)
         if self._on_sample:
             self.sampler.subscribe(self._on_sample)
-        _reset_peak_rss()
         self.sampler.start()
-        marks: dict[str, tuple[int, int, float]] = {}
+        try:
+            while True:
+                summary = self._round()
+                if on_summary:
+                    on_summary(summary)
+                if not continuous or self._stop.is_set():
+                    return summary
+        finally:
+            self.sampler.stop()
+            self._phase("done")
+
+    def _round(self) -> RunSummary:
+        s = self.settings
+        proc = psutil.Process()
+        _reset_peak_rss()
+        round_start = time.perf_counter()
+        marks: dict[str, tuple] = {}
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = time.perf_counter()
             if index == 0:
                 c = self.controller.snapshot().counters
-                marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.hits, c.misses)
+                marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.hits, c.misses, c.wait_s)
                 self._phase("generating")
             else:
                 self.clock.record(now, dt)
@@ -235,22 +257,20 @@ class StreamingRun:
             if self._stop.is_set():
                 raise ShardscopeError("run stopped") from None
             raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
-        finally:
-            self.sampler.stop()
-            self._phase("done")
         end_read = process_read_bytes(proc)
         snap = self.controller.snapshot()
         # Steady-state figures count decoded tokens only: the prompt pass computes
         # several tokens per layer, which gives prefetch time no phone decode has.
-        read0, loaded0, hits0, misses0 = marks.get(
-            "first", (end_read, snap.counters.loaded_bytes, snap.counters.hits, snap.counters.misses))
+        c = snap.counters
+        read0, loaded0, hits0, misses0, wait0 = marks.get(
+            "first", (end_read, c.loaded_bytes, c.hits, c.misses, c.wait_s))
         hits, misses = snap.counters.hits - hits0, snap.counters.misses - misses0
         n_decoded = len(result.token_s)
         decode_s = sum(result.token_s)
         rates = [1.0 / d for d in result.token_s if d > 0]
         per_tok = max(n_decoded, 1)
         accesses = hits + misses
-        gen_samples = [x for x in self.samples if x.phase == "generating"] or self.samples
+        gen_samples = [x for x in self.samples if x.phase == "generating" and x.t_s >= round_start - self.sampler._t0]
         return RunSummary(
             model_filename=Path(self.model_path).name,
             model_size_mb=round(os.path.getsize(self.model_path) / MIB, 2),
@@ -276,7 +296,7 @@ class StreamingRun:
             hit_rate=round(100.0 * hits / accesses, 2) if accesses else math.nan,
             hits=hits,
             misses=misses,
-            wait_ms_per_token=round(snap.counters.wait_s * 1000 / max(len(result.tokens), 1), 2),
+            wait_ms_per_token=round((c.wait_s - wait0) * 1000 / per_tok, 2),
             llama_eval_ms_per_token=round(result.perf["t_eval_ms"] / max(result.perf["n_eval"], 1), 2),
             globals_mb=round(self.plan.globals_bytes / MIB, 1),
             pinned_mb=round(sum(self.plan.shards[i].n_bytes for i in self.controller.pinned) / MIB, 1),
