@@ -86,7 +86,7 @@ class GenerationResult:
 
 class LlamaSession:
     def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
-                 layer_hook: Callable[[int], bool] | None = None):
+                 layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True):
         _ensure_backend()
         self.model_path = model_path
         self.n_threads = n_threads
@@ -97,6 +97,11 @@ class LlamaSession:
             "this llama.cpp build has no GPU offload: n_gpu_layers is 0")
         self.n_ctx = n_ctx
         self.layer_hook = layer_hook
+        # The eval callback costs ~5-10 % of decode speed (a Python call per graph node),
+        # so a model that fits its budget runs without it; a budget cut mid-run turns it
+        # on by rebuilding the context between tokens (see request_layer_hook).
+        self.hook_active = layer_hook is not None and hook_from_start
+        self._hook_requested = False
         self._model = None
         self._ctx = None
         self._callback = None
@@ -126,7 +131,7 @@ class LlamaSession:
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
         params.no_perf = False
-        if self.layer_hook is not None:
+        if self.hook_active:
             self._get_name = _load_ggml_get_name()
             self._callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
             params.cb_eval = self._callback
@@ -162,6 +167,22 @@ class LlamaSession:
         if layer < 0:
             return True
         return self.layer_hook(layer)
+
+    def request_layer_hook(self) -> None:
+        """Turn the per-layer hook on at the next token boundary (thread-safe flag)."""
+        if self.layer_hook is not None and not self.hook_active:
+            self._hook_requested = True
+
+    def _install_hook_now(self, history: list[int]) -> None:
+        """New context with the eval callback; replay the tokens already in the KV cache."""
+        llama_cpp.llama_free(self._ctx)
+        self._ctx = None
+        self._node_cache.clear()
+        self.hook_active = True
+        self._hook_requested = False
+        self._create_context()
+        if history:
+            self._decode(history)
 
     # ------------------------------------------------------------ tokens
     def set_threads(self, n_threads: int) -> None:
@@ -229,6 +250,8 @@ class LlamaSession:
             if should_stop and should_stop():
                 stopped = True
                 break
+            if self._hook_requested:
+                self._install_hook_now(prompt_tokens + out[:-1])
             t0 = time.perf_counter()
             self._decode([token])
             token = self._next_token(rng, temperature)

@@ -144,6 +144,8 @@ class StreamingRun:
         self.settings = self.settings.with_changes(budget_mb=int(mb))
         if self.controller:
             self.controller.set_budget(mb)
+        if self.session and self.plan.total_bytes > mb * MIB:
+            self.session.request_layer_hook()
 
     def set_prefetch_depth(self, depth: int) -> None:
         require_budget(self.plan, self.settings.budget_mb, depth)
@@ -180,8 +182,9 @@ class StreamingRun:
 
         s = self.settings
         self._phase("loading")
+        fits = self.plan.total_bytes <= s.budget_mb * MIB
         self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
-                                    n_ctx=s.n_ctx, layer_hook=self._on_layer)
+                                    n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits)
         self.mapping = memory_calls.find_mapping(self.model_path)
         try:
             self._fd = os.open(self.model_path, os.O_RDONLY)
@@ -189,6 +192,12 @@ class StreamingRun:
             raise ShardscopeError(f"{self.model_path}: cannot open for eviction ({exc.strerror})") from None
         self.controller = ResidencyController(self.plan, self.mapping, self._fd, s.budget_mb,
                                               s.prefetch_depth, s.policy, s.ssd_mb_s)
+
+    def session_hook_active_after_load(self) -> bool:
+        """Whether layers are hooked (False while the whole model fits its budget)."""
+        if self.session is None:
+            self.load()
+        return self.session.hook_active
 
     def _on_layer(self, layer_number: int) -> bool:
         controller = self.controller
@@ -236,6 +245,8 @@ class StreamingRun:
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = time.perf_counter()
+            if not self.session.hook_active:
+                self.controller.count_resident_pass()
             if index == 0:
                 c = self.controller.snapshot().counters
                 marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.hits, c.misses, c.wait_s)

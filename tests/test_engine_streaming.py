@@ -98,3 +98,22 @@ def test_ssd_emulation_limits_throughput(synthetic_model):
                       prefetch_depth=1, policy="lru", ssd_mb_s=300)
     assert summary.ssd_mb_s <= 300 * 1.1
     assert not math.isnan(summary.hit_rate)
+
+
+def test_budget_cut_mid_run_turns_streaming_on_without_changing_tokens(synthetic_model):
+    full, _ = _run(synthetic_model, budget_mb=4096, shard_mb=32, n_gen=12)
+    size_mb = os.path.getsize(synthetic_model) / MIB
+    settings = RunSettings(model_path=synthetic_model, prompt=PROMPT, n_ctx=128, budget_mb=4096,
+                           shard_mb=32, n_gen=12, prefetch_depth=1)
+
+    def cut_budget(index, piece, dt):
+        if index == 4:
+            run.set_budget_mb(int(size_mb / 2))
+
+    with StreamingRun(settings, on_token=cut_budget) as run:
+        assert not run.session_hook_active_after_load()
+        summary = run.run()
+        assert run.session.hook_active
+        assert run.controller.budget_bytes == int(size_mb / 2) * MIB
+    assert summary.text == full.text
+    assert summary.read_mb_per_token > 0
