@@ -56,6 +56,7 @@ class ResidencyCounters:
     evicted_bytes: int = 0
     wait_s: float = 0.0
     load_s: float = 0.0
+    evict_s: float = 0.0
     layer_calls: int = 0
 
     def copy(self) -> "ResidencyCounters":
@@ -103,6 +104,12 @@ class ResidencyController:
         self._knobs.pinned = self._choose_pinned(self._knobs)
         self._resident = plan.total_bytes
         self._thread = threading.Thread(target=self._loader, name="shardscope-loader", daemon=True)
+        # Eviction (MADV_PAGEOUT) costs about as much time as loading; on its own thread
+        # it overlaps the next load instead of idling the disk. At most one shard's
+        # worth may be waiting to leave, so the kernel's count stays ≤ budget + a shard.
+        self._evictor = threading.Thread(target=self._evict_loop, name="shardscope-evictor", daemon=True)
+        self._evict_queue: list[int] = []
+        self._evict_pending_bytes = 0
 
     # ----------------------------------------------------------------- set-up
     def _check_budget(self, budget_mb: float, depth: int) -> int:
@@ -132,6 +139,7 @@ class ResidencyController:
                 self._mark_evicted(index)
         self._evict_now(victims)
         self._thread.start()
+        self._evictor.start()
 
     def close_waits(self) -> None:
         """Release a decode thread blocked on a load (Stop pressed mid-layer)."""
@@ -143,8 +151,9 @@ class ResidencyController:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._evictor):
+            if thread.is_alive():
+                thread.join(timeout=5)
 
     # ----------------------------------------------------------- live knobs
     def set_budget(self, budget_mb: float) -> None:
@@ -299,37 +308,65 @@ class ResidencyController:
         self._resident += need
         return victims, target
 
+    def _fail(self, exc: OSError) -> None:
+        with self._cond:
+            self._error = f"{self.plan.model_path}: streaming failed ({exc.strerror or exc})"
+            self._cond.notify_all()
+
     def _loader(self) -> None:
         while True:
             with self._cond:
-                if self._stop:
+                if self._stop or self._error:
                     return
+                if self._evict_pending_bytes > self.plan.max_shard_bytes:
+                    self._cond.wait(0.05)  # let the evictor catch up first
+                    continue
                 victims, target = self._plan_step()
-                if not victims and target is None:
-                    self._cond.wait(0.05)
+                if victims:
+                    self._evict_queue.extend(victims)
+                    self._evict_pending_bytes += sum(self.plan.shards[i].n_bytes for i in victims)
+                    self._cond.notify_all()
+                if target is None:
+                    if not victims:
+                        self._cond.wait(0.05)
                     continue
             try:
-                self._evict_now(victims)
-                if target is not None:
-                    self._load_now(target)
+                self._load_now(target)
             except OSError as exc:
-                with self._cond:
-                    self._error = f"{self.plan.model_path}: streaming failed ({exc.strerror or exc})"
-                    self._cond.notify_all()
+                self._fail(exc)
                 return
-            if target is not None:
-                with self._cond:
-                    self._state[target] = RESIDENT
-                    self._cond.notify_all()
+            with self._cond:
+                self._state[target] = RESIDENT
+                self._cond.notify_all()
+
+    def _evict_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._evict_queue and not self._stop:
+                    self._cond.wait(0.1)
+                if self._stop:
+                    return
+                victims, self._evict_queue = self._evict_queue, []
+            try:
+                self._evict_now(victims)
+            except OSError as exc:
+                self._fail(exc)
+                return
+            with self._cond:
+                self._evict_pending_bytes -= sum(self.plan.shards[i].n_bytes for i in victims)
+                self._cond.notify_all()
 
     def _evict_now(self, victims: list[int]) -> None:
-        if not self.mapping:
+        if not self.mapping or not victims:
             return
+        started = time.perf_counter()
         for index in victims:
             for start, end in self.plan.shards[index].ranges:
                 span = self.mapping.clip(start, end)
                 if span:
                     self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
+        with self._cond:
+            self._counters.evict_s += time.perf_counter() - started
 
     def _load_now(self, index: int) -> None:
         shard = self.plan.shards[index]
