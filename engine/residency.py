@@ -85,10 +85,12 @@ class _Knobs:
 
 class ResidencyController:
     def __init__(self, plan: ShardPlan, mapping: memory_calls.FileMapping | None, fd: int | None,
-                 budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0):
+                 budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0,
+                 guard=None):
         self.plan = plan
         self.mapping = mapping
         self.fd = fd
+        self.guard = guard  # ModelFileGuard: polled by the loader, ≤ 50 ms apart
         self._cond = threading.Condition()
         self._state = [RESIDENT] * len(plan.shards)  # llama.cpp's load read everything in
         self._last_use = [0] * len(plan.shards)
@@ -212,6 +214,8 @@ class ResidencyController:
         """
         needed = self.plan.layer_shards[layer_pos]
         with self._cond:
+            if self._error is not None:
+                return False  # abort the graph: the file changed or a load failed
             self._counters.layer_calls += 1
             self._current = layer_pos
             self._tick += 1
@@ -315,7 +319,11 @@ class ResidencyController:
 
     def _loader(self) -> None:
         while True:
+            problem = self.guard.problem() if self.guard else None
             with self._cond:
+                if problem and not self._error:
+                    self._error = problem
+                    self._cond.notify_all()
                 if self._stop or self._error:
                     return
                 if self._evict_pending_bytes > self.plan.max_shard_bytes:

@@ -23,6 +23,7 @@ import psutil
 from engine import memory_calls
 from engine.bundled_model import resolve_model_path
 from engine.errors import ShardscopeError
+from engine.file_guard import ModelFileGuard
 from engine.layout_cache import load_layout
 from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from engine.residency import ResidencyController, require_budget
@@ -125,6 +126,7 @@ class StreamingRun:
         self.controller: ResidencyController | None = None
         self.sampler: MetricsSampler | None = None
         self._fd: int | None = None
+        self.guard: ModelFileGuard | None = None
         self.mapping = None
         # Bounded: a GUI run can go on for hours; the timeline keeps the last 10 minutes.
         self.samples: deque[MetricsSample] = deque(maxlen=6000)
@@ -183,15 +185,20 @@ class StreamingRun:
         s = self.settings
         self._phase("loading")
         fits = self.plan.total_bytes <= s.budget_mb * MIB
-        self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
-                                    n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits)
-        self.mapping = memory_calls.find_mapping(self.model_path)
+        # The guard goes first: from here on nobody can shrink the file under the mapping.
         try:
             self._fd = os.open(self.model_path, os.O_RDONLY)
         except OSError as exc:
-            raise ShardscopeError(f"{self.model_path}: cannot open for eviction ({exc.strerror})") from None
+            raise ShardscopeError(f"{self.model_path}: cannot open ({exc.strerror})") from None
+        self.guard = ModelFileGuard(self.model_path, self._fd, os.fstat(self._fd).st_size)
+        expected = load_layout(self.model_path).file_size
+        if self.guard.expected_size != expected:
+            raise ShardscopeError(f"{self.model_path}: file changed since its layout was read")
+        self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
+                                    n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits)
+        self.mapping = memory_calls.find_mapping(self.model_path)
         self.controller = ResidencyController(self.plan, self.mapping, self._fd, s.budget_mb,
-                                              s.prefetch_depth, s.policy, s.ssd_mb_s)
+                                              s.prefetch_depth, s.policy, s.ssd_mb_s, guard=self.guard)
 
     def session_hook_active_after_load(self) -> bool:
         """Whether layers are hooked (False while the whole model fits its budget)."""
@@ -245,6 +252,8 @@ class StreamingRun:
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = time.perf_counter()
+            if self.controller.error:
+                self._stop.set()  # the guard or a load failed: stop at this token
             if not self.session.hook_active:
                 self.controller.count_resident_pass()
             if index == 0:
@@ -268,6 +277,8 @@ class StreamingRun:
             if self._stop.is_set():
                 raise ShardscopeError("run stopped") from None
             raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
+        if self.controller.error:
+            raise ShardscopeError(self.controller.error)
         end_read = process_read_bytes(proc)
         snap = self.controller.snapshot()
         # Steady-state figures count decoded tokens only: the prompt pass computes
@@ -325,6 +336,9 @@ class StreamingRun:
         if self.session:
             self.session.close()
             self.session = None
+        if self.guard is not None:
+            self.guard.release()  # only now, with the mapping gone, may a writer proceed
+            self.guard = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
