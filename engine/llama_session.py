@@ -31,7 +31,7 @@ LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
 _backend_lock = threading.Lock()
 _backend_ready = False
-_log_tail: deque = deque(maxlen=40)
+_log_tail: deque = deque(maxlen=400)
 
 
 @llama_cpp.llama_log_callback
@@ -50,9 +50,14 @@ def _ensure_backend() -> None:
 
 
 def _last_log_error() -> str:
+    """The most telling line llama.cpp logged: its own "error loading model: …" first."""
     lines = [l.strip() for l in "".join(_log_tail).splitlines() if l.strip()]
-    errors = [l for l in lines if "error" in l.lower() or "unknown" in l.lower() or "failed" in l.lower()]
-    return (errors or lines or ["no details from llama.cpp"])[-1]
+    for marker in ("error loading model:", "error:", "failed"):
+        found = [l for l in lines if marker in l.lower()]
+        if found:
+            line = found[-1]
+            return line.split("error loading model:", 1)[-1].strip() if marker == "error loading model:" else line
+    return (lines or ["no details from llama.cpp"])[-1]
 
 
 def _load_ggml_get_name():
