@@ -94,6 +94,9 @@ def _print_summary(summary) -> None:
           f"{summary.prefetch_depth}, policy {summary.policy}, threads {summary.n_threads}, "
           f"n_gpu_layers {summary.n_gpu_layers}, emulated SSD "
           f"{'off' if not summary.emulated_ssd_mb_s else f'{summary.emulated_ssd_mb_s:g} MB/s'}")
+    if summary.n_gpu_layers_requested and not summary.n_gpu_layers:
+        print(f"note       n_gpu_layers {summary.n_gpu_layers_requested} requested, but this llama.cpp build "
+              f"has no GPU offload: ran with 0")
     print(f"speed      {summary.avg_ts:.2f} tok/s (±{summary.stddev_ts:.2f}), TTFT {summary.ttft_ms:.0f} ms, "
           f"{summary.n_gen} tokens")
     print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")

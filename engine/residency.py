@@ -36,7 +36,7 @@ def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
     """Budget in bytes, or a refusal that says the minimum (checked before loading)."""
     budget = int(budget_mb * MIB)
     minimum = plan.min_budget_bytes(depth)
-    if budget < minimum and budget < plan.total_bytes:
+    if budget < minimum and budget < plan.host_bytes:
         raise ShardscopeError(
             f"budget {budget_mb:g} MB is below the minimum of {minimum / MIB:.0f} MB for "
             f"{Path(plan.model_path).name} with prefetch depth {depth} (globals "
@@ -104,7 +104,7 @@ class ResidencyController:
         self.evict_mechanism = "MADV_PAGEOUT+FADV_DONTNEED" if mapping else "none (no file mapping found)"
         self._knobs = _Knobs(self._check_budget(budget_mb, prefetch_depth), prefetch_depth, policy, ssd_mb_s)
         self._knobs.pinned = self._choose_pinned(self._knobs)
-        self._resident = plan.total_bytes
+        self._resident = plan.host_bytes
         self._thread = threading.Thread(target=self._loader, name="shardscope-loader", daemon=True)
         # Eviction (MADV_PAGEOUT) costs about as much time as loading; on its own thread
         # it overlaps the next load instead of idling the disk. At most one shard's
@@ -119,7 +119,7 @@ class ResidencyController:
 
     def _choose_pinned(self, knobs: _Knobs) -> frozenset:
         plan = self.plan
-        if plan.total_bytes <= knobs.budget_bytes:
+        if plan.host_bytes <= knobs.budget_bytes:
             return frozenset(range(len(plan.shards)))  # everything fits: nothing streams
         if knobs.policy != "pinned":
             return frozenset()
@@ -140,6 +140,7 @@ class ResidencyController:
             for index in victims:
                 self._mark_evicted(index)
         self._evict_now(victims)
+        self._evict_ranges(self.plan.offloaded_ranges)  # in GPU memory: the host copy can go
         self._thread.start()
         self._evictor.start()
 
@@ -369,12 +370,17 @@ class ResidencyController:
             return
         started = time.perf_counter()
         for index in victims:
-            for start, end in self.plan.shards[index].ranges:
-                span = self.mapping.clip(start, end)
-                if span:
-                    self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
+            self._evict_ranges(self.plan.shards[index].ranges)
         with self._cond:
             self._counters.evict_s += time.perf_counter() - started
+
+    def _evict_ranges(self, ranges) -> None:
+        if not self.mapping:
+            return
+        for start, end in ranges:
+            span = self.mapping.clip(start, end)
+            if span:
+                self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
 
     def _load_now(self, index: int) -> None:
         shard = self.plan.shards[index]

@@ -53,11 +53,24 @@ class ShardPlan:
     layers: tuple[int, ...]  # layer numbers in compute order
     total_bytes: int  # every tensor byte in the file
     streamable_bytes: int
+    # Layers llama.cpp copied into GPU memory (n_gpu_layers): their file pages are
+    # never touched by compute, so they are evicted once and neither stream nor count.
+    offloaded_layers: tuple[int, ...] = ()
+    offloaded_ranges: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def offloaded_bytes(self) -> int:
+        return sum(end - start for start, end in self.offloaded_ranges)
+
+    @property
+    def host_bytes(self) -> int:
+        """Weight bytes that live in host memory: what the budget is about."""
+        return self.total_bytes - self.offloaded_bytes
 
     @property
     def globals_bytes(self) -> int:
         """Everything that never leaves memory: embeddings, output, norms, page edges."""
-        return self.total_bytes - self.streamable_bytes
+        return self.total_bytes - self.streamable_bytes - self.offloaded_bytes
 
     @property
     def max_shard_bytes(self) -> int:
@@ -76,7 +89,7 @@ class ShardPlan:
             return self.globals_bytes
         biggest_layer = max(self.layer_bytes(i) for i in range(len(self.layers)))
         needed = self.globals_bytes + biggest_layer + prefetch_depth * self.max_shard_bytes
-        return min(needed, self.total_bytes)  # past the model's size, everything simply fits
+        return min(needed, self.host_bytes)  # past the model's size, everything simply fits
 
     def shard_of_layer_pos(self, layer_pos: int) -> tuple[int, ...]:
         return self.layer_shards[layer_pos]
@@ -120,12 +133,19 @@ def _split(ranges: list[tuple[int, int]], limit: int) -> list[list[tuple[int, in
     return [p for p in pieces if p]
 
 
-def plan_shards(layout: ModelLayout, shard_mb: float) -> ShardPlan:
+def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> ShardPlan:
+    """Shards over the layers that stay on the host.
+
+    llama.cpp offloads the *last* ``gpu_layers`` layers; those are left out of the
+    shards (compute never reads their file pages) and listed as offloaded.
+    """
     if not shard_mb or shard_mb <= 0:
         raise ShardscopeError(f"shard size must be > 0 MB, got {shard_mb}")
     target = max(PAGE, int(shard_mb * MIB) // PAGE * PAGE)
     layers = tuple(layout.layer_indices)
-    per_layer = [_layer_ranges(layout, layer) for layer in layers]
+    n_offloaded = max(0, min(gpu_layers, len(layers)))
+    offloaded = layers[len(layers) - n_offloaded:] if n_offloaded else ()
+    per_layer = [[] if layer in offloaded else _layer_ranges(layout, layer) for layer in layers]
     shards: list[Shard] = []
     layer_shards: list[tuple[int, ...]] = []
     group_layers: list[int] = []
@@ -171,4 +191,6 @@ def plan_shards(layout: ModelLayout, shard_mb: float) -> ShardPlan:
         layers=layers,
         total_bytes=layout.weight_bytes,
         streamable_bytes=streamable,
+        offloaded_layers=offloaded,
+        offloaded_ranges=tuple(r for layer in offloaded for r in _layer_ranges(layout, layer)),
     )

@@ -40,7 +40,8 @@ class RunSummary:
     n_layers: int
     n_shards: int
     n_threads: int
-    n_gpu_layers: int
+    n_gpu_layers: int  # effective: 0 when this llama.cpp build cannot offload
+    n_gpu_layers_requested: int
     shard_mb: float
     prefetch_depth: int
     budget_mb: float
@@ -103,7 +104,12 @@ def prepare_plan(settings: RunSettings) -> tuple[str, ShardPlan]:
     validate(settings)
     path = resolve_model_path(settings.model_path)
     layout = load_layout(path)
-    plan = plan_shards(layout, settings.shard_mb)
+    gpu_layers = 0
+    if settings.n_gpu_layers > 0:
+        from engine.llama_session import gpu_offload_supported
+
+        gpu_layers = settings.n_gpu_layers if gpu_offload_supported() else 0
+    plan = plan_shards(layout, settings.shard_mb, gpu_layers=gpu_layers)
     require_budget(plan, settings.budget_mb, settings.prefetch_depth)
     return path, plan
 
@@ -146,7 +152,7 @@ class StreamingRun:
         self.settings = self.settings.with_changes(budget_mb=int(mb))
         if self.controller:
             self.controller.set_budget(mb)
-        if self.session and self.plan.total_bytes > mb * MIB:
+        if self.session and self.plan.host_bytes > mb * MIB:
             self.session.request_layer_hook()
 
     def set_prefetch_depth(self, depth: int) -> None:
@@ -184,7 +190,7 @@ class StreamingRun:
 
         s = self.settings
         self._phase("loading")
-        fits = self.plan.total_bytes <= s.budget_mb * MIB
+        fits = self.plan.host_bytes <= s.budget_mb * MIB
         # The guard goes first: from here on nobody can shrink the file under the mapping.
         try:
             self._fd = os.open(self.model_path, os.O_RDONLY)
@@ -300,6 +306,7 @@ class StreamingRun:
             n_shards=len(self.plan.shards),
             n_threads=self.settings.threads,
             n_gpu_layers=self.session.n_gpu_layers,
+            n_gpu_layers_requested=s.n_gpu_layers,
             shard_mb=s.shard_mb,
             prefetch_depth=self.controller.prefetch_depth,
             budget_mb=self.controller.budget_bytes / MIB,

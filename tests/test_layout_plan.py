@@ -72,3 +72,26 @@ def test_layout_cache_reopens_fast(bundled_model):
 def test_shard_size_must_be_positive(bundled_model):
     with pytest.raises(ShardscopeError, match="shard size"):
         plan_shards(read_layout(bundled_model), 0)
+
+
+def test_gpu_layers_leave_the_host_plan(synthetic_model):
+    layout = read_layout(synthetic_model)
+    host_only = plan_shards(layout, 32)
+    offloaded = plan_shards(layout, 32, gpu_layers=4)
+    assert offloaded.offloaded_layers == tuple(layout.layer_indices[-4:])
+    assert all(not offloaded.layer_shards[pos] for pos in range(len(offloaded.layers) - 4, len(offloaded.layers)))
+    assert offloaded.host_bytes == host_only.total_bytes - offloaded.offloaded_bytes
+    assert offloaded.globals_bytes == host_only.globals_bytes
+    assert offloaded.min_budget_bytes(1) <= host_only.min_budget_bytes(1)
+
+
+def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):
+    from engine.llama_session import gpu_offload_supported
+    from engine.settings import RunSettings
+    from engine.streaming_run import StreamingRun
+
+    if gpu_offload_supported():
+        pytest.skip("this build can offload")
+    with StreamingRun(RunSettings(model_path=bundled_model, n_gpu_layers=8, n_gen=2, n_ctx=64)) as run:
+        summary = run.run()
+    assert summary.n_gpu_layers == 0 and summary.n_gpu_layers_requested == 8
