@@ -19,44 +19,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"shardscope: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+def _number_type(kind: type, allow_zero: bool):
+    """An argparse type: a whole or real number, > 0 (or ≥ 0), refused in one line."""
+    noun = "a whole number" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        ok = value >= 0 if allow_zero else value > 0
+        if not ok or (kind is float and math.isinf(value)):
+            raise argparse.ArgumentTypeError(f"must be {'≥' if allow_zero else '>'} 0, got {text}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {text}")
-    return value
+_positive_int = _number_type(int, allow_zero=False)
+_non_negative_int = _number_type(int, allow_zero=True)
+_positive_float = _number_type(float, allow_zero=False)
+_non_negative_float = _number_type(float, allow_zero=True)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
