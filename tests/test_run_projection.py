@@ -1,0 +1,138 @@
+"""Run → device projection: the arithmetic on a hand-built summary, and `shardscope plan` refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.devices import MIB, get_device
+from engine.errors import ShardscopeError
+from engine.projection import project_from_bandwidth
+from engine.run_projection import MIN_COMPUTE_S, measurement_from_summary, project_summary
+from engine.streaming_run import RunSummary
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _summary(**values) -> RunSummary:
+    """A RunSummary with every field zero/empty except the ones given (robust to new columns)."""
+    filled = {}
+    for f in dataclasses.fields(RunSummary):
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        filled[f.name] = "" if f.type in (str, "str") else 0
+    filled.update(model_filename="hand.gguf", load_mechanism="test", evict_mechanism="test")
+    filled.update(values)
+    return RunSummary(**filled)
+
+
+def test_measurement_from_summary_arithmetic():
+    # 500 MiB model, 200 MiB read per token, 2 tok/s = 0.5 s/token of which 0.3 s waiting.
+    s = _summary(model_size_mb=500, read_mb_per_token=200, avg_ts=2.0, wait_ms_per_token=300,
+                 n_threads=2, prefetch_depth=1)
+    m = measurement_from_summary(s)
+    assert m.ssd_bytes_per_token == 200 * MIB
+    assert m.resident_bytes_per_token == 300 * MIB  # 500 - 200: every byte not read came from memory
+    assert m.compute_s_per_token == pytest.approx(0.2)  # 1/2 - 0.3
+    assert m.host_threads == 2 and m.prefetch is True
+    assert measurement_from_summary(dataclasses.replace(s, prefetch_depth=0)).prefetch is False
+
+
+def test_compute_is_floored_when_the_run_only_waited():
+    s = _summary(model_size_mb=100, read_mb_per_token=100, avg_ts=1.0, wait_ms_per_token=1500, n_threads=1)
+    m = measurement_from_summary(s)
+    assert m.compute_s_per_token == MIN_COMPUTE_S
+    assert m.resident_bytes_per_token == 0  # read more than the model (readahead): floored, not negative
+
+
+def test_project_summary_fills_the_device_columns():
+    iphone = get_device("iphone-16-pro")
+    # 860e6 bytes read per token: 1.0 s on the iPhone's 860 MB/s SSD; compute 0.2 s hides under it.
+    s = _summary(model_size_mb=2000, read_mb_per_token=860e6 / MIB, avg_ts=2.0, wait_ms_per_token=300,
+                 n_threads=2, prefetch_depth=2)
+    project_summary(s, "iphone-16-pro")
+    assert s.device == iphone.id
+    assert s.projected_bound == "ssd"
+    assert s.projected_ts == pytest.approx(iphone.ssd_read_mb_s / 860, rel=1e-3)
+    # Without prefetch the read and compute add: 1.0 + max(dram, 0.2 x 2/2 / scale).
+    s0 = dataclasses.replace(s, prefetch_depth=0, device="", projected_ts=math.nan, projected_bound="")
+    project_summary(s0, "iphone-16-pro")
+    dram = (2000 * MIB - 860e6) / (iphone.dram_mb_s * 1e6)
+    expected = 1.0 + max(dram, 0.2 / iphone.compute_scale)
+    assert s0.projected_ts == pytest.approx(1 / expected, rel=1e-3)
+
+
+def test_compute_bound_run_on_the_device():
+    # Nothing streams (fits), 50 tok/s with 4 host threads: the iPhone has 2 P-cores, so
+    # compute doubles: 0.02 s x 4 / 2 = 0.04 s per token.
+    s = _summary(model_size_mb=200, read_mb_per_token=0, avg_ts=50.0, wait_ms_per_token=0, n_threads=4,
+                 prefetch_depth=2)
+    project_summary(s, "iphone-16-pro")
+    scale = get_device("iphone-16-pro").compute_scale
+    assert s.projected_bound == "compute"
+    assert s.projected_ts == pytest.approx(1 / (0.04 / scale), rel=1e-3)
+
+
+def test_same_host_projection_matches_a_perfectly_overlapped_run():
+    # What the validation checks: the run's own measurement at its own emulated rate.
+    # 300 MB/s, 150e6 bytes/token → 0.5 s; measured 0.5 s/token = 0.1 compute + 0.4 wait.
+    s = _summary(model_size_mb=400, read_mb_per_token=150e6 / MIB, avg_ts=2.0, wait_ms_per_token=400,
+                 n_threads=2, prefetch_depth=1)
+    p = project_from_bandwidth(measurement_from_summary(s), ssd_mb_s=300)
+    assert p.tokens_per_s == pytest.approx(2.0)
+
+
+def test_refuses_a_run_without_decoded_tokens():
+    with pytest.raises(ShardscopeError, match="avg_ts"):
+        measurement_from_summary(_summary(model_size_mb=1, avg_ts=0.0, n_threads=1))
+    with pytest.raises(ShardscopeError, match="unknown device"):
+        project_summary(_summary(model_size_mb=1, avg_ts=1.0, n_threads=1), "no-such-phone")
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", "plan", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_plan_refuses_active_above_total():
+    _one_line_error(_plan("--device", "iphone-16-pro", "--total-params", "1e9", "--active-params", "2e9",
+                          "--bits", "8", "--layers", "10"), "active_params", "exceeds", "total_params")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--total-params", "1e9", "--bits", "8"], "--layers"),
+    (["--total-params", "nan", "--bits", "8", "--layers", "4"], "--total-params"),
+    (["--total-params", "1e9", "--bits", "8", "--layers", "0"], "n_layers"),
+    (["--total-params", "1e9", "--bits", "64", "--layers", "4"], "bits_per_weight"),
+    (["--total-params", "1e9", "--bits", "8", "--layers", "4", "--device", "nokia-3310"], "unknown device"),
+    (["--total-params", "1e9", "--bits", "8", "--layers", "4", "--policy", "fifo"], "--policy"),
+    (["--gguf", "/nonexistent/model.gguf"], "no such file"),
+])
+def test_plan_refuses_nonsense_in_one_line(args, needle):
+    _one_line_error(_plan(*args), needle)
+
+
+def test_plan_prints_the_1_56_tb_example():
+    proc = _plan("--device", "iphone-16-pro", "--total-params", "1.56e12", "--active-params", "48e9",
+                 "--bits", "8", "--layers", "61", "--globals-bytes", "2.35e9", "--extended-limit")
+    assert proc.returncode == 0, proc.stderr
+    assert "45.6 GB per token from the SSD" in proc.stdout
+    assert "ssd-bound" in proc.stdout
+    # Default ~3 GB limit: refused, with the minimum in the message.
+    _one_line_error(_plan("--total-params", "1.56e12", "--active-params", "48e9", "--bits", "8",
+                          "--layers", "61", "--globals-bytes", "2.35e9"), "below the minimum")
