@@ -136,14 +136,18 @@ def _split(ranges: list[tuple[int, int]], limit: int) -> list[list[tuple[int, in
 def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> ShardPlan:
     """Shards over the layers that stay on the host.
 
-    llama.cpp offloads the *last* ``gpu_layers`` layers; those are left out of the
-    shards (compute never reads their file pages) and listed as offloaded.
+    llama.cpp gives the GPU the output layer first, then the last repeating layers:
+    n_gpu_layers = N puts the last N − 1 ``blk`` layers there (``i_gpu_start =
+    n_layer + 1 − N``; measured on an H200: CUDA buffers of 7/15/23/31 layers for
+    N = 8/16/24/32). Those are left out of the shards — compute never reads their
+    file pages — and listed as offloaded. (The output matrix stays counted with the
+    globals: a tied embedding is still read on the host.)
     """
     if not shard_mb or shard_mb <= 0:
         raise ShardscopeError(f"shard size must be > 0 MB, got {shard_mb}")
     target = max(PAGE, int(shard_mb * MIB) // PAGE * PAGE)
     layers = tuple(layout.layer_indices)
-    n_offloaded = max(0, min(gpu_layers, len(layers)))
+    n_offloaded = max(0, min(gpu_layers - 1, len(layers)))
     offloaded = layers[len(layers) - n_offloaded:] if n_offloaded else ()
     per_layer = [[] if layer in offloaded else _layer_ranges(layout, layer) for layer in layers]
     shards: list[Shard] = []

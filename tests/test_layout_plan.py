@@ -77,9 +77,10 @@ def test_shard_size_must_be_positive(bundled_model):
 def test_gpu_layers_leave_the_host_plan(synthetic_model):
     layout = read_layout(synthetic_model)
     host_only = plan_shards(layout, 32)
-    offloaded = plan_shards(layout, 32, gpu_layers=4)
+    offloaded = plan_shards(layout, 32, gpu_layers=5)  # the output layer + the last 4 blocks
     assert offloaded.offloaded_layers == tuple(layout.layer_indices[-4:])
     assert all(not offloaded.layer_shards[pos] for pos in range(len(offloaded.layers) - 4, len(offloaded.layers)))
+    assert plan_shards(layout, 32, gpu_layers=1).offloaded_layers == ()
     assert offloaded.host_bytes == host_only.total_bytes - offloaded.offloaded_bytes
     assert offloaded.globals_bytes == host_only.globals_bytes
     assert offloaded.min_budget_bytes(1) <= host_only.min_budget_bytes(1)
