@@ -197,10 +197,21 @@ def cmd_sweep(args) -> int:
             bar.set_postfix_str(f"last {s.avg_ts:.3g} tok/s{proj}", refresh=False)
         bar.update(1)
 
+    from engine.sweep import SweepTotals
+
+    latest = {"totals": SweepTotals(combinations=total)}
+
+    def on_result_kept(result, totals) -> None:
+        latest["totals"] = totals
+        on_result(result, totals)
+
     try:
         with _Interrupt(lambda text: _note(bar, text)) as interrupted:
             totals = run_sweep(base, grid, csv_path=args.csv, device=args.device,
-                               should_stop=interrupted, on_result=on_result)
+                               should_stop=interrupted, on_result=on_result_kept)
+    except KeyboardInterrupt:  # a second Ctrl+C: abort at once, still say what was kept
+        totals = latest["totals"]
+        totals.stopped = True
     finally:
         bar.close()
     where = f" to {args.csv}" if args.csv else " (no --csv: nothing saved)"

@@ -136,3 +136,28 @@ def test_plan_prints_the_1_56_tb_example():
     # Default ~3 GB limit: refused, with the minimum in the message.
     _one_line_error(_plan("--total-params", "1.56e12", "--active-params", "48e9", "--bits", "8",
                           "--layers", "61", "--globals-bytes", "2.35e9"), "below the minimum")
+
+
+def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
+    """The validation of docs/projection-validation.md, short: lru, depth 1, budget ½ model.
+
+    Each run's own measurement, projected onto "this host with an SSD of that rate",
+    against the tok/s the run measured. Both rates are disk-bound for this model, so
+    the check is of the overlap assumption and of the rate limiter. The doc's target
+    is 15 %; a single short run on a shared 2-core machine gets 25 % per rate (see the
+    doc for how another process's CPU use inflates a run's compute), the median 15 %.
+    """
+    import statistics
+
+    from engine.run_projection import validate_on_emulated_ssd
+
+    size_mb = os.path.getsize(synthetic_model) / MIB
+    rows = validate_on_emulated_ssd(synthetic_model, [150, 300], budget_mb=int(size_mb / 2), shard_mb=32,
+                                    n_gen=4, reference=False)
+    assert [r.ssd_mb_s for r in rows] == [150, 300]
+    for r in rows:
+        assert r.bound == "ssd"
+        assert r.read_mb_per_token > 0.8 * size_mb  # lru at half the model re-reads ~everything
+        assert r.loader_mb_s <= r.ssd_mb_s * 1.15  # the limiter does not let the disk run faster
+        assert abs(r.error_pct) < 25, rows
+    assert statistics.median(abs(r.error_pct) for r in rows) < 15, rows
