@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shardscope: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `shardscope plan … | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
     except MemoryError:
         print("shardscope: error: out of memory", file=sys.stderr)
         return 2

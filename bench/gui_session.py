@@ -1,0 +1,77 @@
+"""Drive the real workbench window from a bench script (offscreen unless DISPLAY is set).
+
+Shared by the GUI benches: open a window on a model, start a continuous run with
+given settings, pump the event loop for a while, stop cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+if not os.environ.get("DISPLAY"):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from engine.settings import RunSettings  # noqa: E402
+
+
+def application() -> QApplication:
+    return QApplication.instance() or QApplication([])
+
+
+def pump(app: QApplication, seconds: float, until=None) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        app.processEvents()
+        if until is not None and until():
+            return
+        time.sleep(0.002)
+
+
+class StallProbe:
+    """A 10 ms timer on the GUI thread: how late it fires is how long the loop stalled."""
+
+    def __init__(self, interval_ms: int = 10):
+        self.interval_ms = interval_ms
+        self.stalls_ms: list[float] = []
+        self._clock = QElapsedTimer()
+        self._timer = QTimer()
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self._tick)
+
+    def start(self) -> None:
+        self._clock.start()
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def _tick(self) -> None:
+        elapsed = self._clock.restart()
+        self.stalls_ms.append(max(0.0, elapsed - self.interval_ms))
+
+    def p99(self) -> float:
+        data = sorted(self.stalls_ms)
+        return data[min(len(data) - 1, int(len(data) * 0.99))] if data else float("nan")
+
+
+def open_window(model: str, settings: RunSettings):
+    from app.main_window import MainWindow
+
+    app = application()
+    config = Path(tempfile.mkdtemp(prefix="shardscope-bench-"))
+    window = MainWindow(config_dir=config, model_path=model)
+    window.show()
+    pump(app, 60, until=lambda: window.model_info is not None)
+    window.apply_settings(settings.with_changes(model_path=model))
+    return app, window
+
+
+def stop(app: QApplication, window) -> None:
+    window.stop_run()
+    pump(app, 30, until=lambda: not window.is_running())
