@@ -1,0 +1,176 @@
+"""Drives StreamingRun on its own QThread and turns its callbacks into Qt signals.
+
+Why a worker object: ``StreamingRun.run`` blocks for as long as the user lets it
+generate, and its callbacks fire on the decode thread and on the sampler's own
+thread. Widgets may only be touched from the GUI thread, so every callback here
+does nothing but ``emit``; Qt queues the plain payload (a MetricsSample, a
+RunSummary, a token string) to the window.
+
+One worker lives for one press of Run. Inside it, a *restart* (new shard size,
+n_gpu_layers or model) stops the current StreamingRun and starts a fresh one
+with the new settings without ending the thread, so the charts keep one timeline.
+Each StreamingRun gets a number (``run_index``) that rides along with its
+signals, so a late sample of a replaced run can never be charted as the new one's.
+
+Live knobs are applied from the GUI thread straight onto the engine's
+thread-safe setters; a refusal (budget below the minimum) is raised back to the
+caller so the window can revert the slider.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal
+
+from engine.errors import ShardscopeError
+from engine.settings import RunSettings
+from engine.streaming_run import StreamingRun
+
+# RunSettings field -> StreamingRun setter: knobs that apply between layers/tokens.
+LIVE_SETTERS: dict[str, str] = {
+    "budget_mb": "set_budget_mb",
+    "prefetch_depth": "set_prefetch_depth",
+    "policy": "set_policy",
+    "ssd_mb_s": "set_ssd_mb_s",
+    "threads": "set_threads",
+}
+# Fields that change the plan or the llama.cpp load: only a new StreamingRun applies them.
+RESTART_KEYS = frozenset({"model_path", "shard_mb", "n_gpu_layers", "n_ctx"})
+
+
+def describe_exception(exc: BaseException, model_path: str | None) -> str:
+    """One line for the status bar and the dialog: the engine's own words, or "internal error"."""
+    if isinstance(exc, ShardscopeError):
+        return str(exc)
+    where = Path(model_path).name if model_path else "the bundled model"
+    return f"internal error: {type(exc).__name__}: {exc} (while running {where})"
+
+
+class RunWorker(QObject):
+    # run_index, plan, settings: a new StreamingRun was planned (fills the shard map)
+    run_started = Signal(int, object, object)
+    sample = Signal(int, object)  # run_index, MetricsSample
+    token = Signal(int, int, str, float)  # run_index, token index in round, piece, seconds
+    phase = Signal(int, str)
+    summary = Signal(int, object)  # run_index, RunSummary (one per round)
+    failed = Signal(str)
+    finished = Signal()
+
+    def __init__(self, settings: RunSettings) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._settings = settings
+        self._stop_requested = False
+        self._restart_requested = False
+        self.run: StreamingRun | None = None  # the live engine run; tests read its state
+        self.run_index = 0
+
+    # ------------------------------------------------------------------ GUI thread
+    @property
+    def settings(self) -> RunSettings:
+        with self._lock:
+            return self._settings
+
+    def request_stop(self) -> None:
+        """Thread-safe; returns at once. The thread ends after the current token."""
+        with self._lock:
+            self._stop_requested = True
+            run = self.run
+        if run is not None:
+            run.stop()
+
+    def restart(self, settings: RunSettings) -> None:
+        """Replace the current StreamingRun by one with ``settings`` (re-plan and reload)."""
+        with self._lock:
+            self._settings = settings
+            self._restart_requested = True
+            run = self.run
+        if run is not None:
+            run.stop()
+
+    def apply_live(self, key: str, value) -> None:
+        """Apply one live knob now; raises ShardscopeError (state unchanged) if refused."""
+        setter = LIVE_SETTERS[key]
+        with self._lock:
+            run = self.run
+            if run is not None:
+                getattr(run, setter)(value)  # raises before changing anything
+            self._settings = self._settings.with_changes(**{key: value})
+
+    # --------------------------------------------------------------- worker thread
+    def work(self) -> None:
+        """The thread's body: runs (and re-runs after restarts) until stopped or failed."""
+        try:
+            while True:
+                with self._lock:
+                    if self._stop_requested:
+                        return
+                    settings = self._settings
+                    self._restart_requested = False
+                self.run_index += 1
+                index = self.run_index
+                run = StreamingRun(
+                    settings,
+                    on_sample=lambda s, i=index: self.sample.emit(i, s),
+                    on_token=lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt),
+                    on_phase=lambda name, i=index: self.phase.emit(i, name),
+                )
+                try:
+                    if not self._adopt(run):
+                        continue  # stopped or restarted while planning: nothing to run
+                    self.run_started.emit(index, run.plan, run.settings)
+                    run.run(continuous=True, on_summary=lambda s, i=index: self.summary.emit(i, s))
+                except Exception:
+                    if not run.stopping:
+                        raise
+                    # Stop pressed mid-layer can surface as "run stopped": not a failure.
+                finally:
+                    with self._lock:
+                        self.run = None
+                    run.close()
+                with self._lock:
+                    if self._stop_requested or not self._restart_requested:
+                        return
+        except Exception as exc:
+            self.failed.emit(describe_exception(exc, self.settings.model_path))
+        finally:
+            self.finished.emit()
+
+    def _adopt(self, run: StreamingRun) -> bool:
+        """Publish ``run``; catch up on knobs the GUI moved while it was being planned."""
+        with self._lock:
+            if self._stop_requested or self._restart_requested:
+                return False
+            self.run = run
+            wanted = self._settings
+            for key, setter in LIVE_SETTERS.items():
+                if getattr(wanted, key) != getattr(run.settings, key):
+                    getattr(run, setter)(getattr(wanted, key))
+            return True
+
+
+class RunThread:
+    """A RunWorker on its own QThread: the pair the window starts on Run."""
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("shardscope-run")
+        self.worker = RunWorker(settings)
+        self.worker.moveToThread(self.thread)
+        self.thread.started.connect(self.worker.work)
+        # Direct: quit() runs on the worker thread itself, so it works even while the
+        # GUI thread is blocked in stop_and_wait() (closing the window). quit() is
+        # thread-safe, and one that lands before exec() makes exec() return at once.
+        self.worker.finished.connect(self.thread.quit, Qt.ConnectionType.DirectConnection)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop_and_wait(self, timeout_ms: int) -> bool:
+        self.worker.request_stop()
+        return self.thread.wait(timeout_ms)
+
+    def is_running(self) -> bool:
+        return self.thread.isRunning()

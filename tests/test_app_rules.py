@@ -1,0 +1,52 @@
+"""Small rules of the app layer that need no window: names, file names, marker text."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.export import base_from_chosen, export_paths
+from app.main import main
+from app.profile_store import ProfileStore
+from app.settings_binding import describe_change
+from engine.errors import ShardscopeError
+from engine.settings import RunSettings
+
+
+def test_profile_store_refuses_to_overwrite_another_profile_with_the_same_file_name(tmp_path):
+    store = ProfileStore(tmp_path)
+    first = store.save("My Rig", RunSettings(budget_mb=512))
+    assert first.path.name == "my-rig.toml"
+    again = store.save("My Rig", RunSettings(budget_mb=640))  # same name: an update
+    assert again.settings.budget_mb == 640
+    with pytest.raises(ShardscopeError, match="already holds profile 'My Rig'"):
+        store.save("my rig!", RunSettings())  # different name, same file: refused
+    with pytest.raises(ShardscopeError, match="built-in"):
+        store.save("iphone 16 pro", RunSettings())
+    with pytest.raises(ShardscopeError, match="empty"):
+        store.save("   ", RunSettings())
+
+
+def test_saved_profiles_do_not_carry_the_model(tmp_path):
+    saved = ProfileStore(tmp_path).save("Any model", RunSettings(model_path="/models/x.gguf"))
+    assert saved.settings.model_path is None
+
+
+def test_marker_text_reads_like_the_change():
+    assert describe_change("budget_mb", 600, 400) == "budget 600\u2192400 MB"
+    assert describe_change("ssd_mb_s", 0.0, 860.0) == "SSD off\u2192860 MB/s"
+    assert describe_change("ssd_mb_s", 860.0, 0.0) == "SSD 860\u2192off"
+    assert describe_change("prefetch_depth", 1, 2) == "prefetch 1\u21922"
+    assert describe_change("budget_mb", 2048, 65536) == "budget 2,048\u219265,536 MB"
+
+
+def test_export_base_names():
+    assert base_from_chosen("/d/run.csv").name == "run"
+    assert base_from_chosen("/d/run").name == "run"
+    assert base_from_chosen("/d/run.v2").name == "run.v2"  # a dot in the name is not an extension
+    paths = export_paths("/d/run.v2")
+    assert [p.name for p in paths.all()] == ["run.v2.csv", "run.v2-timeline.csv", "run.v2.png"]
+
+
+def test_gui_takes_at_most_one_model(capsys):
+    assert main(["gui", "a.gguf", "b.gguf"]) == 2
+    assert "usage" in capsys.readouterr().err
