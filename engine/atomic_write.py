@@ -29,11 +29,16 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        if target.exists():
-            try:
+        # mkstemp makes 0600 files; give the result the mode a plain open() would have.
+        try:
+            if target.exists():
                 os.chmod(tmp, target.stat().st_mode & 0o777)
-            except OSError:
-                pass
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+        except OSError:
+            pass
         os.replace(tmp, target)
     except OSError as exc:
         try:

@@ -244,7 +244,13 @@ class LlamaSession:
         durations: list[float] = []
         stopped = False
         start = time.perf_counter()
-        self._decode(prompt_tokens)
+        try:
+            self._decode(prompt_tokens)
+        except _DecodeFailed:
+            if should_stop and should_stop():  # Stop pressed while the prompt was computing
+                return GenerationResult(prompt_tokens=len(prompt_tokens), tokens=[], text="",
+                                        ttft_s=float("nan"), stopped=True)
+            raise
         token = self._next_token(rng, temperature)
         ttft = time.perf_counter() - start
         out.append(token)
@@ -258,7 +264,13 @@ class LlamaSession:
             if self._hook_requested:
                 self._install_hook_now(prompt_tokens + out[:-1])
             t0 = time.perf_counter()
-            self._decode([token])
+            try:
+                self._decode([token])
+            except _DecodeFailed:
+                if should_stop and should_stop():  # the layer hook aborted the graph for Stop
+                    stopped = True
+                    break
+                raise
             token = self._next_token(rng, temperature)
             dt = time.perf_counter() - t0
             durations.append(dt)

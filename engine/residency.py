@@ -215,8 +215,8 @@ class ResidencyController:
         """
         needed = self.plan.layer_shards[layer_pos]
         with self._cond:
-            if self._error is not None:
-                return False  # abort the graph: the file changed or a load failed
+            if self._error is not None or self._stop:
+                return False  # abort the graph: file changed, load failed, or Stop pressed
             self._counters.layer_calls += 1
             self._current = layer_pos
             self._tick += 1

@@ -117,3 +117,28 @@ def test_budget_cut_mid_run_turns_streaming_on_without_changing_tokens(synthetic
         assert run.controller.budget_bytes == int(size_mb / 2) * MIB
     assert summary.text == full.text
     assert summary.read_mb_per_token > 0
+
+
+def test_stop_takes_effect_within_a_layer(synthetic_model):
+    """Stop aborts the current token at the next layer, not after a slow token finishes."""
+    import threading
+    import time
+
+    size_mb = os.path.getsize(synthetic_model) / MIB
+    settings = RunSettings(model_path=synthetic_model, prompt=PROMPT, n_ctx=128, budget_mb=int(size_mb / 2),
+                           shard_mb=32, n_gen=50, prefetch_depth=1, policy="lru", ssd_mb_s=100)
+    stopped_at = {}
+
+    def on_token(index, piece, dt):
+        if index == 1:  # a token here takes ~3 s at 100 MB/s
+            def stop():
+                stopped_at["t"] = time.perf_counter()
+                run.stop()
+            threading.Timer(0.5, stop).start()
+
+    with StreamingRun(settings, on_token=on_token) as run:
+        summary = run.run()
+        returned = time.perf_counter()
+    assert summary.stopped
+    assert summary.n_gen < 50
+    assert returned - stopped_at["t"] < 1.0
