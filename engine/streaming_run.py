@@ -143,6 +143,10 @@ class StreamingRun:
         if self.controller:
             self.controller.close_waits()
 
+    def _should_stop(self) -> bool:
+        """Stop pressed, or the guard / a load failed (then run() raises its message)."""
+        return self._stop.is_set() or (self.controller is not None and self.controller.error is not None)
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
@@ -258,8 +262,6 @@ class StreamingRun:
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = time.perf_counter()
-            if self.controller.error:
-                self._stop.set()  # the guard or a load failed: stop at this token
             if not self.session.hook_active:
                 self.controller.count_resident_pass()
             if index == 0:
@@ -274,7 +276,7 @@ class StreamingRun:
         self._phase("prompt")
         try:
             result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
-                                           on_token=on_token, should_stop=self._stop.is_set)
+                                           on_token=on_token, should_stop=self._should_stop)
         except Exception as exc:
             if self.controller.error:
                 raise ShardscopeError(self.controller.error) from None

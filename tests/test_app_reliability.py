@@ -1,0 +1,181 @@
+"""Reliability of the window: bad files, slider extremes, faults mid-run, quick Stop/Run.
+
+Each case asserts the message the user sees and that the app is still usable after it
+(a new run works), and that nothing is left behind: no worker thread, no mapping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from app.main_window import MainWindow
+from engine.errors import ShardscopeError
+from engine.gguf_layout import read_layout
+from engine.settings import RunSettings
+from test_app_window import engine_ready, make_window, stop_and_wait, wait_for
+
+STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
+
+
+def _engine_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("shardscope-")]
+
+
+def _mapped(path: str) -> bool:
+    return os.path.realpath(path) in open("/proc/self/maps").read()
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path / "config")
+    yield w
+    w.close()
+
+
+def _bad_models(tmp_path, synthetic_model) -> dict[str, str]:
+    d = tmp_path / "bad"
+    d.mkdir()
+    good = open(synthetic_model, "rb").read(64 * 1024)
+    files = {
+        "missing": str(d / "missing.gguf"),
+        "directory": str(d),
+        "empty": d / "empty.gguf",
+        "wrong magic": d / "magic.gguf",
+        "truncated header": d / "header.gguf",
+        "absurd tensor count": d / "count.gguf",
+        "string beyond file": d / "string.gguf",
+        "tensor data cut short": d / "short.gguf",
+    }
+    files["empty"].write_bytes(b"")
+    files["wrong magic"].write_bytes(b"GGML" + good[4:])
+    files["truncated header"].write_bytes(good[:100])
+    files["absurd tensor count"].write_bytes(good[:8] + struct.pack("<Q", 2**40) + good[16:])
+    files["string beyond file"].write_bytes(good[:24] + struct.pack("<Q", 10**12) + good[32:])
+    shutil.copyfile(synthetic_model, files["tensor data cut short"])
+    os.truncate(files["tensor data cut short"], os.path.getsize(synthetic_model) // 2)
+    return {k: str(v) for k, v in files.items()}
+
+
+def test_bad_model_corpus_gives_the_engines_message_and_the_app_stays_usable(qtbot, window, tmp_path,
+                                                                               synthetic_model):
+    for case, path in _bad_models(tmp_path, synthetic_model).items():
+        with pytest.raises(ShardscopeError) as expected:
+            read_layout(path)
+        window.last_error = None
+        window.open_model(path)
+        qtbot.waitUntil(lambda: window.last_error is not None, timeout=10_000)
+        assert str(expected.value) in window.last_error, case
+        assert os.path.basename(path.rstrip("/")) in window.last_error, case
+        assert "Traceback" not in window.last_error
+    assert window.model_info.name == "gemma-3-270m-Q4_K_M.gguf"  # still on the last good model
+    window.last_error = None
+    window.apply_settings(window.current_settings().with_changes(n_gen=4))
+    window.start_run()
+    wait_for(qtbot, window, lambda: window.last_round is not None, 30_000)
+    stop_and_wait(qtbot, window)
+    assert window.last_error is None
+
+
+def test_every_slider_at_both_ends_during_a_run(qtbot, window, synthetic_model):
+    window.open_model(synthetic_model)
+    qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path.endswith(".gguf")
+                    and "synthetic" in window.model_info.path, timeout=20_000)
+    window.apply_settings(STREAMING)
+    window.start_run()
+    qtbot.waitUntil(lambda: engine_ready(window), timeout=30_000)
+    refused = []
+    for key, slider in window.controls.sliders.items():
+        if not slider.slider.isEnabled():
+            continue  # n_gpu_layers on a build without offload: disabled, with its reason
+        for end in (slider.slider.minimum(), slider.slider.maximum(), slider.slider.minimum()):
+            window.last_error = None
+            slider.slider.setValue(end)
+            qtbot.wait(50)
+            if window.last_error:
+                refused.append((key, end, window.last_error))
+                assert "\n" not in window.last_error and "Traceback" not in window.last_error
+        qtbot.waitUntil(lambda: engine_ready(window), timeout=60_000)  # restarts settle
+    # the app still runs and produces samples after all of it
+    wait_for(qtbot, window, lambda: window.is_running() and window.last_sample is not None, 30_000)
+    before = window.last_sample.t_s
+    wait_for(qtbot, window, lambda: window.last_sample.t_s > before, 30_000)
+    stop_and_wait(qtbot, window)
+    assert any("below the minimum" in message for _, _, message in refused), refused
+
+
+def test_model_truncated_during_a_gui_run_stops_with_a_message(qtbot, window, tmp_path, synthetic_model):
+    victim = tmp_path / "victim.gguf"
+    shutil.copyfile(synthetic_model, victim)
+    window.open_model(str(victim))
+    qtbot.waitUntil(lambda: window.model_info is not None and "victim" in window.model_info.path, timeout=20_000)
+    window.apply_settings(STREAMING.with_changes(n_gen=200))
+    window.start_run()
+    wait_for(qtbot, window, lambda: window.last_sample is not None and window.last_sample.phase == "generating",
+             30_000)
+    code = f"import os; os.truncate({str(victim)!r}, {os.path.getsize(victim) // 3})"
+    writer = subprocess.Popen([sys.executable, "-c", code])  # another program shrinks the file
+    wait_for(qtbot, window, lambda: not window.is_running(), 20_000)
+    assert writer.wait(timeout=30) == 0  # held back by the read lease until the mapping was gone
+    assert window.last_error and "victim.gguf" in window.last_error and "truncating" in window.last_error
+    assert not _mapped(str(victim))
+
+
+def test_stop_run_stop_in_quick_succession_leaves_nothing_behind(qtbot, window, synthetic_model):
+    baseline = _engine_threads()
+    window.open_model(synthetic_model)
+    qtbot.waitUntil(lambda: window.model_info is not None and "synthetic" in window.model_info.path,
+                    timeout=20_000)
+    window.apply_settings(STREAMING)
+    for _ in range(3):
+        window.start_run()
+        qtbot.wait(30)  # mid-load
+        window.stop_run()
+        qtbot.waitUntil(lambda: not window.is_running(), timeout=10_000)
+    window.start_run()
+    wait_for(qtbot, window, lambda: window.last_sample is not None and window.last_sample.phase == "generating",
+             30_000)
+    stop_and_wait(qtbot, window)
+    window.start_run()
+    stop_and_wait(qtbot, window)
+    qtbot.waitUntil(lambda: _engine_threads() == baseline, timeout=5_000)
+    assert not _mapped(synthetic_model)
+
+
+def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
+    window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
+    window.apply_settings(STREAMING)
+    window.start_run()
+    started = time.perf_counter()
+    window.close()  # the run is still loading the model
+    assert time.perf_counter() - started < 5.0
+    assert not window.is_running()
+    qtbot.waitUntil(lambda: not _mapped(synthetic_model), timeout=5_000)
+
+
+def test_failed_export_keeps_the_previous_files(qtbot, window, tmp_path, monkeypatch):
+    window.apply_settings(window.current_settings().with_changes(n_gen=4))
+    window.start_run()
+    wait_for(qtbot, window, lambda: window.last_round is not None, 30_000)
+    stop_and_wait(qtbot, window)
+    base = tmp_path / "session"
+    paths = window.export_to(base)
+    before = {p: p.read_bytes() for p in paths.all()}
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    window.last_error = None
+    assert window.export_to(base) is None
+    monkeypatch.undo()
+    assert "No space left on device" in window.last_error and "session" in window.last_error
+    assert {p: p.read_bytes() for p in paths.all()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".session")]
