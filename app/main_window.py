@@ -405,6 +405,13 @@ class MainWindow(QMainWindow):
         return profile
 
     def apply_profile(self, profile: Profile) -> None:
+        """Set every control from a profile — unless a value cannot fit the open model."""
+        info = self.model_info
+        if info is not None and profile.settings.shard_mb > info.file_mb and not profile.settings.model_path:
+            where = profile.path or profile.name
+            self.show_error(f"{where}: 'shard_mb' = {profile.settings.shard_mb:g} MB is larger than the open "
+                            f"model {info.name} ({info.file_mb:.0f} MB); profile not applied")
+            return
         self.current_profile = profile
         self._select_profile_item(profile)
         self.qsettings.setValue("profile/last", profile.name)

@@ -179,3 +179,44 @@ def test_failed_export_keeps_the_previous_files(qtbot, window, tmp_path, monkeyp
     assert "No space left on device" in window.last_error and "session" in window.last_error
     assert {p: p.read_bytes() for p in paths.all()} == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".session")]
+
+
+PROFILE_HEAD = 'name = "{name}"\n[settings]\n'
+GOOD_SETTINGS = {"budget_mb": "512", "shard_mb": "16", "prefetch_depth": "1", "threads": "2", "policy": '"pinned"'}
+
+
+def _profile_text(name: str, **overrides) -> str:
+    settings = {**GOOD_SETTINGS, **overrides}
+    body = "".join(f"{k} = {v}\n" for k, v in settings.items() if v is not None)
+    return PROFILE_HEAD.format(name=name) + body
+
+
+@pytest.mark.parametrize("case, text, key", [
+    ("not-toml", "name = [unclosed\n", "line"),
+    ("wrong-type", _profile_text("T", threads='"two"'), "threads"),
+    ("unknown-key", _profile_text("U") + "thread_count = 2\n", "thread_count"),
+    ("budget-zero", _profile_text("B", budget_mb="0"), "budget_mb"),
+    ("threads-huge", _profile_text("H", threads="10000"), "threads"),
+    ("missing-key", _profile_text("M", policy=None), "policy"),
+])
+def test_bad_user_profiles_are_named_by_file_and_key_and_kept(qtbot, tmp_path, case, text, key):
+    folder = tmp_path / "config" / "profiles"
+    folder.mkdir(parents=True)
+    bad = folder / f"{case}.toml"
+    bad.write_text(text)
+    window = make_window(qtbot, tmp_path / "config")
+    assert window.last_error and str(bad) in window.last_error and key in window.last_error
+    assert bad.read_text() == text
+    window.close()
+
+
+def test_profile_with_a_shard_larger_than_the_model_is_refused_by_key(qtbot, tmp_path):
+    folder = tmp_path / "config" / "profiles"
+    folder.mkdir(parents=True)
+    (folder / "giant.toml").write_text(_profile_text("Giant shards", shard_mb="60000"))
+    window = make_window(qtbot, tmp_path / "config")
+    before = window.current_settings()
+    window.load_profile("Giant shards")
+    assert "giant.toml" in window.last_error and "'shard_mb'" in window.last_error
+    assert window.current_settings() == before
+    window.close()
