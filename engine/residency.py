@@ -222,6 +222,8 @@ class ResidencyController:
             self._tick += 1
             for index in needed:
                 self._last_use[index] = self._tick
+            if self._knobs.policy == "pinned":
+                self._evict_behind(layer_pos)
             missing = [i for i in needed if self._state[i] != RESIDENT]
             self._counters.hits += len(needed) - len(missing)
             self._counters.misses += len(missing)
@@ -233,6 +235,25 @@ class ResidencyController:
                 self._cond.wait(0.05)
             self._counters.wait_s += time.perf_counter() - start
             return self._error is None
+
+    def _evict_behind(self, layer_pos: int) -> None:
+        """Pinned policy: the streamed shards of the layer that just finished go now.
+
+        They are not needed again until the next token, so queueing their eviction at
+        once (under the lock, the evictor does the work) makes room before the loader
+        asks for it — the disk never idles waiting for PAGEOUT. LRU keeps its meaning:
+        it evicts only when room is needed.
+        """
+        n_layers = len(self.plan.layer_shards)
+        previous = self.plan.layer_shards[(layer_pos - 1) % n_layers]
+        front, _ = self._wanted()
+        victims = [i for i in previous if self._state[i] == RESIDENT and i not in self._knobs.pinned
+                   and i not in front]
+        for index in victims:
+            self._mark_evicted(index)
+        if victims:
+            self._evict_queue.extend(victims)
+            self._evict_pending_bytes += sum(self.plan.shards[i].n_bytes for i in victims)
 
     def count_resident_pass(self) -> None:
         """A token computed with no layer hook installed (the model fits the budget).

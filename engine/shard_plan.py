@@ -118,7 +118,15 @@ def _layer_ranges(layout: ModelLayout, layer: int) -> list[tuple[int, int]]:
 
 
 def _split(ranges: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:
-    """Cut a layer's ranges into consecutive pieces of at most ``limit`` bytes."""
+    """Cut a layer's ranges into equal consecutive pieces of at most ``limit`` bytes.
+
+    Equal, not greedy: a 32 MB layer with a 31 MB target becomes two 16 MB slices,
+    not 31 MB + a 1 MB sliver that costs a whole load round-trip for nothing.
+    """
+    total = sum(end - start for start, end in ranges)
+    n_pieces = -(-total // limit)
+    per_piece = -(-total // n_pieces)
+    limit = -(-per_piece // PAGE) * PAGE
     pieces: list[list[tuple[int, int]]] = [[]]
     room = limit
     for start, end in ranges:
