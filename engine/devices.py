@@ -31,17 +31,13 @@ Any other key is refused, so a typo cannot silently fall back to a default.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ShardscopeError
+from engine.toml_file import read_toml
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 __all__ = [
     "Device",
@@ -60,7 +56,6 @@ MB_PER_S = 1_000_000  # bytes per second in one bandwidth "MB/s"
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "profiles" / "devices"
 
 # A device file is a couple of kilobytes; anything this big is not one.
-_MAX_FILE_BYTES = 1 << 20
 
 _QUANTITY_KEYS = {"value", "source", "verified"}
 _REQUIRED_QUANTITIES = ("app_memory_limit_mb", "ssd_read_mb_s", "dram_mb_s")
@@ -218,27 +213,7 @@ def load_device(path: str | Path) -> Device:
     """
     path = Path(path)
     where = str(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(_MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise ShardscopeError(f"{where}: no such device file") from None
-    except IsADirectoryError:
-        raise ShardscopeError(f"{where}: is a directory, not a device file") from None
-    except OSError as exc:
-        raise ShardscopeError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > _MAX_FILE_BYTES:
-        raise ShardscopeError(f"{where}: too large to be a device file (over 1 MiB)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ShardscopeError(f"{where}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ShardscopeError(f"{where}: not valid TOML: {' '.join(str(exc).split())}") from None
-    except (RecursionError, ValueError, MemoryError) as exc:
-        raise ShardscopeError(f"{where}: not valid TOML ({type(exc).__name__})") from None
+    data = read_toml(path, "device file")
 
     unknown = sorted(set(data) - _TOP_LEVEL_KEYS)
     if unknown:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 import unicodedata
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -40,12 +39,9 @@ import tomli_w
 
 from engine.atomic_write import write_text_atomic
 from engine.errors import ShardscopeError
+from engine.toml_file import read_toml
 from engine.settings import RunSettings, validate
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 __all__ = [
     "Profile",
@@ -92,7 +88,6 @@ _FLOAT_KEYS = frozenset(
 _STR_KEYS = frozenset(SETTINGS_KEYS) - _INT_KEYS - _FLOAT_KEYS
 
 # A profile is a few hundred bytes; anything this big is not one.
-_MAX_FILE_BYTES = 1 << 20
 
 
 def builtin_profiles_dir() -> Path:
@@ -237,37 +232,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
     """
     path = Path(path)
     source = str(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(_MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise ShardscopeError(f"{source}: no such profile file") from None
-    except OSError as exc:
-        raise ShardscopeError(f"{source}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > _MAX_FILE_BYTES:
-        raise ShardscopeError(
-            f"{source}: too large to be a profile (over {_MAX_FILE_BYTES // 1024} KiB)"
-        )
-
-    try:
-        text = raw.decode("utf-8-sig")  # tolerate the BOM some Windows editors add
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ShardscopeError(
-            f"{source}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); "
-            "save it as UTF-8"
-        ) from None
-
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        # tomllib's message already carries "(at line L, column C)".
-        detail = " ".join(str(exc).split())
-        raise ShardscopeError(f"{source}: not valid TOML: {detail}") from None
-    except (RecursionError, ValueError, MemoryError) as exc:
-        # e.g. arrays nested thousands deep
-        raise ShardscopeError(f"{source}: not valid TOML ({type(exc).__name__})") from None
-
+    data = read_toml(path, "profile file")
     return _profile_from_data(data, source, path, _is_builtin_path(path))
 
 
