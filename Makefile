@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(PY) bench/overhead.py
 	$(PY) bench/streaming_efficiency.py
 	$(PY) bench/pinned_vs_lru.py
+	$(PY) bench/gui_responsiveness.py
 
 clean-venv:
 	rm -rf $(VENV)
