@@ -1,0 +1,93 @@
+"""Text fields for knob lists ("16,32,64", "0-4", "1-16*2"), checked as they are typed.
+
+Sweeps and auto-tune take the same list syntax as ``shardscope sweep``/``tune``
+(``engine.knob_ranges``), so a list that works on the command line works here and
+the refusal reads the same. The message appears under the field it is about, in
+red, and the field gets a red frame: with five fields, "bad range" in a status bar
+would leave the user hunting for which one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
+
+from engine.errors import ShardscopeError
+from engine.knob_ranges import parse_knob
+
+_ERROR_STYLE = "color: #b00020"
+_FIELD_ERROR_STYLE = "QLineEdit { border: 1px solid #b00020; }"
+
+
+@dataclass(frozen=True)
+class KnobField:
+    key: str  # the RunSettings field
+    title: str  # what the form calls it (and what an error names)
+    default: str
+    tip: str = ""
+
+
+class KnobFields(QWidget):
+    def __init__(self, fields: list[KnobField], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.specs = {f.key: f for f in fields}
+        self.edits: dict[str, QLineEdit] = {}
+        self.errors: dict[str, QLabel] = {}
+        form = QFormLayout(self)
+        form.setContentsMargins(0, 0, 0, 0)
+        for spec in fields:
+            edit = QLineEdit(spec.default, self)
+            edit.setToolTip(spec.tip or "A list (16,64) or ranges: 0-4, 1-8+2 (step), 1-16*2 (factor)")
+            error = QLabel("", self)
+            error.setStyleSheet(_ERROR_STYLE)
+            error.setWordWrap(True)
+            error.hide()
+            cell = QWidget(self)
+            column = QVBoxLayout(cell)
+            column.setContentsMargins(0, 0, 0, 0)
+            column.setSpacing(1)
+            column.addWidget(edit)
+            column.addWidget(error)
+            form.addRow(spec.title, cell)
+            edit.textEdited.connect(lambda _t, k=spec.key: self.check(k))
+            self.edits[spec.key] = edit
+            self.errors[spec.key] = error
+
+    def set_text(self, key: str, text: str) -> None:
+        self.edits[key].setText(text)
+        self.check(key)
+
+    def error(self, key: str) -> str | None:
+        label = self.errors[key]
+        return label.text() if not label.isHidden() else None
+
+    def check(self, key: str) -> list | None:
+        """Parse one field; show (or clear) its inline message; None when refused."""
+        spec, edit, label = self.specs[key], self.edits[key], self.errors[key]
+        try:
+            values = parse_knob(spec.title, edit.text(), key)
+        except ShardscopeError as exc:
+            label.setText(str(exc))
+            label.show()
+            edit.setStyleSheet(_FIELD_ERROR_STYLE)
+            return None
+        label.hide()
+        label.setText("")
+        edit.setStyleSheet("")
+        return values
+
+    def parse(self) -> dict[str, list] | None:
+        """Every field's values in field order, or None (each bad field showing its message)."""
+        parsed = {key: self.check(key) for key in self.specs}
+        if any(v is None for v in parsed.values()):
+            for key, values in parsed.items():
+                if values is None:
+                    self.edits[key].setFocus()
+                    break
+            return None
+        return parsed  # type: ignore[return-value]
+
+    def set_enabled(self, enabled: bool) -> None:
+        for edit in self.edits.values():
+            edit.setEnabled(enabled)
