@@ -29,13 +29,17 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QGroupBox, QHBoxLayout, Q
 from app.background import BackgroundTask
 from app.charts import build_run_chart, sample_values, set_projection
 from app.config_paths import default_config_dir, profiles_dir, window_settings
+from app.device_combo import DeviceCombo
 from app.export import ExportPaths, base_from_chosen, export_session
 from app.model_probe import ModelInfo, probe_model
 from app.overbudget_watch import OverBudgetWatch
 from app.profile_store import ProfileStore
+from app.round_projection import RoundProjection, project_round
 from app.run_worker import LIVE_SETTERS, RunThread, RunWorker
 from app.settings_binding import SettingsPanel, describe_change
+from app.sweep_dialog import SweepDialog
 from app.synth_dialog import SynthDialog
+from app.tune_dialog import TuneDialog
 from engine.errors import ShardscopeError
 from engine.metrics import MetricsSample
 from engine.profile_file import Profile
@@ -62,6 +66,7 @@ ROUND_FIELDS = [
     ("peak_rss_mb", "peak RSS", "MB"),
     ("read_mb_per_token", "read / token", "MB"),
     ("hit_rate", "hit rate", "%"),
+    ("projected_ts", "projected", "tok/s"),  # on the chosen device; the caption below names it
 ]
 
 
@@ -99,6 +104,10 @@ class MainWindow(QMainWindow):
         self._probe_serial = 0
         self._error_box: QMessageBox | None = None
         self._synth_dialog: SynthDialog | None = None
+        self.sweep_dialog: SweepDialog | None = None
+        self.tune_dialog: TuneDialog | None = None
+        self._search_owner: str | None = None  # "the sweep" while a search holds the engine
+        self.projection: RoundProjection | None = None  # what the round panel's projection shows
         self._run_failed = False
         self._overbudget = OverBudgetWatch()
         self.warning: str | None = None  # the last "these numbers are not what they seem" notice
@@ -109,6 +118,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self._build_menus()
         self._check_gpu()
+        self._show_projection()
 
         geometry = self.qsettings.value("window/geometry")
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
@@ -147,6 +157,10 @@ class MainWindow(QMainWindow):
         self.quit_action = action("Quit", QKeySequence.StandardKey.Quit, self.close)
         self.follow_action = action("Follow latest", "End", lambda: self.chart.follow_latest(),
                                     "Scroll the charts back to the newest samples")
+        self.sweep_action = action("Sweep…", None, self.open_sweep_dialog,
+                                   "Run every combination of knob lists, one cold run each")
+        self.tune_action = action("Auto-tune for device…", None, self.open_tune_dialog,
+                                  "Search the settings with the best projected tok/s on a device")
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
@@ -156,6 +170,9 @@ class MainWindow(QMainWindow):
         run_menu = bar.addMenu("&Run")
         run_menu.addAction(self.run_action)
         run_menu.addAction(self.stop_action)
+        run_menu.addSeparator()
+        run_menu.addAction(self.sweep_action)
+        run_menu.addAction(self.tune_action)
         run_menu.addSeparator()
         run_menu.addAction(self.follow_action)
         profile_menu = bar.addMenu("&Profile")
@@ -224,6 +241,13 @@ class MainWindow(QMainWindow):
         pb.addWidget(save_button)
         layout.addWidget(profile_box)
 
+        device_box = QGroupBox("Project onto device")
+        db = QVBoxLayout(device_box)
+        self.device_combo = DeviceCombo()
+        self.device_combo.activated.connect(lambda _i: self._on_device_chosen())
+        db.addWidget(self.device_combo)
+        layout.addWidget(device_box)
+
         settings_box = QGroupBox("Settings (live while running)")
         sb = QVBoxLayout(settings_box)
         self.controls = SettingsPanel()
@@ -261,8 +285,13 @@ class MainWindow(QMainWindow):
         QVBoxLayout(live_box).addWidget(live := NumbersPanel(LIVE_FIELDS))
         self.live_numbers = live
         round_box = QGroupBox("Last complete round (engine summary)")
-        QVBoxLayout(round_box).addWidget(rounds := NumbersPanel(ROUND_FIELDS))
+        rl = QVBoxLayout(round_box)
+        rl.addWidget(rounds := NumbersPanel(ROUND_FIELDS))
         self.round_numbers = rounds
+        self.projection_label = QLabel("")
+        self.projection_label.setWordWrap(True)
+        self.projection_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        rl.addWidget(self.projection_label)
         self.round_box = round_box
         layout.addWidget(live_box)
         layout.addWidget(round_box)
@@ -415,21 +444,35 @@ class MainWindow(QMainWindow):
         self.current_profile = profile
         self._select_profile_item(profile)
         self.qsettings.setValue("profile/last", profile.name)
+        self.set_device(profile.device)  # a profile is tuned for its device: project onto it
         if profile.settings.model_path and profile.settings.model_path != self.model_path:
             self.open_model(profile.settings.model_path)
         self.apply_settings(profile.settings, label=f"profile {profile.name}")
         self.statusBar().showMessage(f"profile {profile.name}: {profile.description}".rstrip(": "), 8000)
 
-    def save_profile_as(self, name: str) -> Profile | None:
-        """Save the controls as a user profile; shows and returns None if refused."""
-        device = self.current_profile.device if self.current_profile else None
-        model = self.model_info.name if self.model_info else "the bundled model"
+    def save_profile_as(self, name: str, settings: RunSettings | None = None, *, device: str | None = None,
+                        description: str | None = None) -> Profile | None:
+        """Save the controls as a user profile (it becomes the current one, for the
+        window's device); shows and returns None if refused.
+
+        With ``settings`` (a sweep row, a tune result) those are saved for ``device``
+        instead, and the window's controls and current profile stay as they are: saving
+        a candidate is not choosing it.
+        """
+        own = settings is None
+        if own:
+            settings, device = self.current_settings(), self.device_id()
+        if description is None:
+            description = f"Saved from the shardscope window (tuned on {self.model_name()})."
         try:
-            profile = self.store.save(name, self.current_settings(), device=device,
-                                      description=f"Saved from the shardscope window (tuned on {model}).")
+            profile = self.store.save(name, settings, device=device, description=description)
         except ShardscopeError as exc:
             self.show_error(str(exc))
             return None
+        if not own:
+            self.refresh_profiles()
+            self.statusBar().showMessage(f"saved profile {profile.name!r} to {profile.path}", 8000)
+            return profile
         self.current_profile = profile
         self.refresh_profiles()
         self._select_profile_item(profile)
@@ -442,6 +485,80 @@ class MainWindow(QMainWindow):
         name, ok = QInputDialog.getText(self, "Save profile", "Profile name:", text=suggestion)
         if ok and name.strip():
             self.save_profile_as(name)
+
+    # ================================================================== devices
+    def device_id(self) -> str | None:
+        """The device rounds are projected onto (None: no projection)."""
+        return self.device_combo.device_id()
+
+    def set_device(self, device_id: str | None) -> None:
+        """Choose the projection device (an unknown id chooses none) and re-project the shown round."""
+        if not self.device_combo.set_device_id(device_id):
+            self.device_combo.set_device_id(None)
+        self._on_device_chosen()
+
+    def _on_device_chosen(self) -> None:
+        round_ = self.last_round
+        self.projection = self._project(round_) if round_ is not None else None
+        self._show_projection()
+
+    def _project(self, summary: RunSummary) -> RoundProjection | None:
+        """Fill the summary's device columns for the chosen device (so the CSV has them)."""
+        device_id = self.device_id()
+        if not device_id:
+            return None
+        try:
+            return project_round(summary, device_id)
+        except ShardscopeError:
+            return None  # a round stopped before its second token has no tok/s to project
+
+    def _show_projection(self) -> None:
+        p = self.projection
+        if p is None:
+            self.set_projection(None, "")
+            self.round_numbers.set_value("projected_ts", None)
+            self.projection_label.setText("no device chosen: no projection" if not self.device_id()
+                                          else "projection: after the first complete round")
+            self.projection_label.setToolTip("")
+            return
+        self.set_projection(p.tok_s, f"projected on {p.device_name}:")
+        self.round_numbers.set_value("projected_ts", p.tok_s)
+        self.projection_label.setText(p.caption())
+        self.projection_label.setToolTip(p.tooltip())
+
+    def model_name(self) -> str:
+        return self.model_info.name if self.model_info else "the bundled model"
+
+    # ================================================================== searches
+    def search_owner(self) -> str | None:
+        """What holds the engine now ("the sweep"), or None: Run is refused meanwhile."""
+        return self._search_owner
+
+    def begin_search(self, what: str) -> None:
+        self._search_owner = what
+        self._update_actions()
+        self.statusBar().showMessage(f"{what} is running; Run is disabled until it ends")
+
+    def end_search(self, what: str) -> None:
+        if self._search_owner == what:
+            self._search_owner = None
+            self._update_actions()
+            self.statusBar().showMessage(f"{what} ended", 5000)
+
+    def open_sweep_dialog(self) -> SweepDialog:
+        """One dialog, kept: its table survives closing it and opening it again."""
+        if self.sweep_dialog is None:
+            self.sweep_dialog = SweepDialog(self)
+        self.sweep_dialog.show()
+        self.sweep_dialog.raise_()
+        return self.sweep_dialog
+
+    def open_tune_dialog(self) -> TuneDialog:
+        if self.tune_dialog is None:
+            self.tune_dialog = TuneDialog(self)
+        self.tune_dialog.show()
+        self.tune_dialog.raise_()
+        return self.tune_dialog
 
     # ================================================================== models
     def open_model(self, path: str | None) -> None:
@@ -550,6 +667,10 @@ class MainWindow(QMainWindow):
     def start_run(self) -> None:
         if self._run is not None:
             return
+        if self._search_owner is not None:
+            self.show_error(f"{self._search_owner} is running: Run is disabled until it ends "
+                            "(cancel it in its dialog)")
+            return
         settings = self.current_settings()
         run = RunThread(settings)
         w = run.worker
@@ -601,8 +722,11 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         running = self._run is not None
+        searching = self._search_owner is not None
         for w in (self.run_action, self.run_button):
-            w.setEnabled(not running)
+            w.setEnabled(not running and not searching)
+            w.setToolTip(f"Disabled while {self._search_owner} runs" if searching
+                         else "Stream-generate until Stop (Ctrl+R)")
         for w in (self.stop_action, self.stop_button):
             w.setEnabled(running)
 
@@ -668,11 +792,14 @@ class MainWindow(QMainWindow):
     def _on_summary(self, index: int, summary: RunSummary) -> None:
         """Every round goes to the CSV; the panel shows the last *complete* one, because a
         round cut short by Stop or a restart has too few tokens to quote (avg 0 tok/s)."""
+        projection = self._project(summary)
         self.summaries.append(summary)
         if summary.stopped and self.last_round is not None:
             return
         self.last_round = summary
+        self.projection = projection
         self.round_numbers.set_values(summary.row())
+        self._show_projection()
         self.round_box.setToolTip(f"{summary.model_filename}: {summary.n_gen} tokens, "
                                   f"budget {summary.budget_mb:,.0f} MB, {summary.policy}")
 
@@ -732,4 +859,7 @@ class MainWindow(QMainWindow):
         for task in tasks:
             task.cancel()
             task.wait(CLOSE_WAIT_MS)
+        for search in (self.sweep_dialog, self.tune_dialog):
+            if search is not None and shiboken6.isValid(search) and search.runner.busy():
+                search.runner.cancel_and_wait(CLOSE_WAIT_MS * 4)  # auto-tune stops between runs
         super().closeEvent(event)

@@ -103,7 +103,9 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     assert window.shard_map.states() == list(s.shard_states)
     assert window.chart.level_line("budget").value() == pytest.approx(s.budget_mb) == 2048
     assert window.chart.level_line("emulated").isVisible()  # iPhone preset emulates 860 MB/s
-    assert not window.chart.level_line("projected").isVisible()  # until a projection is set
+    # Each round is projected onto the profile's device (iphone-16-pro): its line is up.
+    assert window.chart.level_line("projected").isVisible()
+    assert window.chart.level_line("projected").value() == pytest.approx(last.projected_ts)
     window.set_projection(12.5, "iPhone 16 Pro")
     assert window.chart.level_line("projected").isVisible()
     assert "iPhone 16 Pro 12.5" in window.chart.level_line("projected").label.format

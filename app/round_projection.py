@@ -1,0 +1,64 @@
+"""A round's device projection as the window shows it: one number and one honest sentence.
+
+``engine.run_projection.project_summary`` does the arithmetic and writes the
+result into the RunSummary (so the exported CSV carries it); this module only
+decides how it reads: "projected on iPhone 16 Pro (USB-C SSD): 5.75 tok/s
+(ssd-bound)". The presets mark numbers that are derived, borrowed from a sibling
+device or assumed as unverified; a projection built on them is an estimate, and
+the caption says so rather than letting a guess pass for a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.devices import Device, get_device
+from engine.run_projection import project_summary
+from widgets import format_number
+
+# The preset quantities the roofline reads (engine.projection): the SSD, DRAM and
+# compute terms. The app memory limit only matters to the planner, not to tok/s.
+PROJECTION_INPUTS: dict[str, str] = {
+    "ssd_read_mb_s": "SSD read speed",
+    "dram_mb_s": "DRAM bandwidth",
+    "compute_scale": "per-core speed",
+    "cpu": "performance cores",
+}
+
+
+@dataclass(frozen=True)
+class RoundProjection:
+    device_id: str
+    device_name: str
+    tok_s: float
+    bound: str  # "ssd", "dram" or "compute"
+    unverified: tuple[str, ...]  # PROJECTION_INPUTS keys the preset marks unverified
+    sources: tuple[str, ...] = ()
+
+    def caption(self) -> str:
+        text = f"projected on {self.device_name}: {format_number(self.tok_s)} tok/s ({self.bound}-bound)"
+        return text + (" (unverified numbers)" if self.unverified else "")
+
+    def tooltip(self) -> str:
+        lines = [f"Roofline projection of this round's measured bytes/token and compute onto "
+                 f"{self.device_name} ({self.device_id}); a best case, not a measurement."]
+        if self.unverified:
+            names = ", ".join(PROJECTION_INPUTS[k] for k in self.unverified)
+            lines.append(f"Unverified preset numbers: {names}.")
+        lines.extend(self.sources)
+        return "\n".join(lines)
+
+
+def unverified_inputs(device: Device) -> tuple[str, ...]:
+    return tuple(k for k in PROJECTION_INPUTS if not device.is_verified(k))
+
+
+def project_round(summary, device_id: str) -> RoundProjection:
+    """Fill the summary's projection columns and describe them; ShardscopeError if it cannot
+    be projected (a round stopped before its second token has no tok/s)."""
+    device = get_device(device_id)
+    project_summary(summary, device_id)
+    unverified = unverified_inputs(device)
+    sources = tuple(f"{PROJECTION_INPUTS[k]}: {device.sources[k]}" for k in unverified if k in device.sources)
+    return RoundProjection(device.id, device.name, float(summary.projected_ts), summary.projected_bound,
+                           unverified, sources)

@@ -1,0 +1,348 @@
+"""Run → Auto-tune for device…: the settings with the best projected tok/s on a device.
+
+A full sweep of four knobs is tens of cold runs; ``engine.tune.auto_tune`` walks
+one knob at a time from the device's built-in profile and caches every result, so
+it needs a fraction of them (the dialog reports how many, against the full grid's
+size, so the saving is visible rather than claimed). Each candidate is a real run
+of the open model here, projected onto the device; a candidate whose weights do
+not fit the device's memory never wins.
+
+The budget is capped at the window's Memory budget slider: on a small model the
+device's whole weight budget would hold everything and there would be nothing to
+tune. The SSD emulated while measuring is the window's SSD slider. Candidate lists
+are small by default (a few minutes on two cores) and use the sweep's list syntax.
+The run goes on a worker thread; Cancel takes effect after the current run (the
+engine checks between runs), and keeps the best found so far.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (QDialog, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout)
+
+from app.device_combo import DeviceCombo
+from app.knob_fields import KnobField, KnobFields
+from app.round_projection import unverified_inputs
+from app.search_runner import SearchRunner
+from engine.devices import get_device
+from engine.errors import ShardscopeError
+from engine.settings import RunSettings
+from engine.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
+from widgets import format_number
+
+if TYPE_CHECKING:
+    from app.main_window import MainWindow
+
+CLOSE_WAIT_MS = 60_000  # auto_tune checks for Cancel between runs: wait out one run
+DEFAULT_TOKENS = 6  # as `shardscope tune`
+DEFAULT_PASSES = 2
+TUNED_KEYS = (*TUNE_KNOBS, "budget_mb")
+
+
+def tune_fields() -> list[KnobField]:
+    """Small candidate sets: a 2 x 3 x 3 x cores grid, a few minutes of runs on two cores."""
+    cores = os.cpu_count() or 1
+    return [
+        KnobField("policy", "Policies", "pinned,lru"),
+        KnobField("shard_mb", "Shard sizes (MB)", "16,32,64"),
+        KnobField("prefetch_depth", "Prefetch depths", "0-2"),
+        KnobField("threads", "Threads", f"1-{cores}" if cores > 1 else "1"),
+    ]
+
+
+def max_runs(candidates: dict[str, list], passes: int) -> int:
+    """The most runs the descent can make: the start, then per pass every other value
+    of every knob; never more than the grid."""
+    grid = math.prod(len(v) for v in candidates.values())
+    return min(grid, 1 + passes * sum(len(v) - 1 for v in candidates.values()))
+
+
+def knobs_text(s: RunSettings, budget: bool = True) -> str:
+    text = f"policy {s.policy}, shard {s.shard_mb:g} MB, prefetch depth {s.prefetch_depth}, threads {s.threads}"
+    return text + (f", budget {s.budget_mb:g} MB" if budget else "")
+
+
+def evaluation_text(ev: Evaluation) -> str:
+    head = f"run {ev.order}" if ev.order else "refused"
+    if ev.summary is None:
+        return f"{head}: {knobs_text(ev.settings, budget=False)} → {ev.error}"
+    s = ev.summary
+    fit = "" if ev.fits else ", does not fit the device"
+    # The budget is the same for every candidate (the cap): left out to keep lines short.
+    return (f"{head}: {knobs_text(ev.settings, budget=False)} → projected {format_number(s.projected_ts)} tok/s "
+            f"({s.projected_bound}-bound), measured {format_number(s.avg_ts)} tok/s{fit}")
+
+
+class TuneDialog(QDialog):
+    def __init__(self, window: "MainWindow") -> None:
+        super().__init__(window)
+        self.setWindowTitle("Auto-tune for device")
+        self.window_ = window
+        self.runner = SearchRunner(window, "the auto-tune", self)
+        self.result: TuneResult | None = None
+        self.evaluations: list[Evaluation] = []
+        self.message = ""
+        self._bound = 1  # the most runs the current search can make
+        self._grid = 1  # the full grid's size, for comparison
+
+        self.device_combo = DeviceCombo(self, allow_none=False)
+        if not self.device_combo.set_device_id(window.device_id()):
+            self.device_combo.set_device_id("iphone-16-pro")
+        self.device_combo.currentIndexChanged.connect(lambda _i: self._show_budget())
+        self.fields = KnobFields(tune_fields(), self)
+        self.tokens_spin = QSpinBox(self)
+        self.tokens_spin.setRange(2, 4096)
+        self.tokens_spin.setValue(DEFAULT_TOKENS)
+        self.tokens_spin.setToolTip("Tokens per candidate run; the first is warm-up")
+        self.passes_spin = QSpinBox(self)
+        self.passes_spin.setRange(1, 6)
+        self.passes_spin.setValue(DEFAULT_PASSES)
+        self.passes_spin.setToolTip("Passes over all knobs at most (it stops early when a pass moves nothing)")
+        self.budget_label = QLabel("", self)
+        self.budget_label.setWordWrap(True)
+
+        form = QFormLayout()
+        form.addRow("Device", self.device_combo)
+        form.addRow(self.fields)
+        form.addRow("Tokens per run", self.tokens_spin)
+        form.addRow("Passes at most", self.passes_spin)
+        inputs = QGroupBox("Candidates (lists: 16,64 — ranges: 0-4, 1-8+2, 1-16*2)", self)
+        il = QVBoxLayout(inputs)
+        il.addLayout(form)
+        il.addWidget(self.budget_label)
+
+        self.start_button = QPushButton("Start", self)
+        self.start_button.setDefault(True)
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel", self)
+        self.cancel_button.setToolTip("Stop after the current run; the best so far is kept")
+        self.cancel_button.clicked.connect(self.cancel)
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.start_button)
+        run_row.addWidget(self.cancel_button)
+        run_row.addStretch(1)
+
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.status = QLabel("Start runs the search on the open model.", self)
+        self.status.setWordWrap(True)
+        self.log = QPlainTextEdit(self)
+        self.log.setReadOnly(True)
+        self.log.setMinimumHeight(120)
+        self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+
+        self.best_label = QLabel("", self)
+        self.best_label.setWordWrap(True)
+        self.best_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.best_label.setTextFormat(Qt.TextFormat.RichText)
+        best_box = QGroupBox("Best", self)
+        QVBoxLayout(best_box).addWidget(self.best_label)
+
+        self.apply_button = QPushButton("Apply", self)
+        self.apply_button.setToolTip("Set the window's controls (and its device) to the best settings")
+        self.apply_button.clicked.connect(self.apply_best)
+        self.save_button = QPushButton("Save as profile…", self)
+        self.save_button.clicked.connect(self._save_dialog)
+        close_button = QPushButton("Close", self)
+        close_button.clicked.connect(self.close)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.apply_button)
+        bottom.addWidget(self.save_button)
+        bottom.addStretch(1)
+        bottom.addWidget(close_button)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(inputs)
+        layout.addLayout(run_row)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addWidget(self.log, 1)
+        layout.addWidget(best_box)
+        layout.addLayout(bottom)
+
+        self.runner.waiting.connect(self._say)
+        self.runner.started.connect(self._on_started)
+        self.runner.item.connect(self._on_eval)
+        self.runner.succeeded.connect(self._on_done)
+        self.runner.failed.connect(lambda m: self._say(m, error=m != "cancelled"))
+        self.runner.finished.connect(self._update_buttons)
+        self._show_budget()
+        self.resize(820, 720)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ inputs
+    def budget_cap_mb(self) -> float:
+        return float(self.window_.controls.value("budget_mb"))
+
+    def _show_budget(self) -> None:
+        device_id = self.device_combo.device_id()
+        try:
+            device_mb = device_weight_budget_mb(get_device(device_id)) if device_id else math.nan
+        except ShardscopeError:
+            device_mb = math.nan
+        ssd = self.window_.controls.value("ssd_mb_s")
+        self.budget_label.setText(
+            f"Model: {self.window_.model_name()}. Budget: capped at {self.budget_cap_mb():g} MB by the window's "
+            f"Memory budget slider (the device allows {format_number(device_mb)} MB of weights). "
+            f"SSD emulated while measuring: {'off' if not ssd else f'{ssd:g} MB/s'} (the window's SSD slider).")
+
+    # ------------------------------------------------------------------ running
+    def is_running(self) -> bool:
+        return self.runner.busy()
+
+    def start(self) -> None:
+        if self.runner.busy():
+            return
+        cands = self.fields.parse()
+        if cands is None:
+            self._say("Fix the marked field first.", error=True)
+            return
+        device_id = self.device_combo.device_id()
+        if not device_id:
+            self._say("Choose a device.", error=True)
+            return
+        self._show_budget()
+        model_path = self.window_.current_settings().model_path
+        cap, tokens, passes = self.budget_cap_mb(), self.tokens_spin.value(), self.passes_spin.value()
+        ssd = float(self.window_.controls.value("ssd_mb_s"))
+        self.result = None
+        self.evaluations = []
+        self.log.clear()
+        self.best_label.setText("")
+        self._bound = max_runs(cands, passes)
+        self._grid = math.prod(len(v) for v in cands.values())
+        self.progress.setRange(0, self._bound)
+        self.progress.setValue(0)
+
+        def tune(emit, should_stop) -> TuneResult:
+            return auto_tune(device_id, model_path=model_path, candidates=cands, budget_cap_mb=cap,
+                             n_gen=tokens, ssd_mb_s=ssd, max_passes=passes, on_eval=emit,
+                             should_stop=should_stop)
+
+        refusal = self.runner.start(tune)
+        if refusal:
+            self._say(refusal, error=True)
+        self._update_buttons()
+
+    def cancel(self) -> None:
+        if self.runner.busy():
+            self.runner.cancel()
+            self._say("cancelling after the current run (the best so far is kept) …")
+
+    def _on_started(self) -> None:
+        self._say(f"tuning for {self.device_combo.currentText()}: at most {self._bound} runs "
+                  f"(the full grid is {self._grid}) …")
+        self._update_buttons()
+
+    def _on_eval(self, ev: Evaluation) -> None:
+        self.evaluations.append(ev)
+        self.log.appendPlainText(evaluation_text(ev))
+        self.progress.setValue(min(self._bound, len(self.evaluations)))
+        runs = sum(1 for e in self.evaluations if e.order)
+        self._say(f"{runs} runs so far (at most {self._bound}; full grid {self._grid}) …")
+
+    def _on_done(self, result: TuneResult) -> None:
+        self.result = result
+        self.progress.setValue(self.progress.maximum())
+        self.log.appendPlainText("search path:")
+        for line in result.path:
+            self.log.appendPlainText(f"  {line}")
+        head = "cancelled: best so far" if result.stopped else "done"
+        self._say(f"{head}: {result.runs} runs (+{result.refused} refused before loading) of a "
+                  f"{result.grid_size}-combination grid, {result.passes} pass(es)")
+        self.best_label.setText(self.best_text())
+        self._update_buttons()
+
+    def best_text(self) -> str:
+        result = self.result
+        if result is None:
+            return ""
+        if result.best is None or result.best.summary is None:
+            return "No candidate ran and fit the device."
+        best, s = result.best, result.best.summary
+        device = get_device(result.device_id)
+        unverified = " (unverified numbers)" if unverified_inputs(device) else ""
+        return (f"<b>{knobs_text(best.settings)}</b><br>"
+                f"projected <b>{format_number(s.projected_ts)} tok/s</b> on {device.name} "
+                f"({s.projected_bound}-bound){unverified}; measured {format_number(s.avg_ts)} tok/s here<br>"
+                f"{result.runs} runs used vs {result.grid_size} in the full grid"
+                + (f" ({result.refused} more refused before loading)" if result.refused else ""))
+
+    # ------------------------------------------------------------------ results
+    def best_settings(self) -> RunSettings | None:
+        """The window's settings with the tuned knobs and budget (its tokens and prompt kept)."""
+        best = self.result.best if self.result is not None else None
+        if best is None or best.summary is None:
+            return None
+        return self.window_.current_settings().with_changes(
+            **{k: getattr(best.settings, k) for k in TUNED_KEYS})
+
+    def apply_best(self) -> bool:
+        settings = self.best_settings()
+        if settings is None:
+            return False
+        self.window_.apply_settings(settings, label=f"auto-tune for {self.result.device_id}")
+        self.window_.set_device(self.result.device_id)
+        self._say(f"applied: {knobs_text(settings)}")
+        return True
+
+    def save_best_as(self, name: str):
+        settings = self.best_settings()
+        if settings is None:
+            return None
+        s, r = self.result.best.summary, self.result
+        description = (f"Auto-tuned for {r.device_id} on {s.model_filename}: projected {s.projected_ts:.3g} tok/s "
+                       f"({s.projected_bound}-bound), measured {s.avg_ts:.3g} tok/s here; {r.runs} runs of a "
+                       f"{r.grid_size}-combination grid.")
+        profile = self.window_.save_profile_as(name, settings=settings, device=r.device_id,
+                                               description=description)
+        self._say(f"saved profile {profile.name!r} to {profile.path}" if profile is not None
+                  else self.window_.last_error or "not saved", error=profile is None)
+        return profile
+
+    def _save_dialog(self) -> None:
+        if self.best_settings() is None:
+            return
+        name, ok = QInputDialog.getText(self, "Save as profile", "Profile name:",
+                                        text=f"Tuned for {self.result.device_id}")
+        if ok and name.strip():
+            self.save_best_as(name)
+
+    # ------------------------------------------------------------------ state
+    def _say(self, text: str, error: bool = False) -> None:
+        self.message = text
+        self.status.setText(text)
+        self.status.setStyleSheet("color: #b00020" if error else "")
+
+    def _update_buttons(self) -> None:
+        busy = self.runner.busy()
+        self.start_button.setEnabled(not busy)
+        self.cancel_button.setEnabled(busy)
+        self.fields.set_enabled(not busy)
+        for w in (self.tokens_spin, self.passes_spin, self.device_combo):
+            w.setEnabled(not busy)
+        done = not busy and self.best_settings() is not None
+        self.apply_button.setEnabled(done)
+        self.save_button.setEnabled(done)
+
+    def showEvent(self, event) -> None:
+        self._show_budget()  # the sliders may have moved since the dialog was last open
+        super().showEvent(event)
+
+    def reject(self) -> None:
+        if self.runner.busy():
+            self.cancel()
+        else:
+            super().reject()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.runner.busy():
+            self.runner.cancel_and_wait(CLOSE_WAIT_MS)
+        super().closeEvent(event)
