@@ -425,15 +425,15 @@ class ResidencyController:
     def _throttle(self, n_bytes: int) -> None:
         """Emulate a slower SSD: no chunk starts before the emulated disk is free.
 
-        A late wake-up (a busy CPU) is made up for, up to 50 ms, so the emulated disk
-        averages its rate instead of losing every bit of scheduler lateness; idle time
-        beyond that is not banked, as a real disk cannot read ahead of its requests.
+        Idle time is never banked (a real disk cannot read ahead of its requests), so
+        after a pause the next load starts at the emulated rate, not in a burst. The
+        price: a late wake-up on a busy CPU is lost, a few % below the set rate.
         """
         rate = self._knobs.ssd_mb_s
         if rate <= 0:
             return
         now = time.perf_counter()
-        begin = max(now - 0.05, self._rate_free_at)
+        begin = max(now, self._rate_free_at)
         self._rate_free_at = begin + n_bytes / (rate * 1e6)
         delay = begin - now
         if delay > 0:
