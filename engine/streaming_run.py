@@ -300,7 +300,10 @@ class StreamingRun:
         rates = [1.0 / d for d in result.token_s if d > 0]
         per_tok = max(n_decoded, 1)
         accesses = hits + misses
-        gen_samples = [x for x in self.samples if x.phase == "generating" and x.t_s >= round_start - self.sampler._t0]
+        # list() copies in one step under the GIL; iterating the deque itself races the
+        # sampler thread's appends ("deque mutated during iteration", found by the soak).
+        since = round_start - self.sampler._t0
+        gen_samples = [x for x in list(self.samples) if x.phase == "generating" and x.t_s >= since]
         return RunSummary(
             model_filename=Path(self.model_path).name,
             model_size_mb=round(os.path.getsize(self.model_path) / MIB, 2),
