@@ -32,6 +32,7 @@ from app.config_paths import default_config_dir, profiles_dir, window_settings
 from app.device_combo import DeviceCombo
 from app.export import ExportPaths, base_from_chosen, export_session
 from app.model_probe import ModelInfo, probe_model
+from app.gui_thread_gc import collect_garbage_on_gui_thread
 from app.overbudget_watch import OverBudgetWatch
 from app.profile_store import ProfileStore
 from app.round_projection import RoundProjection, project_round
@@ -78,6 +79,7 @@ class MainWindow(QMainWindow):
     def __init__(self, *, config_dir: Path | None = None, model_path: str | None = None,
                  profile_name: str | None = None) -> None:
         super().__init__()
+        collect_garbage_on_gui_thread()  # before any worker thread can allocate
         self.config_dir = Path(config_dir) if config_dir is not None else default_config_dir()
         self.qsettings = window_settings(self.config_dir)
         self.store = ProfileStore(profiles_dir(self.config_dir))

@@ -10,7 +10,18 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def collect_on_the_main_thread():
+    """Collect each test's garbage here, on the GUI thread: Qt objects must never be
+    destroyed by a collection that happens to start on a worker thread (see
+    app/gui_thread_gc.py — an unlucky collection froze a whole test run)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

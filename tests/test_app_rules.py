@@ -50,3 +50,14 @@ def test_export_base_names():
 def test_gui_takes_at_most_one_model(capsys):
     assert main(["gui", "a.gguf", "b.gguf"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
+    import gc
+
+    from app.gui_thread_gc import collect_garbage_on_gui_thread
+
+    first = collect_garbage_on_gui_thread()
+    assert collect_garbage_on_gui_thread() is first  # one per application
+    assert not gc.isenabled()  # no collection can start on a worker thread
+    assert first.timer.isActive()
