@@ -20,11 +20,11 @@ import time
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import (QComboBox, QDialog, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from app.device_combo import DeviceCombo
+from app.search_dialog import SearchDialog
 from app.knob_fields import KnobField, KnobFields
 from app.progress_text import eta_text
 from app.search_runner import SearchRunner
@@ -37,7 +37,6 @@ from engine.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid,
 if TYPE_CHECKING:
     from app.main_window import MainWindow
 
-CLOSE_WAIT_MS = 15_000
 DEFAULT_TOKENS = 8  # as `shardscope sweep`: the first is warm-up, 7 are averaged
 
 
@@ -54,7 +53,7 @@ def sweep_fields(current: RunSettings) -> list[KnobField]:
     ]
 
 
-class SweepDialog(QDialog):
+class SweepDialog(SearchDialog):
     def __init__(self, window: "MainWindow") -> None:
         super().__init__(window)
         self.setWindowTitle("Sweep")
@@ -126,18 +125,8 @@ class SweepDialog(QDialog):
 
         self.table = SweepTable(self)
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        self.apply_button = QPushButton("Apply to sliders", self)
-        self.apply_button.setToolTip("Set the window's controls to the selected row's knobs")
-        self.apply_button.clicked.connect(self.apply_selected)
-        self.save_button = QPushButton("Save as profile…", self)
-        self.save_button.clicked.connect(self._save_dialog)
-        close_button = QPushButton("Close", self)
-        close_button.clicked.connect(self.close)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.apply_button)
-        bottom.addWidget(self.save_button)
-        bottom.addStretch(1)
-        bottom.addWidget(close_button)
+        bottom = self._result_buttons("Apply to sliders", "Set the window's controls to the selected row's knobs",
+                                      self.apply_selected, self._save_dialog)
 
         upper = QWidget(self)
         ul = QVBoxLayout(upper)
@@ -300,11 +289,6 @@ class SweepDialog(QDialog):
         return describe_settings(result.settings)
 
     # ------------------------------------------------------------------ state
-    def _say(self, text: str, error: bool = False) -> None:
-        self.message = text
-        self.status.setText(text)
-        self.status.setStyleSheet("color: #b00020" if error else "")
-
     def _update_buttons(self) -> None:
         busy = self.runner.busy()
         self.start_button.setEnabled(not busy)
@@ -317,14 +301,3 @@ class SweepDialog(QDialog):
         self.apply_button.setEnabled(usable)
         self.save_button.setEnabled(usable)
 
-    def reject(self) -> None:
-        """Esc: cancel a running sweep first (a second Esc closes)."""
-        if self.runner.busy():
-            self.cancel()
-        else:
-            super().reject()
-
-    def closeEvent(self, event: QCloseEvent) -> None:
-        if self.runner.busy():
-            self.runner.cancel_and_wait(CLOSE_WAIT_MS)
-        super().closeEvent(event)

@@ -22,11 +22,11 @@ import os
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import (QDialog, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
+from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout)
 
 from app.device_combo import DeviceCombo
+from app.search_dialog import SearchDialog
 from app.knob_fields import KnobField, KnobFields
 from app.round_projection import unverified_inputs
 from app.search_runner import SearchRunner
@@ -39,7 +39,6 @@ from widgets import format_number
 if TYPE_CHECKING:
     from app.main_window import MainWindow
 
-CLOSE_WAIT_MS = 60_000  # auto_tune checks for Cancel between runs: wait out one run
 DEFAULT_TOKENS = 6  # as `shardscope tune`
 DEFAULT_PASSES = 2
 TUNED_KEYS = (*TUNE_KNOBS, "budget_mb")
@@ -79,7 +78,9 @@ def evaluation_text(ev: Evaluation) -> str:
             f"({s.projected_bound}-bound), measured {format_number(s.avg_ts)} tok/s{fit}")
 
 
-class TuneDialog(QDialog):
+class TuneDialog(SearchDialog):
+    close_wait_ms = 60_000  # auto_tune checks for Cancel between runs: wait out one run
+
     def __init__(self, window: "MainWindow") -> None:
         super().__init__(window)
         self.setWindowTitle("Auto-tune for device")
@@ -145,18 +146,8 @@ class TuneDialog(QDialog):
         best_box = QGroupBox("Best", self)
         QVBoxLayout(best_box).addWidget(self.best_label)
 
-        self.apply_button = QPushButton("Apply", self)
-        self.apply_button.setToolTip("Set the window's controls (and its device) to the best settings")
-        self.apply_button.clicked.connect(self.apply_best)
-        self.save_button = QPushButton("Save as profile…", self)
-        self.save_button.clicked.connect(self._save_dialog)
-        close_button = QPushButton("Close", self)
-        close_button.clicked.connect(self.close)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.apply_button)
-        bottom.addWidget(self.save_button)
-        bottom.addStretch(1)
-        bottom.addWidget(close_button)
+        bottom = self._result_buttons("Apply", "Set the window's controls (and its device) to the best settings",
+                                      self.apply_best, self._save_dialog)
 
         layout = QVBoxLayout(self)
         layout.addWidget(inputs)
@@ -316,11 +307,6 @@ class TuneDialog(QDialog):
             self.save_best_as(name)
 
     # ------------------------------------------------------------------ state
-    def _say(self, text: str, error: bool = False) -> None:
-        self.message = text
-        self.status.setText(text)
-        self.status.setStyleSheet("color: #b00020" if error else "")
-
     def _update_buttons(self) -> None:
         busy = self.runner.busy()
         self.start_button.setEnabled(not busy)
@@ -336,13 +322,3 @@ class TuneDialog(QDialog):
         self._show_budget()  # the sliders may have moved since the dialog was last open
         super().showEvent(event)
 
-    def reject(self) -> None:
-        if self.runner.busy():
-            self.cancel()
-        else:
-            super().reject()
-
-    def closeEvent(self, event: QCloseEvent) -> None:
-        if self.runner.busy():
-            self.runner.cancel_and_wait(CLOSE_WAIT_MS)
-        super().closeEvent(event)

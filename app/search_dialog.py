@@ -1,0 +1,49 @@
+"""What the sweep and auto-tune dialogs share: a status line, the Apply / Save / Close
+row, and a search that is cancelled (not orphaned) when the dialog goes away."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QDialog, QHBoxLayout, QPushButton
+
+
+class SearchDialog(QDialog):
+    """Subclasses set ``self.runner`` (a SearchRunner), ``self.status`` (a QLabel) and
+    ``close_wait_ms`` (how long closing may wait for the current run to give up)."""
+
+    close_wait_ms = 15_000
+
+    def _result_buttons(self, apply_text: str, apply_tip: str, on_apply: Callable[[], None],
+                        on_save: Callable[[], None]) -> QHBoxLayout:
+        self.apply_button = QPushButton(apply_text, self)
+        self.apply_button.setToolTip(apply_tip)
+        self.apply_button.clicked.connect(on_apply)
+        self.save_button = QPushButton("Save as profile…", self)
+        self.save_button.clicked.connect(on_save)
+        close_button = QPushButton("Close", self)
+        close_button.clicked.connect(self.close)
+        row = QHBoxLayout()
+        row.addWidget(self.apply_button)
+        row.addWidget(self.save_button)
+        row.addStretch(1)
+        row.addWidget(close_button)
+        return row
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.message = text
+        self.status.setText(text)
+        self.status.setStyleSheet("color: #b00020" if error else "")
+
+    def reject(self) -> None:
+        """Esc: cancel a running search first (a second Esc closes)."""
+        if self.runner.busy():
+            self.cancel()
+        else:
+            super().reject()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.runner.busy():
+            self.runner.cancel_and_wait(self.close_wait_ms)
+        super().closeEvent(event)
