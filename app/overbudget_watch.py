@@ -2,7 +2,8 @@
 
 The controller's own books always respect the budget, but the kernel decides what
 really leaves memory. Measured here: while another process maps the same GGUF
-(a second shardscope, a bench, a viewer), MADV_PAGEOUT skips the shared pages, so
+(a second shardscope, a bench, a viewer), the kernel keeps every page that process
+maps (FADV_DONTNEED and MADV_PAGEOUT both skip them), so
 the whole model stays resident, evicted shards reload from the page cache and the
 disk reads nothing — the run looks fast and is measuring nothing. The charts show
 it (weights curve above the budget line); this says it in words, once per episode.

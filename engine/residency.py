@@ -101,14 +101,14 @@ class ResidencyController:
         self._error: str | None = None
         self._rate_free_at = 0.0
         self.load_mechanism = "MADV_POPULATE_READ" if mapping else "none (no file mapping found)"
-        self.evict_mechanism = "MADV_PAGEOUT+FADV_DONTNEED" if mapping else "none (no file mapping found)"
+        self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED" if mapping else "none (no file mapping found)"
         self._knobs = _Knobs(self._check_budget(budget_mb, prefetch_depth), prefetch_depth, policy, ssd_mb_s)
         self._knobs.pinned = self._choose_pinned(self._knobs)
         self._resident = plan.host_bytes
         self._thread = threading.Thread(target=self._loader, name="shardscope-loader", daemon=True)
-        # Eviction (MADV_PAGEOUT) costs about as much time as loading; on its own thread
-        # it overlaps the next load instead of idling the disk. At most one shard's
-        # worth may be waiting to leave, so the kernel's count stays ≤ budget + a shard.
+        # Eviction on its own thread overlaps the next load instead of idling the disk.
+        # The loader counts shards still waiting to leave, so what the kernel holds
+        # stays ≤ budget + one shard (see _plan_step).
         self._evictor = threading.Thread(target=self._evict_loop, name="shardscope-evictor", daemon=True)
         self._evict_queue: list[int] = []
         self._evict_pending_bytes = 0
@@ -241,7 +241,7 @@ class ResidencyController:
 
         They are not needed again until the next token, so queueing their eviction at
         once (under the lock, the evictor does the work) makes room before the loader
-        asks for it — the disk never idles waiting for PAGEOUT. LRU keeps its meaning:
+        asks for it — the disk never idles waiting for eviction. LRU keeps its meaning:
         it evicts only when room is needed.
         """
         n_layers = len(self.plan.layer_shards)
@@ -330,6 +330,11 @@ class ResidencyController:
         urgent = self._current is not None and target in self.plan.layer_shards[self._current]
         if self._resident + need > knobs.budget_bytes and not urgent:
             return victims, None  # no room yet: wait for compute to move on
+        # What the kernel holds is the accounting plus shards still waiting to leave;
+        # that may exceed the budget by at most one shard.
+        pending = self._evict_pending_bytes + sum(self.plan.shards[i].n_bytes for i in victims)
+        if self._resident + need + pending > knobs.budget_bytes + self.plan.max_shard_bytes:
+            return victims, None  # let the evictor catch up first
         self._state[target] = LOADING
         self._resident += need
         return victims, target
@@ -348,9 +353,6 @@ class ResidencyController:
                     self._cond.notify_all()
                 if self._stop or self._error:
                     return
-                if self._evict_pending_bytes > self.plan.max_shard_bytes:
-                    self._cond.wait(0.05)  # let the evictor catch up first
-                    continue
                 victims, target = self._plan_step()
                 if victims:
                     self._evict_queue.extend(victims)
@@ -377,14 +379,17 @@ class ResidencyController:
                 if self._stop:
                     return
                 victims, self._evict_queue = self._evict_queue, []
-            try:
-                self._evict_now(victims)
-            except OSError as exc:
-                self._fail(exc)
-                return
-            with self._cond:
-                self._evict_pending_bytes -= sum(self.plan.shards[i].n_bytes for i in victims)
-                self._cond.notify_all()
+            # One shard at a time, each one's bytes released as soon as it is gone: the
+            # loader waits only for the first victim of a layer, not for the whole layer.
+            for index in victims:
+                try:
+                    self._evict_now([index])
+                except OSError as exc:
+                    self._fail(exc)
+                    return
+                with self._cond:
+                    self._evict_pending_bytes -= self.plan.shards[index].n_bytes
+                    self._cond.notify_all()
 
     def _evict_now(self, victims: list[int]) -> None:
         if not self.mapping or not victims:

@@ -3,7 +3,7 @@
 A sweep is a cartesian product of knob lists (``expand_grid``), run in order
 (``iter_sweep``): each combination gets a fresh :class:`StreamingRun`, so each run
 starts cold the way the engine starts every run (llama.cpp maps the file, then the
-cold start pages every non-pinned shard out with MADV_PAGEOUT; the globals stay).
+cold start evicts every non-pinned shard from memory and page cache; the globals stay).
 Steady-state figures exclude the first token (RunSummary does that), so the prompt
 pass and the cold-start reads are the warm-up, not part of tok/s.
 

@@ -1,7 +1,8 @@
 """The window says so when the kernel keeps weights resident above the budget.
 
 Found while looking at the window: a second process mapping the same GGUF makes
-MADV_PAGEOUT skip every shared page, so "streaming" reads nothing from disk.
+the kernel keep every shared page (no eviction call can drop it), so "streaming"
+reads nothing from disk.
 """
 
 from __future__ import annotations
