@@ -19,6 +19,7 @@ are hits on every token.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -45,6 +46,36 @@ def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
             f"of up to {plan.max_shard_bytes / MIB:.0f} MB)"
         )
     return budget
+
+
+MAX_READ_GAP = 1 * MIB
+
+
+def read_spans(plan: ShardPlan) -> list[list[tuple[int, int]]]:
+    """Per shard, its ranges merged across the small gaps between them, for reading.
+
+    A shard's ranges skip the layer's small tensors (norms stay resident with the
+    globals), so reading range by range drains the disk's queue at every norm: reads
+    of 2-5 MB ran at 1.3 GB/s here, of 5+ MB at 2.1 GB/s. The gap bytes are resident
+    already, so reading across them costs no I/O — unless the gap holds another
+    shard's bytes (or GPU-offloaded ones), which must not come in unaccounted: then
+    the ranges stay apart.
+    """
+    others = sorted([(start, shard.index) for shard in plan.shards for start, _ in shard.ranges]
+                    + [(start, -1) for start, _ in plan.offloaded_ranges])
+    starts = [start for start, _ in others]
+    spans: list[list[tuple[int, int]]] = []
+    for shard in plan.shards:
+        merged: list[tuple[int, int]] = []
+        for start, end in sorted(shard.ranges):
+            if merged and start - merged[-1][1] <= MAX_READ_GAP:
+                first = bisect.bisect_left(starts, merged[-1][1])
+                if first >= len(starts) or starts[first] >= start:
+                    merged[-1] = (merged[-1][0], end)
+                    continue
+            merged.append((start, end))
+        spans.append(merged)
+    return spans
 
 
 @dataclass
@@ -115,6 +146,7 @@ class ResidencyController:
         self._map_queue: list[int] = []
         self._evict_pending_bytes = 0
         self._view = self._open_view(mapping, fd)
+        self._read_spans = read_spans(plan)
 
     # ----------------------------------------------------------------- set-up
     @staticmethod
@@ -447,7 +479,9 @@ class ResidencyController:
         shard = self.plan.shards[index]
         started = time.perf_counter()
         if self.mapping:
-            for start, end in shard.ranges:
+            # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
+            ranges = shard.ranges if self._knobs.ssd_mb_s > 0 else self._read_spans[index]
+            for start, end in ranges:
                 span = self.mapping.clip(start, end)
                 if not span:
                     continue

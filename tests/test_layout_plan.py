@@ -96,3 +96,18 @@ def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):
     with StreamingRun(RunSettings(model_path=bundled_model, n_gpu_layers=8, n_gen=2, n_ctx=64)) as run:
         summary = run.run()
     assert summary.n_gpu_layers == 0 and summary.n_gpu_layers_requested == 8
+
+
+def test_read_spans_bridge_small_gaps_but_never_another_shards_bytes():
+    from engine.residency import read_spans
+    from engine.shard_plan import Shard, ShardPlan
+
+    a = Shard(0, (0,), ((0, 4 * MIB), (4 * MIB + PAGE, 8 * MIB)))  # a norm's page between
+    # shard 1's second range sits in shard 2's gap: shard 2 must not read across it
+    b = Shard(1, (1,), ((8 * MIB, 9 * MIB), (10 * MIB, 10 * MIB + 4 * PAGE)))
+    c = Shard(2, (2,), ((9 * MIB + PAGE, 10 * MIB - PAGE), (10 * MIB + 8 * PAGE, 12 * MIB)))
+    plan = ShardPlan("m.gguf", 8 * MIB, (a, b, c), ((0,), (1,), (2,)), (0, 1, 2), 12 * MIB, 12 * MIB)
+    spans = read_spans(plan)
+    assert spans[0] == [(0, 8 * MIB)]
+    assert spans[1] == [(8 * MIB, 9 * MIB), (10 * MIB, 10 * MIB + 4 * PAGE)]
+    assert spans[2] == [(9 * MIB + PAGE, 10 * MIB - PAGE), (10 * MIB + 8 * PAGE, 12 * MIB)]
