@@ -142,6 +142,7 @@ class ResidencyController:
         # The loader counts shards still waiting to leave, so what the kernel holds
         # stays ≤ budget + one shard (see _plan_step).
         self._evictor = threading.Thread(target=self._evict_loop, name="shardscope-evictor", daemon=True)
+        self._mapper = threading.Thread(target=self._map_loop, name="shardscope-mapper", daemon=True)
         self._evict_queue: list[int] = []
         self._map_queue: list[int] = []
         self._evict_pending_bytes = 0
@@ -189,6 +190,8 @@ class ResidencyController:
         self._evict_ranges(self.plan.offloaded_ranges)  # in GPU memory: the host copy can go
         self._thread.start()
         self._evictor.start()
+        if self._view is not None:
+            self._mapper.start()
 
     def close_waits(self) -> None:
         """Release a decode thread blocked on a load (Stop pressed mid-layer)."""
@@ -200,10 +203,10 @@ class ResidencyController:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        for thread in (self._thread, self._evictor):
+        for thread in (self._thread, self._evictor, self._mapper):
             if thread.is_alive():
                 thread.join(timeout=5)
-        if self._view is not None and not (self._thread.is_alive() or self._evictor.is_alive()):
+        if self._view is not None and not any(t.is_alive() for t in (self._thread, self._evictor, self._mapper)):
             self._view.close()  # no mapping of the model may outlive the run
             self._view = None
 
@@ -422,41 +425,48 @@ class ResidencyController:
                 return
             with self._cond:
                 if self._view is not None:
-                    self._map_queue.append(target)  # the evictor maps it: next read starts now
+                    self._map_queue.append(target)  # the mapper maps it: the next read starts now
                 else:
                     self._state[target] = RESIDENT
                 self._cond.notify_all()
 
     def _evict_loop(self) -> None:
-        """Map freshly read shards into llama.cpp's view, and evict, one shard at a time.
+        """Evict one shard at a time; each one's bytes count as gone as soon as it is."""
+        self._work_loop(self._evict_queue, self._evict_one)
 
-        Mapping goes first: compute may be waiting for that shard. Each evicted shard's
-        bytes are released as soon as it is gone, so the loader waits at most for one.
-        Mapping here rather than on the loader thread keeps the disk reading the next
-        shard meanwhile (mapping + unmapping the view took ~7 % of the loader's time).
+    def _map_loop(self) -> None:
+        """Map freshly read shards into llama.cpp's view while the loader reads on.
+
+        Mapping on the loader thread took ~7 % of its time; on the evictor it queued
+        behind evictions while compute waited for the mapped shard.
         """
+        self._work_loop(self._map_queue, self._map_one)
+
+    def _work_loop(self, queue: list[int], work) -> None:
         while True:
             with self._cond:
-                while not self._evict_queue and not self._map_queue and not self._stop:
+                while not queue and not self._stop:
                     self._cond.wait(0.1)
                 if self._stop:
                     return
-                mapping = bool(self._map_queue)
-                index = self._map_queue.pop(0) if mapping else self._evict_queue.pop(0)
+                index = queue.pop(0)
             try:
-                if mapping:
-                    self._map_now(index)
-                else:
-                    self._evict_now([index])
+                work(index)
             except OSError as exc:
                 self._fail(exc)
                 return
-            with self._cond:
-                if mapping:
-                    self._state[index] = RESIDENT
-                else:
-                    self._evict_pending_bytes -= self.plan.shards[index].n_bytes
-                self._cond.notify_all()
+
+    def _evict_one(self, index: int) -> None:
+        self._evict_now([index])
+        with self._cond:
+            self._evict_pending_bytes -= self.plan.shards[index].n_bytes
+            self._cond.notify_all()
+
+    def _map_one(self, index: int) -> None:
+        self._map_now(index)
+        with self._cond:
+            self._state[index] = RESIDENT
+            self._cond.notify_all()
 
     def _evict_now(self, victims: list[int]) -> None:
         if not self.mapping or not victims:
