@@ -2,7 +2,7 @@
 
 For each requested n_gpu_layers this drives one ``StreamingRun`` (the same class the
 CLI's ``bench`` uses) and prints one line: requested and effective n_gpu_layers,
-decode tok/s, time to first token, peak RSS, resident weights (the mapping's Rss),
+decode tok/s, time to first token, peak RSS, resident weights (mincore over the mapping),
 MB read per token and hit rate, plus the model buffer sizes llama.cpp logged (how
 many MB it put on the GPU and how many stayed as a view of the file). Runs use a
 budget the whole model fits ("fit"); ``--stream-layers`` adds runs with a budget of

@@ -53,7 +53,7 @@ class RunSummary:
     avg_ts: float
     stddev_ts: float
     peak_rss_mb: float
-    resident_weights_mb: float  # peak of the mapping's Rss while generating (kernel)
+    resident_weights_mb: float  # peak of the model's bytes in RAM while generating (mincore)
     read_mb_per_token: float  # /proc/self/io read_bytes per decoded token
     streamed_mb_per_token: float  # what the controller loaded per decoded token
     ssd_mb_s: float  # read_bytes over decode time
