@@ -166,11 +166,11 @@ def populate(start: int, end: int) -> str:
 def evict(start: int, end: int, fd: int | None, file_start: int) -> str:
     """Drop a range from memory *and* the page cache, so re-access reads the disk.
 
-    Unmap first (``MADV_DONTNEED``: one TLB flush per batch), then drop the file
+    Unmap first (``MADV_DONTNEED``), then drop the file
     range from the page cache (``FADV_DONTNEED``). Why not ``MADV_PAGEOUT`` for all
-    of it: it reclaims folio by folio with a TLB-flush IPI each time, measured at
-    5-10 ms per 16 MB shard while llama.cpp's threads run — and those IPIs stall
-    the compute threads too. But DONTNEED alone leaves the bytes cached (they would
+    of it: measured, it took 5-10 ms per 16 MB shard while llama.cpp's threads ran
+    (0.3 ms in a quiet process), and compute slowed while it ran; unmap + drop
+    takes ~1 ms. But DONTNEED alone leaves the bytes cached (they would
     come back for free and fake the SSD), and FADV_DONTNEED cannot drop a large
     folio that straddles the range's edge (the page cache holds 2 MB folios here).
     So mincore checks what survived, and only those pages are mapped again (from

@@ -2,9 +2,10 @@
 
 Compute calls ``on_layer`` (from llama.cpp's eval callback) just before a layer's
 matrices run. If the layer's shards are resident that is a *hit*; otherwise it is a
-*miss* and the decode thread waits while the loader thread brings them in. All disk
-work — loads, prefetch, eviction — happens on the loader thread: measured here,
-prefetch issued from the decode thread makes decoding slower.
+*miss* and the decode thread waits while the loader thread brings them in. No disk
+work happens on the decode thread (measured here, prefetch issued from it makes
+decoding slower): the loader reads shards through its own view of the file, a mapper
+thread maps them into llama.cpp's mapping, an evictor thread drops what is behind.
 
 Resident weight bytes (globals + shards marked loading/resident) never exceed the
 budget: the loader only starts a load when there is room, and makes room by evicting
@@ -49,6 +50,7 @@ def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
 
 
 MAX_READ_GAP = 1 * MIB
+VIEW_LOAD = "MADV_POPULATE_READ (own view, then mapped into llama.cpp's)"
 GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
 
 
@@ -62,9 +64,8 @@ def read_spans(plan: ShardPlan) -> list[list[tuple[int, int]]]:
     shard's bytes (or GPU-offloaded ones), which must not come in unaccounted: then
     the ranges stay apart.
     """
-    others = sorted([(start, shard.index) for shard in plan.shards for start, _ in shard.ranges]
-                    + [(start, -1) for start, _ in plan.offloaded_ranges])
-    starts = [start for start, _ in others]
+    starts = sorted([start for shard in plan.shards for start, _ in shard.ranges]
+                    + [start for start, _ in plan.offloaded_ranges])
     spans: list[list[tuple[int, int]]] = []
     for shard in plan.shards:
         merged: list[tuple[int, int]] = []
@@ -133,7 +134,7 @@ class ResidencyController:
         self._stop = False
         self._error: str | None = None
         self._rate_free_at = 0.0
-        self.load_mechanism = "MADV_POPULATE_READ (own view, then llama.cpp's mapping)" if mapping else "none (no file mapping found)"
+        self.load_mechanism = VIEW_LOAD if mapping else "none (no file mapping found)"
         self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED" if mapping else "none (no file mapping found)"
         self._knobs = _Knobs(self._check_budget(budget_mb, prefetch_depth), prefetch_depth, policy, ssd_mb_s)
         self._knobs.pinned = self._choose_pinned(self._knobs)
@@ -517,11 +518,15 @@ class ResidencyController:
         if self._view is None:
             return memory_calls.populate(lo, hi)
         self._view.read(lo - self.mapping.base, hi - self.mapping.base)
-        return "MADV_POPULATE_READ (own view, then mapped into llama.cpp's)"
+        return VIEW_LOAD
 
     def _map_now(self, index: int) -> None:
-        """Map a read shard into llama.cpp's view (page cache hits) and drop it from ours."""
-        for start, end in self.plan.shards[index].ranges:
+        """Map a read shard into llama.cpp's view (page cache hits) and drop it from ours.
+
+        Over the spans the loader read (they cover the shard's ranges and the resident
+        gap pages between them), so nothing stays mapped in the loader's view.
+        """
+        for start, end in self._read_spans[index]:
             span = self.mapping.clip(start, end)
             if span:
                 memory_calls.populate(span[0], span[1])
