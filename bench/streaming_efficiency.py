@@ -7,7 +7,9 @@ would reach. Goal: efficiency ≥ 0.85.
 
 This VM's disk drifts by ±20 % within a minute, so each round brackets its streaming
 run with disk reads just before and after, and the last line is the median of the
-rounds' efficiencies (each round printed above it).
+rounds' efficiencies (each round printed above it). A diagnostic line before it runs
+the same controller with sleeps in place of llama.cpp's compute (bench/controller_alone.py),
+to tell the controller's own ceiling from the cost of compute sharing the cores.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_models import synthetic_model  # noqa: E402
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
+from bench.controller_alone import controller_alone_mb_s  # noqa: E402
 from engine.settings import RunSettings  # noqa: E402
 from engine.streaming_run import StreamingRun  # noqa: E402
 
@@ -58,12 +61,19 @@ def main() -> None:
         disk_after, reads_after = disk_bound_mb_s(model)
         disk_mb_s = (disk + disk_after) / 2
         bound = disk_mb_s / summary.read_mb_per_token
-        rounds.append((summary.avg_ts / bound, summary.avg_ts, bound))
+        rounds.append((summary.avg_ts / bound, summary.avg_ts, bound, disk_mb_s, summary))
         print(f"round {n + 1}: cold sequential disk MB/s before: {fmt(reads_before)}; after: {fmt(reads_after)}; "
               f"bound {disk_mb_s:.0f} MB/s / {summary.read_mb_per_token:.0f} MB read/token = {bound:.2f} tok/s; "
               f"measured {summary.avg_ts:.2f} tok/s (hit rate {summary.hit_rate:.0f} %, peak RSS "
               f"{summary.peak_rss_mb:.0f} MB) -> {summary.avg_ts / bound:.2f}")
-    efficiency, tok_s, bound = sorted(rounds)[len(rounds) // 2]
+    efficiency, tok_s, bound, disk_mb_s, summary = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
+    # Diagnostic: the same controller with sleeps in place of llama.cpp's compute.
+    layer_s = max(0.0, 1.0 / summary.avg_ts - summary.wait_ms_per_token / 1000) / summary.n_layers
+    alone = controller_alone_mb_s(model, budget, args.prefetch_depth, layer_mb, args.policy, layer_s)
+    alone_disk, _ = disk_bound_mb_s(model)
+    print(f"diagnostic: the controller alone (a {layer_s * 1000:.1f} ms sleep per layer in place of "
+          f"compute) streams {alone:.0f} MB/s = {alone / alone_disk:.2f} of the disk ({alone_disk:.0f} MB/s); "
+          f"with llama.cpp computing it streamed {tok_s * summary.read_mb_per_token:.0f} MB/s")
     print(f"streaming efficiency {efficiency:.2f} (median of {len(rounds)} rounds "
           f"{', '.join(f'{r[0]:.2f}' for r in rounds)}; tok/s {tok_s:.2f}, bound {bound:.2f})")
 
