@@ -4,8 +4,8 @@ Compute calls ``on_layer`` (from llama.cpp's eval callback) just before a layer'
 matrices run. If the layer's shards are resident that is a *hit*; otherwise it is a
 *miss* and the decode thread waits while the loader thread brings them in. No disk
 work happens on the decode thread (measured here, prefetch issued from it makes
-decoding slower): the loader reads shards through its own view of the file, a mapper
-thread maps them into llama.cpp's mapping, an evictor thread drops what is behind.
+decoding slower): the loader reads shards into the page cache with its own descriptor, a
+mapper thread maps them into llama.cpp's mapping, an evictor thread drops what is behind.
 
 Resident weight bytes (globals + shards marked loading/resident) never exceed the
 budget: the loader only starts a load when there is room, and makes room by evicting
@@ -50,7 +50,7 @@ def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
 
 
 MAX_READ_GAP = 1 * MIB
-VIEW_LOAD = "MADV_POPULATE_READ (own view, then mapped into llama.cpp's)"
+CACHE_LOAD = "sendfile to /dev/null, then MADV_POPULATE_READ"
 GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
 
 
@@ -134,7 +134,7 @@ class ResidencyController:
         self._stop = False
         self._error: str | None = None
         self._rate_free_at = 0.0
-        self.load_mechanism = VIEW_LOAD if mapping else "none (no file mapping found)"
+        self.load_mechanism = CACHE_LOAD if mapping else "none (no file mapping found)"
         self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED" if mapping else "none (no file mapping found)"
         self._knobs = _Knobs(self._check_budget(budget_mb, prefetch_depth), prefetch_depth, policy, ssd_mb_s)
         self._knobs.pinned = self._choose_pinned(self._knobs)
@@ -148,20 +148,19 @@ class ResidencyController:
         self._evict_queue: list[int] = []
         self._map_queue: list[int] = []
         self._evict_pending_bytes = 0
-        self._view = self._open_view(mapping, fd)
+        self._reader = self._open_reader(mapping, fd)
         self._read_spans = read_spans(plan)
 
     # ----------------------------------------------------------------- set-up
     @staticmethod
-    def _open_view(mapping, fd) -> memory_calls.ReadView | None:
-        """The loader's own view of the file; without one, it reads through llama.cpp's."""
+    def _open_reader(mapping, fd) -> memory_calls.CacheReader | None:
+        """The loader's own way to the disk; without one, it reads through llama.cpp's mapping."""
         if mapping is None or fd is None or not memory_calls.IS_LINUX:
             return None
         try:
-            view = memory_calls.ReadView(fd, os.fstat(fd).st_size)
+            return memory_calls.CacheReader(fd)
         except OSError:
             return None
-        return view if view.address else None
 
     def _check_budget(self, budget_mb: float, depth: int) -> int:
         return require_budget(self.plan, budget_mb, depth)
@@ -192,7 +191,7 @@ class ResidencyController:
         self._evict_ranges(self.plan.offloaded_ranges)  # in GPU memory: the host copy can go
         self._thread.start()
         self._evictor.start()
-        if self._view is not None:
+        if self._reader is not None:
             self._mapper.start()
 
     def close_waits(self) -> None:
@@ -208,9 +207,9 @@ class ResidencyController:
         for thread in (self._thread, self._evictor, self._mapper):
             if thread.is_alive():
                 thread.join(timeout=5)
-        if self._view is not None and not any(t.is_alive() for t in (self._thread, self._evictor, self._mapper)):
-            self._view.close()  # no mapping of the model may outlive the run
-            self._view = None
+        if self._reader is not None and not any(t.is_alive() for t in (self._thread, self._evictor, self._mapper)):
+            self._reader.close()
+            self._reader = None
 
     # ----------------------------------------------------------- live knobs
     def set_budget(self, budget_mb: float) -> None:
@@ -431,7 +430,7 @@ class ResidencyController:
                 self._fail(exc)
                 return
             with self._cond:
-                if self._view is not None:
+                if self._reader is not None:
                     self._map_queue.append(target)  # the mapper maps it: the next read starts now
                 else:
                     self._state[target] = RESIDENT
@@ -442,7 +441,7 @@ class ResidencyController:
         self._work_loop(self._evict_queue, self._evict_one)
 
     def _map_loop(self) -> None:
-        """Map freshly read shards into llama.cpp's view while the loader reads on.
+        """Map freshly read shards into llama.cpp's mapping while the loader reads on.
 
         Mapping on the loader thread took ~7 % of its time; on the evictor it queued
         behind evictions while compute waited for the mapped shard.
@@ -514,23 +513,18 @@ class ResidencyController:
             self._counters.load_s += time.perf_counter() - started
 
     def _read_in(self, lo: int, hi: int) -> str:
-        """Disk → page cache: through the loader's own view when there is one."""
-        if self._view is None:
+        """Disk → page cache with the loader's own reader; without one, fault it in."""
+        if self._reader is None:
             return memory_calls.populate(lo, hi)
-        self._view.read(lo - self.mapping.base, hi - self.mapping.base)
-        return VIEW_LOAD
+        self._reader.read(lo - self.mapping.base, hi - self.mapping.base)
+        return CACHE_LOAD
 
     def _map_now(self, index: int) -> None:
-        """Map a read shard into llama.cpp's view (page cache hits) and drop it from ours.
-
-        Over the spans the loader read (they cover the shard's ranges and the resident
-        gap pages between them), so nothing stays mapped in the loader's view.
-        """
+        """Map a read shard into llama.cpp's mapping: page cache hits, no disk I/O."""
         for start, end in self._read_spans[index]:
             span = self.mapping.clip(start, end)
             if span:
                 memory_calls.populate(span[0], span[1])
-                self._view.drop(span[0] - self.mapping.base, span[1] - self.mapping.base)
 
     def _throttle(self, n_bytes: int) -> None:
         """Emulate a slower SSD: no chunk starts before the emulated disk is free.
