@@ -19,6 +19,22 @@ class Cancelled(Exception):
     """Raised inside the task's progress callback once cancel() was asked for."""
 
 
+def report_outcome(call: Callable[[], Any], succeeded, failed) -> None:
+    """Run ``call`` and emit its value on ``succeeded``, or one line on ``failed``:
+    "cancelled", the engine's own message, or "internal error: ..." for a bug — which
+    must reach the user as a message, never kill the app. Shared by the worker threads."""
+    try:
+        result = call()
+    except Cancelled:
+        failed.emit("cancelled")
+    except ShardscopeError as exc:
+        failed.emit(str(exc))
+    except Exception as exc:
+        failed.emit(f"internal error: {type(exc).__name__}: {exc}")
+    else:
+        succeeded.emit(result)
+
+
 class BackgroundTask(QThread):
     progressed = Signal(float)
     succeeded = Signal(object)
@@ -39,13 +55,4 @@ class BackgroundTask(QThread):
         self.progressed.emit(float(fraction))
 
     def run(self) -> None:  # noqa: D401 - QThread entry point
-        try:
-            result = self._fn(self._progress)
-        except Cancelled:
-            self.failed.emit("cancelled")
-        except ShardscopeError as exc:
-            self.failed.emit(str(exc))
-        except Exception as exc:  # any bug must reach the user as a message, not kill the app
-            self.failed.emit(f"internal error: {type(exc).__name__}: {exc}")
-        else:
-            self.succeeded.emit(result)
+        report_outcome(lambda: self._fn(self._progress), self.succeeded, self.failed)

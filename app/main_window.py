@@ -551,19 +551,20 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"{what} ended", 5000)
 
     def open_sweep_dialog(self) -> SweepDialog:
-        """One dialog, kept: its table survives closing it and opening it again."""
-        if self.sweep_dialog is None:
-            self.sweep_dialog = SweepDialog(self)
-        self.sweep_dialog.show()
-        self.sweep_dialog.raise_()
-        return self.sweep_dialog
+        return self._show_kept("sweep_dialog", SweepDialog)
 
     def open_tune_dialog(self) -> TuneDialog:
-        if self.tune_dialog is None:
-            self.tune_dialog = TuneDialog(self)
-        self.tune_dialog.show()
-        self.tune_dialog.raise_()
-        return self.tune_dialog
+        return self._show_kept("tune_dialog", TuneDialog)
+
+    def _show_kept(self, attr: str, cls):
+        """One dialog of each kind, kept: its results survive closing it and opening it again."""
+        dialog = getattr(self, attr)
+        if dialog is None:
+            dialog = cls(self)
+            setattr(self, attr, dialog)
+        dialog.show()
+        dialog.raise_()
+        return dialog
 
     # ================================================================== models
     def open_model(self, path: str | None) -> None:

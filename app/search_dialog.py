@@ -10,8 +10,9 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QPushButton
 
 
 class SearchDialog(QDialog):
-    """Subclasses set ``self.runner`` (a SearchRunner), ``self.status`` (a QLabel) and
-    ``close_wait_ms`` (how long closing may wait for the current run to give up)."""
+    """Subclasses set ``self.runner`` (a SearchRunner), ``self.status`` (a QLabel),
+    ``self.fields`` (the knob fields), ``cancel_message`` and ``close_wait_ms`` (how long
+    closing may wait for the current run to give up)."""
 
     close_wait_ms = 15_000
 
@@ -30,6 +31,26 @@ class SearchDialog(QDialog):
         row.addStretch(1)
         row.addWidget(close_button)
         return row
+
+    cancel_message = "cancelling …"
+
+    def is_running(self) -> bool:
+        return self.runner.busy()
+
+    def cancel(self) -> None:
+        if self.runner.busy():
+            self.runner.cancel()
+            self._say(self.cancel_message)
+
+    def _parsed_fields(self) -> dict | None:
+        """The fields' values to start a search with; None while one runs, or when a
+        field is refused (then the status line says so)."""
+        if self.runner.busy():
+            return None
+        values = self.fields.parse()
+        if values is None:
+            self._say("Fix the marked field first.", error=True)
+        return values
 
     def _say(self, text: str, error: bool = False) -> None:
         self.message = text

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
 
-from engine.errors import ShardscopeError
+from app.background import report_outcome
 
 SearchFn = Callable[[Callable[[Any], None], Callable[[], bool]], Any]
 
@@ -44,11 +44,4 @@ class SearchThread(QThread):
         return self._stop.is_set()
 
     def run(self) -> None:  # noqa: D401 - QThread entry point
-        try:
-            result = self._fn(self.item.emit, self._stop.is_set)
-        except ShardscopeError as exc:
-            self.failed.emit(str(exc))
-        except Exception as exc:  # a bug must reach the user as a message, not kill the app
-            self.failed.emit(f"internal error: {type(exc).__name__}: {exc}")
-        else:
-            self.succeeded.emit(result)
+        report_outcome(lambda: self._fn(self.item.emit, self._stop.is_set), self.succeeded, self.failed)

@@ -54,6 +54,8 @@ def sweep_fields(current: RunSettings) -> list[KnobField]:
 
 
 class SweepDialog(SearchDialog):
+    cancel_message = "cancelling: the current run stops at its next token; finished rows stay …"
+
     def __init__(self, window: "MainWindow") -> None:
         super().__init__(window)
         self.setWindowTitle("Sweep")
@@ -155,16 +157,10 @@ class SweepDialog(SearchDialog):
         self._update_buttons()
 
     # ------------------------------------------------------------------ running
-    def is_running(self) -> bool:
-        return self.runner.busy()
-
     def start(self) -> None:
         """Parse the lists (refusals inline), then sweep on the worker thread."""
-        if self.runner.busy():
-            return
-        grid = self.fields.parse()
+        grid = self._parsed_fields()
         if grid is None:
-            self._say("Fix the marked field first.", error=True)
             return
         base = self.window_.current_settings()
         base = base.with_changes(n_gen=self.tokens_spin.value(), **{k: v[0] for k, v in grid.items()})
@@ -192,11 +188,6 @@ class SweepDialog(SearchDialog):
         if refusal:
             self._say(refusal, error=True)
         self._update_buttons()
-
-    def cancel(self) -> None:
-        if self.runner.busy():
-            self.runner.cancel()
-            self._say("cancelling: the current run stops at its next token; finished rows stay …")
 
     def _on_started(self) -> None:
         self._started_at = time.monotonic()

@@ -80,6 +80,7 @@ def evaluation_text(ev: Evaluation) -> str:
 
 class TuneDialog(SearchDialog):
     close_wait_ms = 60_000  # auto_tune checks for Cancel between runs: wait out one run
+    cancel_message = "cancelling after the current run (the best so far is kept) …"
 
     def __init__(self, window: "MainWindow") -> None:
         super().__init__(window)
@@ -185,15 +186,9 @@ class TuneDialog(SearchDialog):
             f"SSD emulated while measuring: {'off' if not ssd else f'{ssd:g} MB/s'} (the window's SSD slider).")
 
     # ------------------------------------------------------------------ running
-    def is_running(self) -> bool:
-        return self.runner.busy()
-
     def start(self) -> None:
-        if self.runner.busy():
-            return
-        cands = self.fields.parse()
+        cands = self._parsed_fields()
         if cands is None:
-            self._say("Fix the marked field first.", error=True)
             return
         device_id = self.device_combo.device_id()
         if not device_id:
@@ -221,11 +216,6 @@ class TuneDialog(SearchDialog):
         if refusal:
             self._say(refusal, error=True)
         self._update_buttons()
-
-    def cancel(self) -> None:
-        if self.runner.busy():
-            self.runner.cancel()
-            self._say("cancelling after the current run (the best so far is kept) …")
 
     def _on_started(self) -> None:
         self._say(f"tuning for {self.device_combo.currentText()}: at most {self._bound} runs "
