@@ -5,6 +5,7 @@ standard library) so each widget can be built, tested and benchmarked alone, and
 the engine stays importable without Qt.
 """
 
+from widgets.expert_map import ExpertMap
 from widgets.labelled_slider import LabelledSlider
 from widgets.live_chart import LiveChart
 from widgets.number_format import format_number
@@ -19,6 +20,7 @@ __all__ = [
     "RESIDENT",
     "STATE_COLORS",
     "STATE_NAMES",
+    "ExpertMap",
     "LabelledSlider",
     "LiveChart",
     "NumbersPanel",
