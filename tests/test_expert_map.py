@@ -59,3 +59,20 @@ def test_kimi_scale_map_renders_and_finds_the_cell_under_the_mouse(qtbot):
     cell = m.cell_at(QPoint(rect.right(), rect.bottom()))
     assert cell == (60, 383)
     assert m.cell_at(QPoint(0, 0)) is None
+
+
+def test_cacheability_plot_holds_the_points_and_emits_a_chosen_size(qtbot):
+    from widgets.cacheability_plot import CacheabilityPlot
+
+    plot = CacheabilityPlot()
+    qtbot.addWidget(plot)
+    pts = {"lru": [(100, 0.3), (50, 0.12)], "hot": [(50, 0.2), (100, 0.45)]}
+    plot.set_curves(pts)
+    plot.set_projected([(50, 1.0), (100, 2.0)], "iPhone 16 Pro")
+    plot.set_current(100)
+    assert plot.curves()["lru"] == [(50.0, 0.12), (100.0, 0.3)]
+    assert plot.current() == 100.0
+    assert plot.nearest_size(60) == 50.0
+    with qtbot.waitSignal(plot.size_chosen) as got:
+        plot.size_chosen.emit(plot.nearest_size(90))
+    assert got.args == [100.0]
