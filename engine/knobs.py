@@ -88,8 +88,8 @@ class RunSettings:
         sweep="int", sweep_rank=4, slider=(0, 64, 1),
         tip="Layers offloaded to the GPU. Changing it reloads the model: the run restarts.")
     policy: str = knob(
-        "pinned", label="Eviction policy", short="policy", choices=("pinned", "lru"), flag="--policy",
-        sweep="str", sweep_rank=6, tune="pinned,lru", tune_rank=1, propose="pinned,lru", live=True,
+        "pinned", label="Policy", short="policy", choices=("pinned", "lru"), flag="--policy",
+        sweep="str", sweep_rank=6, tune="pinned,lru", tune_rank=1, live=True,
         required=True, tip="pinned: keep a fixed prefix of shards resident, stream the rest\n"
                            "lru: every shard competes; thrashes once the model exceeds the budget")
     ssd_mb_s: float = knob(
