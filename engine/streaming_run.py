@@ -100,6 +100,11 @@ def _peak_rss_bytes(proc: psutil.Process) -> int:
     return proc.memory_info().rss
 
 
+def min_budget_mb(plan: ShardPlan, settings: RunSettings) -> float:
+    """The smallest budget ``settings`` can run ``plan`` with (what apply and planning check)."""
+    return plan.min_budget_bytes(settings.prefetch_depth) / MIB
+
+
 def prepare_plan(settings: RunSettings) -> tuple[str, ShardPlan]:
     """Everything that can be refused before the (slow) model load."""
     validate(settings)
