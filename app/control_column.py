@@ -37,3 +37,16 @@ class ControlColumn(QScrollArea):
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setMinimumWidth(300)
+        self._check_gpu()
+
+    def _check_gpu(self) -> None:
+        try:
+            from engine.llama_session import gpu_offload_supported
+
+            supported = gpu_offload_supported()
+        except Exception:  # a broken llama.cpp install shows up properly at Run
+            supported = False
+        if not supported:
+            self.controls.set_disabled_reason("n_gpu_layers", "no GPU offload")
+            self.controls.sliders["n_gpu_layers"].setToolTip(
+                "Disabled: this llama.cpp build has no GPU offload (CPU only), so n_gpu_layers is always 0.")

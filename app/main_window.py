@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Callable
 
 import shiboken6
-from PySide6.QtCore import QByteArray, QStandardPaths, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter
+from PySide6.QtCore import QByteArray, Qt, Signal
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 
 from app.charts import build_run_chart, sample_values, set_projection
 from app.config_paths import default_config_dir, profiles_dir, window_settings
 from app.control_column import ControlColumn
-from app.export import ExportPaths, base_from_chosen, export_session
 from app.gui_thread_gc import collect_garbage_on_gui_thread
 from app.model_probe import ModelInfo
 from app.overbudget_watch import OverBudgetWatch
@@ -34,6 +33,8 @@ from app.sweep_dialog import SweepDialog
 from app.synth_dialog import SynthDialog
 from app.tune_dialog import TuneDialog
 from app.window_actions import build_actions, build_menus
+from app.window_files import WindowFiles
+from app.window_profiles import WindowProfiles
 from engine.errors import ShardscopeError
 from engine.knobs import changed
 from engine.metrics import MetricsSample
@@ -46,7 +47,7 @@ __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 DEFAULT_PROFILE = "iPhone 16 Pro"
 
 
-class MainWindow(QMainWindow):
+class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
     run_finished = Signal()
     error_shown = Signal(str)
     model_opened = Signal(str)  # resolved path, once probed
@@ -81,7 +82,6 @@ class MainWindow(QMainWindow):
         self._build_ui()
         build_menus(self)
         self._subscribe()
-        self._check_gpu()
         self._show_projection()
 
         geometry = self.qsettings.value("window/geometry")
@@ -165,18 +165,6 @@ class MainWindow(QMainWindow):
         s.state_changed.connect(self._update_actions)
         s.run_finished.connect(self._on_run_finished)
 
-    def _check_gpu(self) -> None:
-        try:
-            from engine.llama_session import gpu_offload_supported
-
-            supported = gpu_offload_supported()
-        except Exception:  # a broken llama.cpp install shows up properly at Run
-            supported = False
-        if not supported:
-            self.controls.set_disabled_reason("n_gpu_layers", "no GPU offload")
-            self.controls.sliders["n_gpu_layers"].setToolTip(
-                "Disabled: this llama.cpp build has no GPU offload (CPU only), so n_gpu_layers is always 0.")
-
     # ================================================================ settings
     def current_settings(self) -> RunSettings:
         """What Run would use now: the profile's other fields, the controls, the model."""
@@ -229,75 +217,6 @@ class MainWindow(QMainWindow):
     def mark(self, label: str) -> None:
         """A vertical marker at the newest sample's time on every chart."""
         self.chart.mark_event(self.session.last_t, label)
-
-    # ================================================================ profiles
-    def refresh_profiles(self) -> None:
-        errors = self.profile_panel.refresh(self.current_profile)
-        if errors:
-            self.show_error("Some profiles were left out:\n" + "\n".join(errors))
-
-    def profile_names(self) -> list[str]:
-        return self.profile_panel.names()
-
-    def load_profile(self, name: str) -> Profile:
-        profile = self.store.find(name)
-        if profile is None:
-            raise ShardscopeError(f"no profile named {name!r}")
-        self.apply_profile(profile)
-        return profile
-
-    def apply_profile(self, profile: Profile) -> None:
-        """Set every control from a profile — unless a value cannot fit the open model."""
-        info = self.model_info
-        if info is not None and profile.settings.shard_mb > info.file_mb and not profile.settings.model_path:
-            where = profile.path or profile.name
-            self.show_error(f"{where}: 'shard_mb' = {profile.settings.shard_mb:g} MB is larger than the open "
-                            f"model {info.name} ({info.file_mb:.0f} MB); profile not applied")
-            return
-        self._make_current(profile)
-        self.set_device(profile.device)  # a profile is tuned for its device: project onto it
-        if profile.settings.model_path and profile.settings.model_path != self.model_path:
-            self.open_model(profile.settings.model_path)
-        self.apply_settings(profile.settings, label=f"profile {profile.name}")
-        self.statusBar().showMessage(f"profile {profile.name}: {profile.description}".rstrip(": "), 8000)
-
-    def _make_current(self, profile: Profile) -> None:
-        self.current_profile = profile
-        self.profile_panel.select(profile)
-        self.qsettings.setValue("profile/last", profile.name)
-
-    def save_profile_as(self, name: str, settings: RunSettings | None = None, *, device: str | None = None,
-                        description: str | None = None) -> Profile | None:
-        """Save the controls as a user profile (it becomes the current one, for the
-        window's device); shows and returns None if refused.
-
-        With ``settings`` (a sweep row, a tune result) those are saved for ``device``
-        instead, and the window's controls and current profile stay as they are: saving
-        a candidate is not choosing it.
-        """
-        own = settings is None
-        if own:
-            settings, device = self.current_settings(), self.device_id()
-        if description is None:
-            description = f"Saved from the shardscope window (tuned on {self.model_name()})."
-        try:
-            profile = self.store.save(name, settings, device=device, description=description)
-        except ShardscopeError as exc:
-            self.show_error(str(exc))
-            return None
-        if own:
-            self.current_profile = profile
-        self.refresh_profiles()
-        if own:
-            self._make_current(profile)
-        self.statusBar().showMessage(f"saved profile {profile.name!r} to {profile.path}", 8000)
-        return profile
-
-    def _save_profile_dialog(self) -> None:
-        suggestion = "" if not self.current_profile or self.current_profile.builtin else self.current_profile.name
-        name, ok = QInputDialog.getText(self, "Save profile", "Profile name:", text=suggestion)
-        if ok and name.strip():
-            self.save_profile_as(name)
 
     # ================================================================== devices
     def device_id(self) -> str | None:
@@ -367,39 +286,6 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"opened {info.path}", 5000)
             self.model_opened.emit(info.path)
 
-    def _open_dialog(self) -> None:
-        start = str(Path(self.model_info.path).parent) if self.model_info else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Open GGUF model", start, "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.open_model(path)
-
-    def _synth_dialog_open(self) -> None:
-        default_dir = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) \
-            or str(Path.home())
-        dialog = SynthDialog(Path(default_dir), self)
-        dialog.model_written.connect(self.open_model)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self._synth_dialog = dialog
-        dialog.open()
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        event.acceptProposedAction() if self._dropped_gguf(event.mimeData()) else event.ignore()
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        path = self._dropped_gguf(event.mimeData())
-        if path is None:
-            event.ignore()
-            return
-        event.acceptProposedAction()
-        self.open_model(path)
-
-    @staticmethod
-    def _dropped_gguf(mime) -> str | None:
-        for url in mime.urls() if mime.hasUrls() else []:
-            if url.isLocalFile() and url.toLocalFile().lower().endswith(".gguf"):
-                return url.toLocalFile()
-        return None
-
     # ==================================================================== runs
     def start_run(self) -> None:
         if self.is_running():
@@ -467,27 +353,6 @@ class MainWindow(QMainWindow):
             self.projection = projection
             self.run_view.show_round(summary)
             self._show_projection()
-
-    # ================================================================== export
-    def export_to(self, base_path: str | Path) -> ExportPaths | None:
-        """Write <base>.csv, <base>-timeline.csv and <base>.png; shows and returns None on refusal."""
-        try:
-            paths = export_session(base_from_chosen(base_path), self.summaries, list(self.timeline),
-                                   self.chart.export_png)
-        except ShardscopeError as exc:
-            self.show_error(str(exc))
-            return None
-        self.statusBar().showMessage(f"exported {', '.join(p.name for p in paths.all())} to {paths.png.parent}", 8000)
-        return paths
-
-    def _export_dialog(self) -> None:
-        if not self.summaries and not self.timeline:
-            self.show_error("nothing to export yet: press Run first")
-            return
-        path, _ = QFileDialog.getSaveFileName(self, "Export session (base name)", str(Path.home() / "shardscope-run.csv"),
-                                              "CSV (*.csv)")
-        if path:
-            self.export_to(path)
 
     # ================================================================== errors
     def show_error(self, message: str) -> None:

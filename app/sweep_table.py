@@ -30,7 +30,7 @@ class Column:
     tip: str = ""
 
 
-KNOB_TITLES = {key: f"{spec.short} {spec.unit}".rstrip() for key, spec in KNOBS.items()}
+KNOB_TITLES = {key: f"{spec.brief} {spec.unit}".rstrip() for key, spec in KNOBS.items()}
 METRIC_COLUMNS = (
     Column("avg_ts", "tok/s", tip="measured here, first token excluded"),
     Column("read_mb_per_token", "read MB/token", tip="kernel read_bytes per decoded token"),

@@ -21,7 +21,8 @@ class Knob:
     default: Any
     type: type  # the RunSettings field's type (int, float, str, bool)
     label: str  # "Prefetch depth": slider titles, form rows
-    short: str  # "prefetch": change marks and one-line descriptions
+    short: str  # "prefetch": change marks ("prefetch 1→2")
+    column: str = ""  # compact name in lists, tables and legends ("depth 2"); default: short
     unit: str = ""  # "MB", "MB/s"; "" for counts
     counts: str = ""  # what a count is ("shards"), shown by the slider
     low: float | None = None  # inclusive range; None: not a number
@@ -42,6 +43,10 @@ class Knob:
     reported_as: str | None = None  # the RunSummary column holding the value the run used
     enabled: bool = True  # False: declared for a feature still to land; no flag, control or profile key
     name: str = ""  # filled from the field name
+
+    @property
+    def brief(self) -> str:
+        return self.column or self.short
 
     def text(self, value) -> str:
         """"64 MB", "off", "lru": one value as settings-as-text shows it."""
@@ -76,7 +81,7 @@ class RunSettings:
         propose="16,32,64", slider=(1, 512, 1), required=True,
         tip="Unit of loading and eviction. Changing it re-plans: the run restarts.")
     prefetch_depth: int = knob(
-        2, label="Prefetch depth", short="prefetch", counts="shards", low=0, high=16, flag="--prefetch-depth",
+        2, label="Prefetch depth", short="prefetch", column="depth", counts="shards", low=0, high=16, flag="--prefetch-depth",
         sweep="int", sweep_rank=2, tune="0-4", tune_rank=3, propose="0-2", slider=(0, 16, 1), live=True,
         required=True, tip="Streamed shards loaded ahead of the layer being computed.")
     threads: int = knob(
@@ -136,7 +141,7 @@ def changed(old: RunSettings, new: RunSettings) -> list[str]:
 
 
 def describe(values, keys=None) -> str:
-    """"shard 64 MB, prefetch 2, threads 2": settings (or a RunSummary) as one line.
+    """"shard 64 MB, depth 2, threads 2": settings (or a RunSummary) as one line.
 
     A RunSummary is read through each knob's ``reported_as`` column.
     """
@@ -144,5 +149,5 @@ def describe(values, keys=None) -> str:
     for key in keys if keys is not None else SWEPT:
         spec = KNOBS[key]
         source = spec.reported_as if spec.reported_as and not isinstance(values, RunSettings) else key
-        parts.append(f"{spec.short} {spec.text(getattr(values, source))}")
+        parts.append(f"{spec.brief} {spec.text(getattr(values, source))}")
     return ", ".join(parts)

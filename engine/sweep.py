@@ -78,7 +78,7 @@ def expand_grid(base: RunSettings, grid: dict[str, list]) -> list[RunSettings]:
 
 
 def describe_settings(s: RunSettings, keys=GRID_KEYS) -> str:
-    """"shard 64 MB, prefetch 2, threads 2, ..." for notes and progress lines."""
+    """"shard 64 MB, depth 2, threads 2, ..." for notes and progress lines."""
     return describe(s, keys)
 
 
