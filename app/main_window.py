@@ -70,6 +70,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         # Replaceable so tests (or a future log pane) can see errors without a dialog.
         self.message_hook: Callable[[str], None] = self._show_message_box
         self._shown_levels: dict[str, float | None] = {}
+        self._owner_shown: str | None = None  # the search the status bar last spoke of
         self._error_box: QMessageBox | None = None
         self._synth_dialog: SynthDialog | None = None
         self.projection: RoundProjection | None = None  # what the round panel's projection shows
@@ -317,8 +318,11 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
             w.setToolTip(f"Disabled while {owner} runs" if owner else "Stream-generate until Stop (Ctrl+R)")
         for w in (self.stop_action, self.stop_button):
             w.setEnabled(running)
-        if owner is not None:
+        shown, self._owner_shown = self._owner_shown, owner
+        if owner is not None and owner != shown:
             self.statusBar().showMessage(f"{owner} is running; Run is disabled until it ends")
+        elif owner is None and shown is not None:
+            self.statusBar().showMessage(f"{shown} ended", 5000)
 
     def _on_run_started(self, plan: ShardPlan, settings: RunSettings, new_press: bool) -> None:
         if new_press:
