@@ -56,7 +56,22 @@ def add_flag(p: argparse.ArgumentParser, key: str, **overrides) -> None:
     if spec.help:
         kw["help"] = spec.help
     kw.update(overrides)
+    if "action" not in kw and "choices" not in kw:
+        kw.setdefault("metavar", metavar(key))
     p.add_argument(spec.flag, dest=key, **kw)
+
+
+def metavar(key: str) -> str:
+    """"--tokens" → TOKENS: help names the flag, not the RunSettings field behind it."""
+    return KNOBS[key].flag.lstrip("-").upper().replace("-", "_")
+
+
+def list_help(key: str, what: str = "values") -> str:
+    """Help for a knob taking a list (sweep, tune): its label, unit and an example."""
+    spec = KNOBS[key]
+    unit = f" ({spec.unit}{'; 0 = off' if spec.off else ''})" if spec.unit else ""
+    example = spec.propose or spec.tune or ",".join(spec.choices) or "1,2 or 0-4"
+    return f"{spec.label.lower()} {what}{unit}, e.g. {example}"
 
 
 def add_run_arguments(p: argparse.ArgumentParser, skip: tuple[str, ...] = (), **overrides: dict) -> None:

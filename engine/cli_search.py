@@ -128,8 +128,7 @@ def _register_sweep(sub) -> None:
     for flag, key in SWEEP_FLAGS.items():
         spec = KNOBS[key]
         p.add_argument(flag, dest=key, default="0" if spec.off else str(getattr(d, key)),
-                       help=f"{spec.label.lower()} list{f' ({spec.unit})' if spec.unit else ''}, e.g. "
-                            f"{spec.propose or spec.tune or spec.default}")
+                       metavar=cli_args.metavar(key), help=cli_args.list_help(key))
     _add_common_run_flags(p, default_tokens=8)
     p.add_argument("--device", help="also project each run onto this device (e.g. iphone-16-pro)")
     p.set_defaults(func=cmd_sweep)
@@ -214,9 +213,9 @@ def _register_tune(sub) -> None:
                    help="cap the weight budget below the device's (so streaming matters for small models)")
     for flag, key in TUNE_FLAGS.items():
         spec = KNOBS[key]
-        p.add_argument(flag, dest=key, default=spec.tune or None,
-                       help=f"candidate {spec.label.lower()} values" + ("" if spec.tune else
-                                                                         " (default: 1 to this host's cores)"))
+        p.add_argument(flag, dest=key, default=spec.tune or None, metavar=cli_args.metavar(key),
+                       help=cli_args.list_help(key, "candidates") + ("" if spec.tune else
+                                                                     " (default: 1 to this host's cores)"))
     p.add_argument("--ssd-mb-s", type=cli_args.non_negative_float, default=None,
                    help="SSD emulated while measuring here (default: the device profile's; 0: off)")
     p.add_argument("--min-gain", type=cli_args.non_negative_float, default=0.02,
