@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QVBoxLayout, QWidg
 
 from engine.errors import ShardscopeError
 from engine.knob_ranges import parse_knob
+from engine.knobs import KNOBS
 
 _ERROR_STYLE = "color: #b00020"
 _FIELD_ERROR_STYLE = "QLineEdit { border: 1px solid #b00020; }"
@@ -26,6 +27,14 @@ class KnobField:
     title: str  # what the form calls it (and what an error names)
     default: str
     tip: str = ""
+
+
+def knob_field(key: str, default: str) -> KnobField:
+    """A field for one knob, titled and explained by its declaration."""
+    spec = KNOBS[key]
+    title = f"{spec.label} ({spec.unit})" if spec.unit else spec.label
+    example = spec.propose or spec.tune or ",".join(spec.choices) or "16,64 or 0-4"
+    return KnobField(key, title, default, f"{spec.label}: a list or range, e.g. {example}")
 
 
 class KnobFields(QWidget):

@@ -12,9 +12,9 @@ with the new settings without ending the thread, so the charts keep one timeline
 Each StreamingRun gets a number (``run_index``) that rides along with its
 signals, so a late sample of a replaced run can never be charted as the new one's.
 
-Live knobs are applied from the GUI thread straight onto the engine's
-thread-safe setters; a refusal (budget below the minimum) is raised back to the
-caller so the window can revert the slider.
+New settings go through ``apply``, which hands them to ``StreamingRun.apply``: the
+engine answers "live" or "restart", or refuses (raised back to the caller, nothing
+changed, so the window can revert the slider).
 """
 
 from __future__ import annotations
@@ -25,19 +25,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from engine.errors import ShardscopeError
-from engine.settings import RunSettings
+from engine.knobs import LIVE, changed
+from engine.settings import RunSettings, validate
 from engine.streaming_run import StreamingRun
-
-# RunSettings field -> StreamingRun setter: knobs that apply between layers/tokens.
-LIVE_SETTERS: dict[str, str] = {
-    "budget_mb": "set_budget_mb",
-    "prefetch_depth": "set_prefetch_depth",
-    "policy": "set_policy",
-    "ssd_mb_s": "set_ssd_mb_s",
-    "threads": "set_threads",
-}
-# Fields that change the plan or the llama.cpp load: only a new StreamingRun applies them.
-RESTART_KEYS = frozenset({"model_path", "shard_mb", "n_gpu_layers", "n_ctx"})
 
 
 def describe_exception(exc: BaseException, model_path: str | None) -> str:
@@ -81,23 +71,22 @@ class RunWorker(QObject):
         if run is not None:
             run.stop()
 
-    def restart(self, settings: RunSettings) -> None:
-        """Replace the current StreamingRun by one with ``settings`` (re-plan and reload)."""
-        with self._lock:
-            self._settings = settings
-            self._restart_requested = True
-            run = self.run
-        if run is not None:
-            run.stop()
-
-    def apply_live(self, key: str, value) -> None:
-        """Apply one live knob now; raises ShardscopeError (state unchanged) if refused."""
-        setter = LIVE_SETTERS[key]
+    def apply(self, settings: RunSettings) -> str:
+        """The run's answer to new settings: "live" or "restart" (then a new StreamingRun
+        starts with them). Raises ShardscopeError, changing nothing, when refused."""
         with self._lock:
             run = self.run
             if run is not None:
-                getattr(run, setter)(value)  # raises before changing anything
-            self._settings = self._settings.with_changes(**{key: value})
+                answer = run.apply(settings)
+            else:  # being planned: work() hands the newest settings to the run before it starts
+                validate(settings)
+                answer = "restart" if any(k not in LIVE for k in changed(self._settings, settings)) else "live"
+            self._settings = settings
+            if answer == "restart":
+                self._restart_requested = True
+        if answer == "restart" and run is not None:
+            run.stop()
+        return answer
 
     # --------------------------------------------------------------- worker thread
     def work(self) -> None:
@@ -117,9 +106,20 @@ class RunWorker(QObject):
                     on_token=lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt),
                     on_phase=lambda name, i=index: self.phase.emit(i, name),
                 )
+                with self._lock:
+                    wanted = self._settings
+                    try:  # knobs moved while it was planned: the run takes them, or a new plan does
+                        if not (self._stop_requested or self._restart_requested) and wanted != settings \
+                                and run.apply(wanted) == "restart":
+                            self._restart_requested = True
+                    except Exception:
+                        run.close()
+                        raise
+                    if self._stop_requested or self._restart_requested:
+                        run.close()
+                        continue
+                    self.run = run
                 try:
-                    if not self._adopt(run):
-                        continue  # stopped or restarted while planning: nothing to run
                     self.run_started.emit(index, run.plan, run.settings)
                     run.run(continuous=True, on_summary=lambda s, i=index: self.summary.emit(i, s))
                 except Exception:
@@ -137,18 +137,6 @@ class RunWorker(QObject):
             self.failed.emit(describe_exception(exc, self.settings.model_path))
         finally:
             self.finished.emit()
-
-    def _adopt(self, run: StreamingRun) -> bool:
-        """Publish ``run``; catch up on knobs the GUI moved while it was being planned."""
-        with self._lock:
-            if self._stop_requested or self._restart_requested:
-                return False
-            self.run = run
-            wanted = self._settings
-            for key, setter in LIVE_SETTERS.items():
-                if getattr(wanted, key) != getattr(run.settings, key):
-                    getattr(run, setter)(getattr(wanted, key))
-            return True
 
 
 class RunThread:

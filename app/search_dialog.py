@@ -3,10 +3,28 @@ row, and a search that is cancelled (not orphaned) when the dialog goes away."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
 
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QPushButton
+
+from app.search_runner import SearchHost
+from engine.settings import RunSettings
+
+
+class DialogHost(Protocol):
+    """What a search dialog needs from the window that opens it (handed in, never imported)."""
+
+    session: SearchHost  # holds the engine lock while a search runs
+    last_error: str | None
+
+    def current_settings(self) -> RunSettings: ...
+    def device_id(self) -> str | None: ...
+    def model_name(self) -> str: ...
+    def apply_settings(self, settings: RunSettings, label: str | None = None) -> None: ...
+    def set_device(self, device_id: str | None) -> None: ...
+    def save_profile_as(self, name: str, settings: RunSettings | None = None, *, device: str | None = None,
+                        description: str | None = None): ...
 
 
 class SearchDialog(QDialog):

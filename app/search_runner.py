@@ -5,10 +5,10 @@ llama.cpp decoding in the same process (the window's Run, or another search) wou
 take cores and disk from it and turn the comparison into noise, and two
 StreamingRuns would evict each other's shards. So a search first stops the
 window's run (waiting for ``run_finished``, which takes at most a token), then
-holds the window's engine lock (``begin_search``/``end_search``) for as long as its
+holds the session's engine lock (``begin_search``/``end_search``) for as long as its
 thread lives: Run is disabled meanwhile and says why.
 
-The dialogs own a SearchRunner each; the window only sees the protocol below.
+The dialogs own a SearchRunner each; the run session (app.run_session) is the host.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from app.search_thread import SearchFn, SearchThread
 
 
 class SearchHost(Protocol):
-    """What a search needs from the main window."""
+    """What a search needs from the run session."""
 
-    run_finished: Any  # Signal(): the window's run thread ended
+    run_finished: Any  # Signal(): the session's run thread ended
 
     def is_running(self) -> bool: ...
     def stop_run(self) -> None: ...

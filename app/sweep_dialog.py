@@ -17,50 +17,42 @@ The window's own run is stopped first and Run stays disabled meanwhile
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from app.device_combo import DeviceCombo
-from app.search_dialog import SearchDialog
-from app.knob_fields import KnobField, KnobFields
+from app.search_dialog import DialogHost, SearchDialog
+from app.knob_fields import KnobField, KnobFields, knob_field
 from app.progress_text import eta_text
 from app.search_runner import SearchRunner
 from app.sweep_plot import Y_METRICS, SweepPlot
 from app.sweep_table import SweepTable
 from engine.errors import ShardscopeError
+from engine.knobs import KNOBS
 from engine.settings import RunSettings
 from engine.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
-
-if TYPE_CHECKING:
-    from app.main_window import MainWindow
 
 DEFAULT_TOKENS = 8  # as `shardscope sweep`: the first is warm-up, 7 are averaged
 
 
 def sweep_fields(current: RunSettings) -> list[KnobField]:
     """The knobs a user sweeps, prefilled so Start at once is a useful first sweep
-    (shard size x prefetch depth at the window's other settings)."""
-    return [
-        KnobField("shard_mb", "Shard size (MB)", "16,32,64", "Shard sizes, e.g. 16,64,256 or 16-256*2"),
-        KnobField("prefetch_depth", "Prefetch depth", "0-2", "e.g. 0-4"),
-        KnobField("threads", "Threads", str(current.threads), "e.g. 1,2 or 1-4"),
-        KnobField("budget_mb", "Budget (MB)", f"{current.budget_mb:g}", "Weight budgets, e.g. 200,300"),
-        KnobField("policy", "Policy", current.policy, "pinned, lru or pinned,lru"),
-        KnobField("ssd_mb_s", "SSD emulation (MB/s)", f"{current.ssd_mb_s:g}", "0 = off; e.g. 0,300,860"),
-    ]
+    (each knob's proposed list, e.g. shard size x prefetch depth, at the window's other settings)."""
+    def now(value) -> str:
+        return value if isinstance(value, str) else f"{value:g}"
+    return [knob_field(key, KNOBS[key].propose or now(getattr(current, key))) for key in GRID_KEYS]
 
 
 class SweepDialog(SearchDialog):
     cancel_message = "cancelling: the current run stops at its next token; finished rows stay …"
 
-    def __init__(self, window: "MainWindow") -> None:
-        super().__init__(window)
+    def __init__(self, window: DialogHost) -> None:
+        super().__init__(window)  # type: ignore[arg-type]  # the window is a QWidget
         self.setWindowTitle("Sweep")
         self.window_ = window
-        self.runner = SearchRunner(window, "the sweep", self)
+        self.runner = SearchRunner(window.session, "the sweep", self)
         self.results: list[SweepResult] = []
         self.knobs: list[str] = []
         self.total = 0

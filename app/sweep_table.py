@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
+from engine.knobs import KNOBS
 from engine.sweep import SweepResult
 from widgets import format_number
 
@@ -29,9 +30,7 @@ class Column:
     tip: str = ""
 
 
-KNOB_TITLES = {"shard_mb": "shard MB", "prefetch_depth": "depth", "threads": "threads",
-               "n_gpu_layers": "GPU layers", "budget_mb": "budget MB", "policy": "policy",
-               "ssd_mb_s": "SSD MB/s"}
+KNOB_TITLES = {key: f"{spec.brief} {spec.unit}".rstrip() for key, spec in KNOBS.items()}
 METRIC_COLUMNS = (
     Column("avg_ts", "tok/s", tip="measured here, first token excluded"),
     Column("read_mb_per_token", "read MB/token", tip="kernel read_bytes per decoded token"),

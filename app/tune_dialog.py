@@ -19,25 +19,22 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout)
 
 from app.device_combo import DeviceCombo
-from app.search_dialog import SearchDialog
-from app.knob_fields import KnobField, KnobFields
+from app.search_dialog import DialogHost, SearchDialog
+from app.knob_fields import KnobField, KnobFields, knob_field
 from app.round_projection import unverified_inputs
 from app.search_runner import SearchRunner
 from engine.devices import get_device
 from engine.errors import ShardscopeError
+from engine.knobs import KNOBS, describe
 from engine.settings import RunSettings
 from engine.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
 from widgets import format_number
-
-if TYPE_CHECKING:
-    from app.main_window import MainWindow
 
 DEFAULT_TOKENS = 6  # as `shardscope tune`
 DEFAULT_PASSES = 2
@@ -47,12 +44,8 @@ TUNED_KEYS = (*TUNE_KNOBS, "budget_mb")
 def tune_fields() -> list[KnobField]:
     """Small candidate sets: a 2 x 3 x 3 x cores grid, a few minutes of runs on two cores."""
     cores = os.cpu_count() or 1
-    return [
-        KnobField("policy", "Policies", "pinned,lru"),
-        KnobField("shard_mb", "Shard sizes (MB)", "16,32,64"),
-        KnobField("prefetch_depth", "Prefetch depths", "0-2"),
-        KnobField("threads", "Threads", f"1-{cores}" if cores > 1 else "1"),
-    ]
+    every_core = f"1-{cores}" if cores > 1 else "1"
+    return [knob_field(key, KNOBS[key].propose or KNOBS[key].tune or every_core) for key in TUNE_KNOBS]
 
 
 def max_runs(candidates: dict[str, list], passes: int) -> int:
@@ -63,8 +56,7 @@ def max_runs(candidates: dict[str, list], passes: int) -> int:
 
 
 def knobs_text(s: RunSettings, budget: bool = True) -> str:
-    text = f"policy {s.policy}, shard {s.shard_mb:g} MB, prefetch depth {s.prefetch_depth}, threads {s.threads}"
-    return text + (f", budget {s.budget_mb:g} MB" if budget else "")
+    return describe(s, TUNED_KEYS if budget else TUNE_KNOBS)
 
 
 def evaluation_text(ev: Evaluation) -> str:
@@ -82,11 +74,11 @@ class TuneDialog(SearchDialog):
     close_wait_ms = 60_000  # auto_tune checks for Cancel between runs: wait out one run
     cancel_message = "cancelling after the current run (the best so far is kept) …"
 
-    def __init__(self, window: "MainWindow") -> None:
-        super().__init__(window)
+    def __init__(self, window: DialogHost) -> None:
+        super().__init__(window)  # type: ignore[arg-type]  # the window is a QWidget
         self.setWindowTitle("Auto-tune for device")
         self.window_ = window
-        self.runner = SearchRunner(window, "the auto-tune", self)
+        self.runner = SearchRunner(window.session, "the auto-tune", self)
         self.result: TuneResult | None = None
         self.evaluations: list[Evaluation] = []
         self.message = ""
@@ -171,7 +163,7 @@ class TuneDialog(SearchDialog):
 
     # ------------------------------------------------------------------ inputs
     def budget_cap_mb(self) -> float:
-        return float(self.window_.controls.value("budget_mb"))
+        return float(self.window_.current_settings().budget_mb)
 
     def _show_budget(self) -> None:
         device_id = self.device_combo.device_id()
@@ -179,7 +171,7 @@ class TuneDialog(SearchDialog):
             device_mb = device_weight_budget_mb(get_device(device_id)) if device_id else math.nan
         except ShardscopeError:
             device_mb = math.nan
-        ssd = self.window_.controls.value("ssd_mb_s")
+        ssd = self.window_.current_settings().ssd_mb_s
         self.budget_label.setText(
             f"Model: {self.window_.model_name()}. Budget: capped at {self.budget_cap_mb():g} MB by the window's "
             f"Memory budget slider (the device allows {format_number(device_mb)} MB of weights). "
@@ -197,7 +189,7 @@ class TuneDialog(SearchDialog):
         self._show_budget()
         model_path = self.window_.current_settings().model_path
         cap, tokens, passes = self.budget_cap_mb(), self.tokens_spin.value(), self.passes_spin.value()
-        ssd = float(self.window_.controls.value("ssd_mb_s"))
+        ssd = float(self.window_.current_settings().ssd_mb_s)
         self.result = None
         self.evaluations = []
         self.log.clear()

@@ -7,11 +7,11 @@ non-zero exit code — never a traceback for bad input.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
+from engine.cli_args import add_run_arguments, non_negative_int, positive_float, positive_int, settings_from_args
 from engine.errors import ShardscopeError
-from engine.settings import DEFAULT_PROMPT, POLICIES, RunSettings
+from engine.knobs import describe
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,64 +19,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"shardscope: error: {message}\n")
 
 
-def _number_type(kind: type, allow_zero: bool):
-    """An argparse type: a whole or real number, > 0 (or ≥ 0), refused in one line."""
-    noun = "a whole number" if kind is int else "a number"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
-        ok = value >= 0 if allow_zero else value > 0
-        if not ok or (kind is float and math.isinf(value)):
-            raise argparse.ArgumentTypeError(f"must be {'≥' if allow_zero else '>'} 0, got {text}")
-        return value
-
-    return parse
-
-
-_positive_int = _number_type(int, allow_zero=False)
-_non_negative_int = _number_type(int, allow_zero=True)
-_positive_float = _number_type(float, allow_zero=False)
-_non_negative_float = _number_type(float, allow_zero=True)
-
-
-def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    d = RunSettings()
-    p.add_argument("--model", help="GGUF file (default: the bundled gemma-3-270m)")
-    p.add_argument("--budget-mb", type=_positive_float, default=d.budget_mb, help="weight budget (MB)")
-    p.add_argument("--shard-mb", type=_positive_float, default=d.shard_mb, help="shard size (MB)")
-    p.add_argument("--prefetch-depth", type=_non_negative_int, default=d.prefetch_depth)
-    p.add_argument("--threads", type=_positive_int, default=d.threads)
-    p.add_argument("--n-gpu-layers", type=_non_negative_int, default=d.n_gpu_layers)
-    p.add_argument("--policy", choices=POLICIES, default=d.policy)
-    p.add_argument("--ssd-mb-s", type=_non_negative_float, default=d.ssd_mb_s,
-                   help="emulate an SSD of this read bandwidth (0: off)")
-    p.add_argument("--tokens", type=_positive_int, default=d.n_gen, help="tokens to generate")
-    p.add_argument("--n-ctx", type=_positive_int, default=None, help="context size (default: fits prompt+tokens)")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT)
-    p.add_argument("--temperature", type=_non_negative_float, default=0.0, help="0: greedy")
-    p.add_argument("--seed", type=_non_negative_int, default=0)
-
-
-def settings_from_args(args) -> RunSettings:
-    n_ctx = args.n_ctx or max(128, 64 * math.ceil((len(args.prompt) // 2 + args.tokens + 16) / 64))
-    return RunSettings(
-        model_path=args.model, budget_mb=int(args.budget_mb) if float(args.budget_mb).is_integer() else args.budget_mb,
-        shard_mb=args.shard_mb, prefetch_depth=args.prefetch_depth, threads=args.threads,
-        n_gpu_layers=args.n_gpu_layers, policy=args.policy, ssd_mb_s=args.ssd_mb_s, n_gen=args.tokens,
-        n_ctx=n_ctx, prompt=args.prompt, temperature=args.temperature, seed=args.seed,
-    )
-
-
 def _print_summary(summary) -> None:
     print(f"model      {summary.model_filename}  ({summary.model_size_mb:.0f} MB, {summary.n_layers} layers, "
           f"{summary.n_shards} shards, globals {summary.globals_mb:.0f} MB, pinned {summary.pinned_mb:.0f} MB)")
-    print(f"settings   budget {summary.budget_mb:.0f} MB, shard {summary.shard_mb:g} MB, prefetch depth "
-          f"{summary.prefetch_depth}, policy {summary.policy}, threads {summary.n_threads}, "
-          f"n_gpu_layers {summary.n_gpu_layers}, emulated SSD "
-          f"{'off' if not summary.emulated_ssd_mb_s else f'{summary.emulated_ssd_mb_s:g} MB/s'}")
+    print(f"settings   {describe(summary)}")
     if summary.n_gpu_layers_requested and not summary.n_gpu_layers:
         print(f"note       n_gpu_layers {summary.n_gpu_layers_requested} requested, but this llama.cpp build "
               f"has no GPU offload: ran with 0")
@@ -129,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quiet", action="store_true")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
-    synth.add_argument("--size-mb", type=_positive_float, required=True)
+    synth.add_argument("--size-mb", type=positive_float, required=True)
     synth.add_argument("--out", required=True)
-    synth.add_argument("--layers", type=_positive_int, default=None)
-    synth.add_argument("--seed", type=_non_negative_int, default=0)
+    synth.add_argument("--layers", type=positive_int, default=None)
+    synth.add_argument("--seed", type=non_negative_int, default=0)
     synth.add_argument("--quiet", action="store_true")
     synth.set_defaults(func=cmd_synth)
     from engine.cli_search import register  # sweep, tune, plan: their own module

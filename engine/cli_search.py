@@ -23,20 +23,13 @@ import sys
 import threading
 import types
 
+from engine import cli_args
 from engine.errors import ShardscopeError
+from engine.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
-SWEEP_FLAGS = {
-    "--shard-mb": "shard_mb",
-    "--prefetch-depth": "prefetch_depth",
-    "--threads": "threads",
-    "--n-gpu-layers": "n_gpu_layers",
-    "--budget-mb": "budget_mb",
-    "--policy": "policy",
-    "--ssd-mb-s": "ssd_mb_s",
-}
-TUNE_FLAGS = {"--policy": "policy", "--shard-mb": "shard_mb", "--prefetch-depth": "prefetch_depth",
-              "--threads": "threads"}
+SWEEP_FLAGS = {KNOBS[key].flag: key for key in SWEPT}
+TUNE_FLAGS = {KNOBS[key].flag: key for key in TUNED}
 
 
 def register(sub) -> None:
@@ -47,23 +40,12 @@ def register(sub) -> None:
 
 
 # ------------------------------------------------------------------ shared bits
-def _cli():
-    from engine import cli  # imported late: engine.cli imports this module while building its parser
-
-    return cli
+_COMMON = ("model_path", "n_gen", "n_ctx", "prompt", "temperature", "seed")  # the run flags searches keep
 
 
 def _add_common_run_flags(p: argparse.ArgumentParser, default_tokens: int) -> None:
-    cli = _cli()
-    from engine.settings import DEFAULT_PROMPT
-
-    p.add_argument("--model", help="GGUF file (default: the bundled gemma-3-270m)")
-    p.add_argument("--tokens", type=cli._positive_int, default=default_tokens,
-                   help="tokens per run (the first is warm-up, excluded from tok/s; at least 2)")
-    p.add_argument("--n-ctx", type=cli._positive_int, default=None, help="context size (default: fits prompt+tokens)")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT)
-    p.add_argument("--temperature", type=cli._non_negative_float, default=0.0, help="0: greedy")
-    p.add_argument("--seed", type=cli._non_negative_int, default=0)
+    cli_args.add_run_arguments(p, skip=tuple(k for k in KNOBS if k not in _COMMON), n_gen={
+        "default": default_tokens, "help": "tokens per run (the first is warm-up, excluded from tok/s; at least 2)"})
     p.add_argument("--csv", help="append one row per run to this CSV (bench columns)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -80,23 +62,14 @@ def _parse_knobs(args, flags: dict[str, str]) -> dict[str, list]:
 
 
 def _check_tokens(args) -> None:
-    if args.tokens < 2:
+    if args.n_gen < 2:
         raise ShardscopeError("--tokens: at least 2 (the first token is warm-up, excluded from tok/s)")
 
 
 def _base_settings(args, first_values: dict[str, object]):
     """RunSettings from the common flags, the knobs at their first values (same n_ctx rule as bench)."""
-    from engine.settings import RunSettings
-
-    d = RunSettings()
-    ns = types.SimpleNamespace(
-        model=args.model, budget_mb=d.budget_mb, shard_mb=d.shard_mb, prefetch_depth=d.prefetch_depth,
-        threads=d.threads, n_gpu_layers=d.n_gpu_layers, policy=d.policy, ssd_mb_s=d.ssd_mb_s,
-        tokens=args.tokens, n_ctx=args.n_ctx, prompt=args.prompt, temperature=args.temperature, seed=args.seed,
-    )
-    for key, value in first_values.items():
-        setattr(ns, key, value)
-    return _cli().settings_from_args(ns)
+    ns = types.SimpleNamespace(**{key: getattr(args, key) for key in _COMMON}, **first_values)
+    return cli_args.settings_from_args(ns)
 
 
 class _Interrupt:
@@ -145,8 +118,6 @@ def _note(bar, text: str) -> None:
 
 # ----------------------------------------------------------------------- sweep
 def _register_sweep(sub) -> None:
-    from engine.settings import RunSettings
-
     d = RunSettings()
     p = sub.add_parser(
         "sweep", help="run every combination of knob values (one cold run and one CSV row each)",
@@ -154,13 +125,10 @@ def _register_sweep(sub) -> None:
                     "Every combination runs cold (fresh run, non-pinned shards paged out); the first "
                     "token is warm-up. Combinations below the minimum budget are skipped with a note. "
                     "Ctrl+C stops after the current token and keeps the rows written (exit 130).")
-    p.add_argument("--shard-mb", default=str(d.shard_mb), help="shard sizes (MB), e.g. 16,64,256")
-    p.add_argument("--prefetch-depth", default=str(d.prefetch_depth), help="e.g. 0-4")
-    p.add_argument("--threads", default=str(d.threads), help="e.g. 1,2")
-    p.add_argument("--n-gpu-layers", default=str(d.n_gpu_layers))
-    p.add_argument("--budget-mb", default=str(d.budget_mb), help="weight budgets (MB), e.g. 200,300")
-    p.add_argument("--policy", default=d.policy, help="pinned,lru")
-    p.add_argument("--ssd-mb-s", default="0", help="emulated SSD rates (MB/s; 0 = off), e.g. 0,300")
+    for flag, key in SWEEP_FLAGS.items():
+        spec = KNOBS[key]
+        p.add_argument(flag, dest=key, default="0" if spec.off else str(getattr(d, key)),
+                       metavar=cli_args.metavar(key), help=cli_args.list_help(key))
     _add_common_run_flags(p, default_tokens=8)
     p.add_argument("--device", help="also project each run onto this device (e.g. iphone-16-pro)")
     p.set_defaults(func=cmd_sweep)
@@ -178,7 +146,7 @@ def cmd_sweep(args) -> int:
     shown = varied or list(grid)
     print(f"sweep: {total} combinations ("
           + " x ".join(f"{k} {format_values(grid[k])}" for k in varied or ["shard_mb"])
-          + f"), {args.tokens} tokens each" + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
+          + f"), {args.n_gen} tokens each" + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
     results = []
     bar = _progress(total, args.quiet, "sweep")
 
@@ -241,17 +209,18 @@ def _register_tune(sub) -> None:
                     "built-in profile; each candidate is a real cold run here projected onto the device; "
                     "results are cached so no combination runs twice.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
-    p.add_argument("--budget-cap-mb", type=_cli()._positive_float, default=None,
+    p.add_argument("--budget-cap-mb", type=cli_args.positive_float, default=None,
                    help="cap the weight budget below the device's (so streaming matters for small models)")
-    p.add_argument("--policy", default="pinned,lru", help="candidate policies")
-    p.add_argument("--shard-mb", default="8,16,32,64,128", help="candidate shard sizes (MB)")
-    p.add_argument("--prefetch-depth", default="0-4", help="candidate prefetch depths")
-    p.add_argument("--threads", default=None, help="candidate thread counts (default: 1 to this host's cores)")
-    p.add_argument("--ssd-mb-s", type=_cli()._non_negative_float, default=None,
+    for flag, key in TUNE_FLAGS.items():
+        spec = KNOBS[key]
+        p.add_argument(flag, dest=key, default=spec.tune or None, metavar=cli_args.metavar(key),
+                       help=cli_args.list_help(key, "candidates") + ("" if spec.tune else
+                                                                     " (default: 1 to this host's cores)"))
+    p.add_argument("--ssd-mb-s", type=cli_args.non_negative_float, default=None,
                    help="SSD emulated while measuring here (default: the device profile's; 0: off)")
-    p.add_argument("--min-gain", type=_cli()._non_negative_float, default=0.02,
+    p.add_argument("--min-gain", type=cli_args.non_negative_float, default=0.02,
                    help="relative gain a move must bring (default 0.02 = 2 %%, the host's noise)")
-    p.add_argument("--max-passes", type=_cli()._positive_int, default=6)
+    p.add_argument("--max-passes", type=cli_args.positive_int, default=6)
     p.add_argument("--save-profile", metavar="NAME", help="save the best settings as a user profile")
     p.add_argument("--profile-dir", help="where to save it (default: $SHARDSCOPE_CONFIG_DIR/profiles or "
                                          "~/.config/shardscope/profiles)")
@@ -297,8 +266,8 @@ def cmd_tune(args) -> int:
 
     try:
         with _Interrupt(lambda text: _note(bar, text)) as interrupted:
-            result = auto_tune(device.id, model_path=args.model, candidates=cands,
-                               budget_cap_mb=args.budget_cap_mb, n_gen=args.tokens, n_ctx=base.n_ctx,
+            result = auto_tune(device.id, model_path=args.model_path, candidates=cands,
+                               budget_cap_mb=args.budget_cap_mb, n_gen=args.n_gen, n_ctx=base.n_ctx,
                                ssd_mb_s=args.ssd_mb_s, min_gain=args.min_gain, max_passes=args.max_passes,
                                on_eval=on_eval, should_stop=interrupted)
     finally:
@@ -314,8 +283,7 @@ def cmd_tune(args) -> int:
         return 130 if result.stopped else 1
     b = result.best
     s = b.settings
-    print(f"best: policy {s.policy}, shard {s.shard_mb:g} MB, prefetch depth {s.prefetch_depth}, threads "
-          f"{s.threads}, budget {s.budget_mb:g} MB")
+    print(f"best: {describe(s, (*TUNED, 'budget_mb'))}")
     print(f"      projected {b.summary.projected_ts:.3g} tok/s on {device.id} ({b.summary.projected_bound}-bound), "
           f"measured {b.summary.avg_ts:.3g} tok/s here (emulated SSD "
           f"{'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}), resident weights "
@@ -325,7 +293,7 @@ def cmd_tune(args) -> int:
               + (f", {result.runs} rows written to {args.csv}" if args.csv else ""), file=sys.stderr)
         return 130
     if args.save_profile:
-        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model)
+        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path)
         print(f"saved profile {args.save_profile!r} to {path}")
     return 0
 

@@ -8,10 +8,10 @@ One flag value is a comma-separated list of items; each item is a value or a ran
 * ``16,64``    plain values                          → 16, 64
 * ``0-2,8``    items mix                             → 0, 1, 2, 8
 
-Values keep the order given, duplicates dropped. ``policy`` takes names only
-(``pinned,lru``). Every refusal is a :class:`ShardscopeError` whose one line names
-the flag, the item and what is wrong, and values outside ``settings.RANGES`` are
-refused here, before any run starts.
+Values keep the order given, duplicates dropped. Knobs with choices (``policy``) take
+names only (``pinned,lru``). Every refusal is a :class:`ShardscopeError` whose one line
+names the flag, the item and what is wrong, and values outside the knob's declared
+range are refused here, before any run starts.
 """
 
 from __future__ import annotations
@@ -20,21 +20,14 @@ import math
 import re
 
 from engine.errors import ShardscopeError
-from engine.settings import POLICIES, RANGES
+from engine.knobs import KNOBS as _REGISTRY
+from engine.knobs import SWEPT
 
 __all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values"]
 
-# RunSettings field → kind of value: "int" whole numbers only, "num" any number
-# (kept as int when whole, like the bench CLI's --budget-mb/--shard-mb), "str" names.
-KNOBS: dict[str, str] = {
-    "shard_mb": "num",
-    "budget_mb": "num",
-    "prefetch_depth": "int",
-    "threads": "int",
-    "n_gpu_layers": "int",
-    "ssd_mb_s": "num",
-    "policy": "str",
-}
+# RunSettings field → kind of value (each knob's ``sweep``): "int" whole numbers only,
+# "num" any number (kept as int when whole), "str" one of the knob's choices.
+KNOBS: dict[str, str] = {key: _REGISTRY[key].sweep for key in SWEPT}
 
 MAX_VALUES = 1000  # a sweep of more runs than this is a typo, not a plan
 
@@ -95,6 +88,7 @@ def _expand(item: str, kind: str, flag: str) -> list[int | float]:
 def parse_knob(flag: str, text: str, key: str) -> list:
     """Parse one flag's list (see the module doc) for the RunSettings field ``key``."""
     kind = KNOBS.get(key, "num")
+    spec = _REGISTRY.get(key)
     if not isinstance(text, str) or not text.strip():
         raise ShardscopeError(f"{flag}: empty list (give values like 16,64 or a range like 0-4)")
     values: list = []
@@ -103,15 +97,15 @@ def parse_knob(flag: str, text: str, key: str) -> list:
         if not item:
             raise ShardscopeError(f"{flag}: empty item in {text!r} (two commas, or a comma at an end)")
         if kind == "str":
-            if item not in POLICIES:
-                raise ShardscopeError(f"{flag}: unknown value {item!r} (choose from {', '.join(POLICIES)})")
+            if item not in spec.choices:
+                raise ShardscopeError(f"{flag}: unknown value {item!r} (choose from {', '.join(spec.choices)})")
             values.append(item)
         else:
             values.extend(_expand(item, kind, flag))
         if len(values) > MAX_VALUES:
             raise ShardscopeError(f"{flag}: more than {MAX_VALUES} values")
-    if key in RANGES:
-        low, high = RANGES[key]
+    if spec is not None and spec.low is not None:
+        low, high = spec.low, spec.high
         for value in values:
             if not low <= value <= high:
                 raise ShardscopeError(f"{flag}: {value:g} is out of range ({low:g} to {high:g})")

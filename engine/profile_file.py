@@ -6,16 +6,13 @@ A profile file looks like this::
     description = "..."        # optional
     device = "iphone-16-pro"   # optional, a device id
     [settings]
-    budget_mb = 2048           # required
-    shard_mb = 64              # required
-    prefetch_depth = 2         # required
-    threads = 2                # required
-    policy = "pinned"          # required
+    budget_mb = 2048           # knobs declared required=True must be given
+    shard_mb = 64              # (engine.knobs: budget, shard, prefetch, threads, policy)
+    ...
     n_gpu_layers = 0           # optional keys fall back to RunSettings defaults
     ssd_mb_s = 860.0
-    n_gen = 32
 
-Every RunSettings field may appear in ``[settings]`` (``model_path`` as a string);
+Every enabled knob may appear in ``[settings]`` (``model_path`` as a string);
 any other key, at the top level or in ``[settings]``, is refused. Loading never
 raises anything but :class:`ShardscopeError`, and its one-line message names the file
 and the key to fix. Saving checks the profile with the same rules as loading, so an
@@ -31,7 +28,7 @@ import difflib
 import os
 import re
 import unicodedata
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +36,7 @@ import tomli_w
 
 from engine.atomic_write import write_text_atomic
 from engine.errors import ShardscopeError
+from engine.knobs import ENABLED, KNOBS
 from engine.toml_file import read_toml
 from engine.settings import RunSettings, validate
 
@@ -74,18 +72,13 @@ class Profile:
 
 TOP_LEVEL_KEYS = ("name", "description", "device", "settings")
 REQUIRED_TOP_LEVEL = ("name", "settings")
-SETTINGS_KEYS = tuple(f.name for f in fields(RunSettings))
-REQUIRED_SETTINGS = ("budget_mb", "shard_mb", "prefetch_depth", "threads", "policy")
+SETTINGS_KEYS = ENABLED  # knobs declared but not enabled yet are no profile keys
+REQUIRED_SETTINGS = tuple(key for key in ENABLED if KNOBS[key].required)
 
-# The type each [settings] key must have in the file, derived from RunSettings'
-# defaults (model_path defaults to None but is a string when present).
-_INT_KEYS = frozenset(
-    f.name for f in fields(RunSettings) if type(f.default) is int
-)
-_FLOAT_KEYS = frozenset(
-    f.name for f in fields(RunSettings) if type(f.default) is float
-)
-_STR_KEYS = frozenset(SETTINGS_KEYS) - _INT_KEYS - _FLOAT_KEYS
+# The type each [settings] key must have in the file: the knob's declared type.
+_INT_KEYS = frozenset(key for key in ENABLED if KNOBS[key].type is int)
+_FLOAT_KEYS = frozenset(key for key in ENABLED if KNOBS[key].type is float)
+_BOOL_KEYS = frozenset(key for key in ENABLED if KNOBS[key].type is bool)
 
 # A profile is a few hundred bytes; anything this big is not one.
 
@@ -152,6 +145,10 @@ def _check_setting(source: str, key: str, value: Any) -> Any:
             return float(value)
         except OverflowError:
             raise ShardscopeError(f"{label} = {_short(value)} is out of range") from None
+    if key in _BOOL_KEYS:
+        if not isinstance(value, bool):
+            raise ShardscopeError(f"{label} must be true or false, got {_short(value)}")
+        return value
     if not isinstance(value, str):
         raise ShardscopeError(f"{label} must be a string, got {_type_name(value)} {_short(value)}")
     return value
@@ -228,7 +225,7 @@ def load_profile(path: str | os.PathLike) -> Profile:
 
     Raises ShardscopeError (one line naming the file and, where there is one, the key)
     for a missing or unreadable file, bytes that are not UTF-8, text that is not TOML,
-    and any value outside the schema or settings.RANGES.
+    and any value outside the schema or a knob's declared range.
     """
     path = Path(path)
     source = str(path)

@@ -1,57 +1,17 @@
-"""Run settings, declared once and shared by the CLI, the GUI sliders and profiles."""
+"""Run settings and their validation, derived from the knob registry (engine.knobs)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from engine.knobs import DEFAULT_PROMPT, KNOBS, RunSettings
 
-POLICIES = ("pinned", "lru")
+__all__ = ["RunSettings", "DEFAULT_PROMPT", "POLICIES", "RANGES", "validate"]
 
-DEFAULT_PROMPT = "The history of the printing press begins"
+POLICIES = KNOBS["policy"].choices
 
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Everything that shapes one run.
-
-    ``model_path`` None means the bundled gemma-3-270m. ``ssd_mb_s`` 0 means "no
-    emulation, read as fast as this disk allows". ``budget_mb`` covers weights only
-    (globals + resident shards); KV cache and compute buffers are charted apart.
-    """
-
-    model_path: str | None = None
-    budget_mb: int = 4096
-    shard_mb: int = 64
-    prefetch_depth: int = 2
-    threads: int = 2
-    n_gpu_layers: int = 0
-    policy: str = "pinned"
-    ssd_mb_s: float = 0.0
-    n_gen: int = 32
-    n_ctx: int = 256
-    prompt: str = DEFAULT_PROMPT
-    temperature: float = 0.0
-    seed: int = 0
-
-    def with_changes(self, **changes) -> "RunSettings":
-        return replace(self, **changes)
-
-
-# Declared ranges: used by the GUI sliders, profile validation and the CLI alike.
-# (low, high) inclusive; the GUI clamps, the loaders refuse.
+# (low, high) inclusive, from each knob's declaration; the GUI clamps, the loaders refuse.
 RANGES: dict[str, tuple[float, float]] = {
-    "budget_mb": (16, 1_048_576),
-    "shard_mb": (1, 65_536),
-    "prefetch_depth": (0, 16),
-    "threads": (1, 512),
-    "n_gpu_layers": (0, 1024),
-    "ssd_mb_s": (0, 1_000_000),
-    "n_gen": (1, 100_000),
-    "n_ctx": (16, 1_048_576),
-    "temperature": (0, 10),
-    "seed": (0, 2**31 - 1),
+    key: (spec.low, spec.high) for key, spec in KNOBS.items() if spec.low is not None
 }
-
-FIELD_TYPES = {f.name: f.type for f in fields(RunSettings)}
 
 
 def validate(settings: RunSettings, source: str = "settings") -> RunSettings:
@@ -70,8 +30,12 @@ def validate(settings: RunSettings, source: str = "settings") -> RunSettings:
             raise ShardscopeError(
                 f"{source}: '{key}' = {value} is out of range ({low:g} to {high:g})"
             )
-    if settings.policy not in POLICIES:
-        raise ShardscopeError(
-            f"{source}: 'policy' must be one of {', '.join(POLICIES)}, got {settings.policy!r}"
-        )
+    for key, spec in KNOBS.items():
+        value = getattr(settings, key)
+        if spec.choices and value not in spec.choices:
+            raise ShardscopeError(
+                f"{source}: '{key}' must be one of {', '.join(spec.choices)}, got {value!r}"
+            )
+        if spec.type is bool and not isinstance(value, bool):
+            raise ShardscopeError(f"{source}: '{key}' must be true or false, got {value!r}")
     return settings

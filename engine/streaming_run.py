@@ -1,9 +1,9 @@
 """One streaming run, start to finish: plan → load → cold start → generate → summary.
 
 The CLI, the benches and the GUI worker all drive runs through this class, so what
-the window charts is exactly what ``shardscope bench`` writes. Knobs the engine can
-change between tokens (budget, prefetch depth, policy, SSD emulation, threads) have
-setters that are safe to call from another thread while ``run()`` is generating.
+the window charts is exactly what ``shardscope bench`` writes. ``apply`` changes the
+knobs declared live (engine.knobs) between tokens, safely from another thread while
+``run()`` is generating.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from engine.file_guard import ModelFileGuard
 from engine.layout_cache import load_layout
 from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from engine.residency import ResidencyController, require_budget
+from engine.knobs import LIVE, changed
 from engine.settings import RunSettings, validate
 from engine.shard_plan import MIB, ShardPlan, plan_shards
 
@@ -99,6 +100,11 @@ def _peak_rss_bytes(proc: psutil.Process) -> int:
     return proc.memory_info().rss
 
 
+def min_budget_mb(plan: ShardPlan, settings: RunSettings) -> float:
+    """The smallest budget ``settings`` can run ``plan`` with (what apply and planning check)."""
+    return plan.min_budget_bytes(settings.prefetch_depth) / MIB
+
+
 def prepare_plan(settings: RunSettings) -> tuple[str, ShardPlan]:
     """Everything that can be refused before the (slow) model load."""
     validate(settings)
@@ -121,6 +127,7 @@ class StreamingRun:
                  on_phase: Callable[[str], None] | None = None):
         self.settings = settings
         self.model_path, self.plan = prepare_plan(settings)
+        self._apply_lock = threading.Lock()
         self.on_token = on_token
         self.on_phase = on_phase
         self.clock = TokenClock()
@@ -151,37 +158,40 @@ class StreamingRun:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def set_budget_mb(self, mb: float) -> None:
-        require_budget(self.plan, mb, self.current_depth())
-        self.settings = self.settings.with_changes(budget_mb=int(mb))
-        if self.controller:
-            self.controller.set_budget(mb)
-        if self.session and self.plan.host_bytes > mb * MIB:
-            self.session.request_layer_hook()
-
-    def set_prefetch_depth(self, depth: int) -> None:
-        require_budget(self.plan, self.settings.budget_mb, depth)
-        self.settings = self.settings.with_changes(prefetch_depth=int(depth))
-        if self.controller:
-            self.controller.set_prefetch_depth(depth)
-
-    def set_policy(self, policy: str) -> None:
-        self.settings = validate(self.settings.with_changes(policy=policy))
-        if self.controller:
-            self.controller.set_policy(policy)
-
-    def set_ssd_mb_s(self, rate: float) -> None:
-        self.settings = self.settings.with_changes(ssd_mb_s=float(rate))
-        if self.controller:
-            self.controller.set_ssd_mb_s(rate)
-
-    def set_threads(self, n: int) -> None:
-        self.settings = validate(self.settings.with_changes(threads=int(n)))
-        if self.session:
-            self.session.set_threads(int(n))
-
-    def current_depth(self) -> int:
-        return self.controller.prefetch_depth if self.controller else self.settings.prefetch_depth
+    def apply(self, new: RunSettings) -> str:
+        """The one way to change a running run: "live" when applied between tokens,
+        "restart" when a changed knob needs a new plan or load (nothing is applied here:
+        the caller starts a new run). Raises ShardscopeError, changing nothing, when
+        the whole new set is refused (checked once, before any knob moves)."""
+        new = validate(new)
+        with self._apply_lock:
+            old = self.settings
+            keys = changed(old, new)
+            if any(k not in LIVE for k in keys):
+                return "restart"
+            require_budget(self.plan, new.budget_mb, new.prefetch_depth)
+            self.settings = new
+            c = self.controller
+            if c is not None:
+                # Each controller setter checks its own pair, so move the budget first
+                # when it grows and last when it shrinks: every step in between fits.
+                grow = new.budget_mb >= old.budget_mb
+                if grow and "budget_mb" in keys:
+                    c.set_budget(new.budget_mb)
+                if "prefetch_depth" in keys:
+                    c.set_prefetch_depth(new.prefetch_depth)
+                if not grow:
+                    c.set_budget(new.budget_mb)
+                if "policy" in keys:
+                    c.set_policy(new.policy)
+                if "ssd_mb_s" in keys:
+                    c.set_ssd_mb_s(new.ssd_mb_s)
+            if self.session is not None:
+                if "threads" in keys:
+                    self.session.set_threads(new.threads)
+                if "budget_mb" in keys and self.plan.host_bytes > new.budget_mb * MIB:
+                    self.session.request_layer_hook()
+            return "live"
 
     # ------------------------------------------------------------ the run
     def _phase(self, name: str) -> None:

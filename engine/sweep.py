@@ -28,6 +28,7 @@ from typing import Callable, Iterator
 
 from engine.errors import ShardscopeError
 from engine.knob_ranges import KNOBS
+from engine.knobs import describe
 from engine.settings import RunSettings
 from engine.streaming_run import RunSummary
 
@@ -62,7 +63,7 @@ class SweepResult:
 def expand_grid(base: RunSettings, grid: dict[str, list]) -> list[RunSettings]:
     """Every combination of ``grid``'s values applied to ``base`` (the last knob varies fastest).
 
-    Knobs are RunSettings field names (``shard_mb``, ``prefetch_depth``, ...); a knob
+    Knobs are RunSettings field names (``shard_mb``, ``threads``, ...); a knob
     not in ``grid`` keeps ``base``'s value. Duplicate combinations are dropped.
     """
     for key, values in grid.items():
@@ -78,16 +79,7 @@ def expand_grid(base: RunSettings, grid: dict[str, list]) -> list[RunSettings]:
 
 def describe_settings(s: RunSettings, keys=GRID_KEYS) -> str:
     """"shard 64 MB, depth 2, threads 2, ..." for notes and progress lines."""
-    names = {"shard_mb": ("shard", " MB"), "prefetch_depth": ("depth", ""), "threads": ("threads", ""),
-             "n_gpu_layers": ("gpu layers", ""), "budget_mb": ("budget", " MB"), "policy": ("policy", ""),
-             "ssd_mb_s": ("ssd", " MB/s")}
-    parts = []
-    for key in keys:
-        label, unit = names[key]
-        value = getattr(s, key)
-        shown = value if isinstance(value, str) else f"{value:g}"
-        parts.append(f"{label} {shown}{unit}")
-    return ", ".join(parts)
+    return describe(s, keys)
 
 
 def _check_model(base: RunSettings) -> None:

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ShardscopeError
+from engine.knob_ranges import parse_knob
+from engine.knobs import KNOBS, TUNED, describe
 from engine.settings import RunSettings
 from engine.streaming_run import RunSummary
 
@@ -58,13 +60,12 @@ __all__ = [
     "SEARCH_DESCRIPTION",
 ]
 
-TUNE_KNOBS = ("policy", "shard_mb", "prefetch_depth", "threads")
+TUNE_KNOBS = TUNED  # in the order the descent visits them
 
+# Each tuned knob's declared candidate list; one declaring none (threads) is filled in
+# by default_candidates() with 1 .. this host's cores.
 DEFAULT_CANDIDATES: dict[str, list] = {
-    "policy": ["pinned", "lru"],
-    "shard_mb": [8, 16, 32, 64, 128],
-    "prefetch_depth": [0, 1, 2, 3, 4],
-    # threads: 1 .. this host's cores, filled in by default_candidates()
+    key: parse_knob(KNOBS[key].flag, KNOBS[key].tune, key) for key in TUNED if KNOBS[key].tune
 }
 
 SEARCH_DESCRIPTION = (
@@ -293,8 +294,7 @@ def _beats(new: float, old: float, min_gain: float) -> bool:
 
 
 def _knobs_text(s: RunSettings) -> str:
-    return (f"policy {s.policy}, shard {s.shard_mb:g} MB, depth {s.prefetch_depth}, threads {s.threads}, "
-            f"budget {s.budget_mb:g} MB")
+    return describe(s, (*TUNED, "budget_mb"))
 
 
 def _score_text(ev: Evaluation) -> str:
@@ -415,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     tb_in_grid = grid_results.get(tb.settings) if tb else None
 
     def row(label, settings, projected, measured, runs, seconds):
-        return (f"| {label} | {settings.policy}, shard {settings.shard_mb:g} MB, depth {settings.prefetch_depth}, "
-                f"threads {settings.threads} | {projected:.3g} | {measured:.3g} | {runs} | "
+        return (f"| {label} | {describe(settings, TUNED)} | {projected:.3g} | {measured:.3g} | {runs} | "
                 + (f"{seconds / 60:.1f} min |" if seconds else "– |"))
 
     print(f"model {args.model}, device {args.device}, budget {tune.budget_mb:g} MB (cap), {args.tokens} tokens "

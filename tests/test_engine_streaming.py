@@ -111,7 +111,7 @@ def test_budget_cut_mid_run_turns_streaming_on_without_changing_tokens(synthetic
 
     def cut_budget(index, piece, dt):
         if index == 4:
-            run.set_budget_mb(int(size_mb / 2))
+            run.apply(run.settings.with_changes(budget_mb=int(size_mb / 2)))
 
     with StreamingRun(settings, on_token=cut_budget) as run:
         assert not run.session_hook_active_after_load()
