@@ -7,6 +7,7 @@ non-zero exit code — never a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 
@@ -91,14 +92,30 @@ def _print_summary(summary) -> None:
 
 
 def cmd_bench(args) -> int:
-    from engine.bench_command import run_bench
+    from engine.bench_command import run_repetitions
+    from engine.llama_bench_output import print_rows, utc_now
 
     settings = settings_from_args(args)
-    summary, text = run_bench(settings, csv_path=args.csv, timeline_path=args.timeline, device=args.device)
-    if not args.quiet:
-        print(f"text       {text!r}")
-    _print_summary(summary)
+    started = utc_now()
+    summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
+                                device=args.device)
+    human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
+    with contextlib.redirect_stdout(human):
+        if not args.quiet:
+            print(f"text       {summaries[-1].text!r}")
+        _print_summary(summaries[-1])
+    print_rows(settings, [(summaries, started)], args.output)
     return 0
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """llama-bench's -o and -r (engine.llama_bench_format)."""
+    from engine.llama_bench_format import FORMATS
+
+    p.add_argument("-o", "--output", choices=FORMATS, default="md",
+                   help="rows on stdout in llama-bench's format (default: md)")
+    p.add_argument("-r", "--repetitions", type=_positive_int, default=1,
+                   help="times each test is repeated (one sample each; llama-bench's default is 5)")
 
 
 def cmd_synth(args) -> int:
@@ -127,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeline", help="write the 10 Hz samples to this CSV")
     bench.add_argument("--device", help="project tok/s onto this device (e.g. iphone-16-pro)")
     bench.add_argument("--quiet", action="store_true")
+    add_output_arguments(bench)
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=_positive_float, required=True)
