@@ -88,7 +88,11 @@ def _print_summary(summary) -> None:
           f"hit rate {summary.hit_rate:.1f} %")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
     if summary.projected_bound:
-        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound)")
+        from engine.devices import get_device
+        from engine.projection import inputs_provenance
+
+        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
+              f"{inputs_provenance(get_device(summary.device))})")
 
 
 def cmd_bench(args) -> int:
@@ -135,6 +139,20 @@ def cmd_synth(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from engine.calibrate import calibrate
+
+    fit, path = calibrate(args.device, args.results, reference_path=args.reference, threads=args.threads,
+                          tokens=args.tokens)
+    error = "n/a (one observation)" if math.isnan(fit.held_out_error_pct) else f"{fit.held_out_error_pct:.1f} %"
+    print(f"compute_scale {fit.compute_scale:.4g} ({fit.basis} rate per core: {fit.device_rate_per_core:.4g} "
+          f"tok/s on {args.device} vs {fit.host_rate_per_core:.4g} here); held-out error {error}")
+    print(f"dram_mb_s     " + (f"{fit.dram_mb_s:.6g} ({fit.dram_note})" if fit.dram_mb_s is not None
+                               else fit.dram_note))
+    print(f"saved to {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -153,6 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=_non_negative_int, default=0)
     synth.add_argument("--quiet", action="store_true")
     synth.set_defaults(func=cmd_synth)
+    cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
+                         description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "
+                                     "device, pairs them with this machine's rows for the same model (--reference, "
+                                     "or a run of the bundled model here) and stores the fitted per-core speed "
+                                     "(and DRAM bandwidth where the rows allow) in your device file. "
+                                     "See docs/calibration.md.")
+    cal.add_argument("results", help="llama-bench result file from the device (JSON, JSONL or CSV)")
+    cal.add_argument("--device", required=True, help="device preset id, e.g. iphone-16-pro")
+    cal.add_argument("--reference", help="this machine's rows for the same model (default: run the bundled model)")
+    cal.add_argument("--threads", type=_positive_int, default=2, help="threads of the run here (no --reference)")
+    cal.add_argument("--tokens", type=_positive_int, default=16, help="tokens of the run here (no --reference)")
+    cal.set_defaults(func=cmd_calibrate)
     from engine.cli_search import register  # sweep, tune, plan: their own module
 
     register(sub)
