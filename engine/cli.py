@@ -153,9 +153,18 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def _gui_not_here(args) -> int:
+    raise ShardscopeError("gui: start the window with the `shardscope` command (app.main), not engine.cli")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget.")
+    parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget. "
+                     "`shardscope` alone, or `shardscope gui [MODEL.gguf]`, opens the workbench window.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    # Listed so --help names the window; app.main starts it before this parser is reached.
+    gui = sub.add_parser("gui", help="open the workbench window (shardscope gui [MODEL.gguf])")
+    gui.add_argument("model", nargs="?", help="GGUF file to open (default: the bundled gemma-3-270m)")
+    gui.set_defaults(func=_gui_not_here)
     bench = sub.add_parser("bench", help="one headless run; prints and writes what happened")
     add_run_arguments(bench)
     bench.add_argument("--csv", help="append one summary row to this CSV")

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from app.first_start import FALLBACK_PROFILE, FIRST_START_PROFILE, PROJECTION_DEVICE, startup_profile
 
@@ -51,3 +57,21 @@ def test_demo_streams_headless(bundled_model):
     rate = getattr(summary, "cache_hit_rate", None)
     rate = summary.hit_rate / 100 if rate is None else rate
     assert not math.isnan(rate) and 0 < rate < 1
+
+
+def test_help_names_the_window():
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "shardscope gui [MODEL.gguf]" in proc.stdout and "workbench window" in proc.stdout
+
+
+def test_make_says_what_it_does_while_llama_cpp_compiles(tmp_path):
+    """Dry run against a venv that does not exist: the install step announces the wait."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(["make", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=repo, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "expect about 5 minutes" in proc.stdout
+    assert "--quiet" not in proc.stdout and "--progress-bar on" in proc.stdout
