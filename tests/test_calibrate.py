@@ -63,22 +63,19 @@ def test_fitted_scale_matches_the_measured_ratio(result_files, tmp_path):
     assert "dram_mb_s" not in stored and "not fitted" in proc.stdout
 
     # The device now projects with the calibrated number, and says where it came from.
-    os.environ["SHARDSCOPE_CONFIG_DIR"] = str(config)
-    try:
-        from engine.devices import get_device
-        from engine.projection import inputs_provenance
+    from engine.devices import get_device
+    from engine.projection import inputs_provenance
 
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHARDSCOPE_CONFIG_DIR", str(config))
         device = get_device("iphone-16-pro")
         assert device.compute_scale == pytest.approx(scale)
         assert device.is_verified("compute_scale")
         text = inputs_provenance(device)
         assert f"per-core speed calibrated from {result_files['device'].name} on" in text
         assert "per-core speed unverified" not in text
-    finally:
-        del os.environ["SHARDSCOPE_CONFIG_DIR"]
-    from engine.devices import get_device
-
-    assert "per-core speed unverified" in inputs_provenance(get_device("iphone-16-pro"))
+        mp.setenv("SHARDSCOPE_CONFIG_DIR", str(tmp_path / "no-calibration"))
+        assert "per-core speed unverified" in inputs_provenance(get_device("iphone-16-pro"))
 
 
 @pytest.mark.parametrize("content, needle", [
