@@ -146,3 +146,16 @@ def test_pp_rows_set_the_scale_when_both_sides_have_them():
     f = fit(device, host, performance_cores=2)
     assert f.basis == "pp" and f.compute_scale == pytest.approx(0.25)
     assert math.isnan(f.held_out_error_pct)  # one tg observation: nothing to hold out
+
+
+def test_csv_results_read_like_jsonl(result_files, tmp_path):
+    """llama-bench's CSV has no samples: each row is one observation at its avg_ts."""
+    from engine.calibrate import observations, read_rows
+    from engine.llama_bench_format import render
+
+    row = json.loads(result_files["device"].read_text())
+    as_csv = tmp_path / "device.csv"
+    as_csv.write_text(render([{k: (math.nan if v is None else v) for k, v in row.items()}], "csv"))
+    (obs,) = observations(read_rows(as_csv), str(as_csv))
+    assert obs.kind == "tg" and obs.threads == 1 and obs.rate == pytest.approx(row["avg_ts"], rel=1e-5)
+    assert obs.model == (row["model_type"], row["model_size"], row["model_n_params"])

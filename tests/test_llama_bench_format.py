@@ -271,3 +271,13 @@ def test_nothing_timed_is_refused_in_one_line():
         bench_row([_summary(n_gen=1)], FACTS, test_time="t")
     with pytest.raises(ShardscopeError, match="-o: must be one of"):
         render([], "sql")
+
+
+def test_sweep_prints_one_row_per_combination_with_its_passes_as_samples(bundled_model):
+    proc = _cli("sweep", "--model", bundled_model, "--shard-mb", "4,8", "--budget-mb", "4096", "--tokens", "3",
+                "-r", "2", "-o", "jsonl", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]  # nothing else on stdout
+    assert [r["shard_mb"] for r in rows] == [4, 8]
+    assert all(len(r["samples_ns"]) == 2 and r["n_gen"] == 2 for r in rows)
+    assert "sweep: 4 rows written" in proc.stderr  # the human lines moved to stderr
