@@ -1,6 +1,7 @@
 # Two commands a newcomer needs: `make run` (the workbench on the bundled model)
 # and `make test`. Both create or reuse .venv; llama-cpp-python compiles from
-# source the first time (about 5 minutes on 2 cores), later runs reuse it.
+# source the first time (about 5 minutes on 2 cores), later runs reuse it. Both say
+# what they are doing while it compiles (PIP_VERBOSE=-v for the compiler's lines).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,16 +11,27 @@ STAMP := $(VENV)/.shardscope-installed
 
 venv: $(STAMP)
 
+# PIP_VERBOSE=-v shows every CMake/compiler line of the llama.cpp build instead of pip's spinner.
+PIP_VERBOSE ?=
+
 $(STAMP): pyproject.toml
+	@echo "==> Setting up $(VENV) (first time only; later runs reuse it)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	@echo "==> Installing shardscope and its dependencies."
+	@echo "    llama-cpp-python compiles llama.cpp from source: expect about 5 minutes on 2 cores"
+	@echo "    with no new output while 'Building wheel for llama-cpp-python' spins"
+	@echo "    (make PIP_VERBOSE=-v $(MAKECMDGOALS) shows the compiler's progress)."
+	$(PY) -m pip install --progress-bar on $(PIP_VERBOSE) -e '.[test]'
 	touch $(STAMP)
+	@echo "==> $(VENV) ready"
 
 run: $(STAMP)
+	@echo "==> Starting the workbench (shardscope gui) on the bundled model"
 	$(PY) -m app
 
 test: $(STAMP)
+	@echo "==> Running the test suite (a few minutes; streams real models)"
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -18,12 +18,32 @@ def attach_projection(summary: RunSummary, device_id: str | None) -> None:
 
 def run_bench(settings: RunSettings, *, csv_path: str | None = None, timeline_path: str | None = None,
               device: str | None = None, on_sample=None) -> tuple[RunSummary, str]:
+    summary = run_repetitions(settings, 1, csv_path=csv_path, timeline_path=timeline_path, device=device,
+                              on_sample=on_sample)[-1]
+    return summary, summary.text
+
+
+def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: str | None = None,
+                    timeline_path: str | None = None, device: str | None = None,
+                    on_sample=None) -> list[RunSummary]:
+    """``repetitions`` rounds of one loaded run (llama-bench's ``-r``): one summary each.
+
+    Like llama-bench's repetitions the model stays loaded between them; each round
+    restarts the context from the prompt, the weights stay as streaming left them.
+    """
+    summaries: list[RunSummary] = []
     with StreamingRun(settings, on_sample=on_sample) as run:
-        summary = run.run()
+        def keep(summary: RunSummary) -> None:
+            summaries.append(summary)
+            if len(summaries) >= repetitions:
+                run.stop()
+
+        run.run(continuous=repetitions > 1, on_summary=keep)
         samples = list(run.samples)
-    attach_projection(summary, device)
+    for summary in summaries:
+        attach_projection(summary, device)
     if csv_path:
-        append_rows(csv_path, RunSummary.columns(), [summary.row()])
+        append_rows(csv_path, RunSummary.columns(), [s.row() for s in summaries])
     if timeline_path:
         write_rows(timeline_path, TIMELINE_COLUMNS, timeline_rows(samples))
-    return summary, summary.text
+    return summaries

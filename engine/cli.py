@@ -7,9 +7,11 @@ non-zero exit code — never a traceback for bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import sys
 
-from engine.cli_args import add_run_arguments, non_negative_int, positive_float, positive_int, settings_from_args
+from engine.cli_args import add_output_arguments, add_run_arguments, non_negative_int, positive_float, positive_int, settings_from_args
 from engine.errors import ShardscopeError
 from engine.knobs import describe
 
@@ -33,17 +35,27 @@ def _print_summary(summary) -> None:
           f"hit rate {summary.hit_rate:.1f} %")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
     if summary.projected_bound:
-        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound)")
+        from engine.devices import get_device
+        from engine.projection import inputs_provenance
+
+        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
+              f"{inputs_provenance(get_device(summary.device))})")
 
 
 def cmd_bench(args) -> int:
-    from engine.bench_command import run_bench
+    from engine.bench_command import run_repetitions
+    from engine.llama_bench_output import print_rows, utc_now
 
     settings = settings_from_args(args)
-    summary, text = run_bench(settings, csv_path=args.csv, timeline_path=args.timeline, device=args.device)
-    if not args.quiet:
-        print(f"text       {text!r}")
-    _print_summary(summary)
+    started = utc_now()
+    summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
+                                device=args.device)
+    human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
+    with contextlib.redirect_stdout(human):
+        if not args.quiet:
+            print(f"text       {summaries[-1].text!r}")
+        _print_summary(summaries[-1])
+    print_rows(settings, [(summaries, started)], args.output)
     return 0
 
 
@@ -64,15 +76,39 @@ def cmd_synth(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from engine.calibrate import calibrate
+
+    fit, path = calibrate(args.device, args.results, reference_path=args.reference, threads=args.threads,
+                          tokens=args.tokens)
+    error = "n/a (one observation)" if math.isnan(fit.held_out_error_pct) else f"{fit.held_out_error_pct:.1f} %"
+    print(f"compute_scale {fit.compute_scale:.4g} ({fit.basis} rate per core: {fit.device_rate_per_core:.4g} "
+          f"tok/s on {args.device} vs {fit.host_rate_per_core:.4g} here); held-out error {error}")
+    print(f"dram_mb_s     " + (f"{fit.dram_mb_s:.6g} ({fit.dram_note})" if fit.dram_mb_s is not None
+                               else fit.dram_note))
+    print(f"saved to {path}")
+    return 0
+
+
+def _gui_not_here(args) -> int:
+    raise ShardscopeError("gui: start the window with the `shardscope` command (app.main), not engine.cli")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget.")
+    parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget. "
+                     "`shardscope` alone, or `shardscope gui [MODEL.gguf]`, opens the workbench window.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    # Listed so --help names the window; app.main starts it before this parser is reached.
+    gui = sub.add_parser("gui", help="open the workbench window (shardscope gui [MODEL.gguf])")
+    gui.add_argument("model", nargs="?", help="GGUF file to open (default: the bundled gemma-3-270m)")
+    gui.set_defaults(func=_gui_not_here)
     bench = sub.add_parser("bench", help="one headless run; prints and writes what happened")
     add_run_arguments(bench)
     bench.add_argument("--csv", help="append one summary row to this CSV")
     bench.add_argument("--timeline", help="write the 10 Hz samples to this CSV")
     bench.add_argument("--device", help="project tok/s onto this device (e.g. iphone-16-pro)")
     bench.add_argument("--quiet", action="store_true")
+    add_output_arguments(bench)
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=positive_float, required=True)
@@ -81,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--seed", type=non_negative_int, default=0)
     synth.add_argument("--quiet", action="store_true")
     synth.set_defaults(func=cmd_synth)
+    cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
+                         description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "
+                                     "device, pairs them with this machine's rows for the same model (--reference, "
+                                     "or a run of the bundled model here) and stores the fitted per-core speed "
+                                     "(and DRAM bandwidth where the rows allow) in your device file. "
+                                     "See docs/calibration.md.")
+    cal.add_argument("results", help="llama-bench result file from the device (JSON, JSONL or CSV)")
+    cal.add_argument("--device", required=True, help="device preset id, e.g. iphone-16-pro")
+    cal.add_argument("--reference", help="this machine's rows for the same model (default: run the bundled model)")
+    cal.add_argument("--threads", type=positive_int, default=2, help="threads of the run here (no --reference)")
+    cal.add_argument("--tokens", type=positive_int, default=16, help="tokens of the run here (no --reference)")
+    cal.set_defaults(func=cmd_calibrate)
     from engine.cli_search import register  # sweep, tune, plan: their own module
 
     register(sub)

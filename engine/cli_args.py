@@ -94,3 +94,13 @@ def settings_from_args(args) -> RunSettings:
     if not values.get("n_ctx"):
         values["n_ctx"] = max(128, 64 * math.ceil((len(prompt) // 2 + n_gen + 16) / 64))
     return RunSettings(**values)
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """llama-bench's -o and -r (engine.llama_bench_format)."""
+    from engine.llama_bench_format import FORMATS
+
+    p.add_argument("-o", "--output", choices=FORMATS, default="md",
+                   help="rows on stdout in llama-bench's format (default: md)")
+    p.add_argument("-r", "--repetitions", type=positive_int, default=1,
+                   help="times each test is repeated (one sample each; llama-bench's default is 5)")

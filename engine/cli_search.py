@@ -131,6 +131,7 @@ def _register_sweep(sub) -> None:
                        metavar=cli_args.metavar(key), help=cli_args.list_help(key))
     _add_common_run_flags(p, default_tokens=8)
     p.add_argument("--device", help="also project each run onto this device (e.g. iphone-16-pro)")
+    cli_args.add_output_arguments(p)  # -o, -r: each repetition is one more cold pass over the grid
     p.set_defaults(func=cmd_sweep)
 
 
@@ -144,14 +145,17 @@ def cmd_sweep(args) -> int:
     total = len(expand_grid(base, grid))
     varied = [k for k, v in grid.items() if len(v) > 1]
     shown = varied or list(grid)
+    passes = args.repetitions
+    human = sys.stdout if args.output == "md" else sys.stderr  # with csv/json/jsonl stdout carries only the rows
     print(f"sweep: {total} combinations ("
           + " x ".join(f"{k} {format_values(grid[k])}" for k in varied or ["shard_mb"])
-          + f"), {args.n_gen} tokens each" + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
+          + f"), {args.n_gen} tokens each" + (f", {passes} passes" if passes > 1 else "")
+          + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
     results = []
-    bar = _progress(total, args.quiet, "sweep")
+    bar = _progress(total * passes, args.quiet, "sweep")
 
     def on_result(result, totals) -> None:
-        results.append(result)
+        results.append((result, _llama_bench_time()))
         label = describe_settings(result.settings, shown)
         if result.skipped:
             _note(bar, f"skipped {label}: {result.error}")
@@ -173,31 +177,67 @@ def cmd_sweep(args) -> int:
         latest["totals"] = totals
         on_result(result, totals)
 
+    totals = SweepTotals(combinations=total)
     try:
         with _Interrupt(lambda text: _note(bar, text)) as interrupted:
-            totals = run_sweep(base, grid, csv_path=args.csv, device=args.device,
-                               should_stop=interrupted, on_result=on_result_kept)
+            for _ in range(passes):
+                latest["totals"] = SweepTotals(combinations=total)
+                done = run_sweep(base, grid, csv_path=args.csv, device=args.device,
+                                 should_stop=interrupted, on_result=on_result_kept)
+                totals = _add_totals(totals, done)
+                if done.stopped:
+                    break
     except KeyboardInterrupt:  # a second Ctrl+C: abort at once, still say what was kept
-        totals = latest["totals"]
+        totals = _add_totals(totals, latest["totals"])
         totals.stopped = True
     finally:
         bar.close()
     where = f" to {args.csv}" if args.csv else " (no --csv: nothing saved)"
     tail = f"{totals.rows_written} rows written{where}, {totals.skipped} skipped, {totals.failed} failed"
     if totals.stopped:
-        print(f"shardscope: sweep interrupted after {totals.rows_written} of {total} runs: {tail}",
+        print(f"shardscope: sweep interrupted after {totals.rows_written} of {total * passes} runs: {tail}",
               file=sys.stderr)
         return 130
-    best = best_of(results)
+    finished = [r for r, _ in results]
+    best = best_of(finished)
     if best:
-        print(f"fastest here: {best.summary.avg_ts:.3g} tok/s with {describe_settings(best.settings, shown)}")
+        print(f"fastest here: {best.summary.avg_ts:.3g} tok/s with {describe_settings(best.settings, shown)}",
+              file=human)
     if args.device:
-        best_p = best_of(results, "projected_ts")
+        best_p = best_of(finished, "projected_ts")
         if best_p:
             print(f"fastest on {args.device} (projected): {best_p.summary.projected_ts:.3g} tok/s "
-                  f"({best_p.summary.projected_bound}-bound) with {describe_settings(best_p.settings, shown)}")
-    print(f"sweep: {tail}")
+                  f"({best_p.summary.projected_bound}-bound) with {describe_settings(best_p.settings, shown)}",
+                  file=human)
+    print(f"sweep: {tail}", file=human)
+    _print_llama_bench_rows(base, results, args.output)
     return 0 if totals.rows_written or not total else 1
+
+
+def _llama_bench_time() -> str:
+    from engine.llama_bench_output import utc_now
+
+    return utc_now()
+
+
+def _add_totals(a, b):
+    from engine.sweep import SweepTotals
+
+    return SweepTotals(combinations=a.combinations, rows_written=a.rows_written + b.rows_written,
+                       skipped=a.skipped + b.skipped, failed=a.failed + b.failed, stopped=a.stopped or b.stopped)
+
+
+def _print_llama_bench_rows(base, results, fmt: str) -> None:
+    """One llama-bench row per combination that ran: its passes are the repetitions."""
+    from engine.llama_bench_output import print_rows
+
+    groups: dict = {}
+    for result, finished_at in results:
+        if result.ok:
+            summaries, started = groups.setdefault(result.settings, ([], finished_at))
+            summaries.append(result.summary)
+    if groups:
+        print_rows(base, groups.values(), fmt)
 
 
 # ------------------------------------------------------------------------ tune

@@ -48,6 +48,10 @@ __all__ = [
     "builtin_devices",
     "get_device",
     "weight_budget_mb",
+    "CALIBRATED_QUANTITIES",
+    "calibration_path",
+    "apply_calibration",
+    "save_calibration",
 ]
 
 MIB = 1024 * 1024  # bytes in one memory "MB"
@@ -95,6 +99,7 @@ class Device:
     sources: dict[str, str] = field(default_factory=dict, hash=False)
     unverified: frozenset[str] = frozenset()
     path: str | None = field(default=None, compare=False)
+    calibrated: dict[str, str] = field(default_factory=dict, hash=False)  # quantity → "calibrated from …"
 
     @property
     def total_cores(self) -> int:
@@ -343,13 +348,86 @@ def builtin_devices(directory: str | Path | None = None) -> dict[str, Device]:
 
 
 def get_device(id_: str) -> Device:
-    """The built-in preset with this id; an unknown id lists the known ones."""
+    """The built-in preset with this id, with the user's calibration applied if there
+    is one (``shardscope calibrate``); an unknown id lists the known ones."""
     devices = builtin_devices()
     try:
-        return devices[id_]
+        device = devices[id_]
     except KeyError:
         known = ", ".join(devices) or "(none)"
         raise ShardscopeError(f"unknown device '{id_}' (known devices: {known})") from None
+    path = calibration_path(id_)
+    return apply_calibration(device, path) if path.exists() else device
+
+
+# ----------------------------------------------------------------- calibration
+# Quantities a real run on the device can measure (engine.calibrate fits them).
+CALIBRATED_QUANTITIES = ("compute_scale", "dram_mb_s")
+_CALIBRATION_KEYS = _QUANTITY_KEYS | {"calibrated_from", "calibrated_on"}
+
+
+def calibration_path(device_id: str) -> Path:
+    """The user's calibration of a built-in device: <config>/devices/<id>.toml."""
+    from engine.user_dirs import config_dir
+
+    return config_dir() / "devices" / f"{device_id}.toml"
+
+
+def apply_calibration(device: Device, path: str | Path) -> Device:
+    """The device with the calibrated quantities of ``path`` (a file ``save_calibration`` wrote)."""
+    where = str(path)
+    data = read_toml(path, "device calibration file")
+    if data.get("id") != device.id:
+        raise ShardscopeError(f"{where}: 'id' must be {device.id!r}, got {data.get('id')!r}")
+    unknown = sorted(set(data) - {"id", *CALIBRATED_QUANTITIES})
+    if unknown:
+        raise ShardscopeError(f"{where}: unknown key '{unknown[0]}' (allowed: id, {', '.join(CALIBRATED_QUANTITIES)})")
+    changes: dict[str, float] = {}
+    sources, unverified, calibrated = dict(device.sources), set(device.unverified), dict(device.calibrated)
+    for key in CALIBRATED_QUANTITIES:
+        if key not in data:
+            continue
+        value, table = _quantity(data, key, where, _CALIBRATION_KEYS)
+        for name in ("calibrated_from", "calibrated_on"):
+            _string(table, name, f"{where}: [{key}]")
+        changes[key] = value
+        sources[key] = table["source"]
+        calibrated[key] = f"calibrated from {Path(table['calibrated_from']).name} on {table['calibrated_on']}"
+        if table["verified"]:
+            unverified.discard(key)
+        else:
+            unverified.add(key)
+    return replace(device, **changes, sources=sources, unverified=frozenset(unverified), calibrated=calibrated)
+
+
+def save_calibration(device_id: str, quantities: dict[str, dict]) -> Path:
+    """Write the user's calibration file for a built-in device, atomically.
+
+    ``quantities`` maps a CALIBRATED_QUANTITIES key to its table (value, source,
+    verified, calibrated_from, calibrated_on). The result is read back through
+    ``apply_calibration`` before it replaces the old file, so a file that would not
+    load is never left behind.
+    """
+    import tomli_w
+
+    from engine.atomic_write import write_text_atomic
+
+    device = get_device(device_id)
+    path = calibration_path(device_id)
+    text = ("# Written by `shardscope calibrate`: measured values that replace the built-in preset's.\n"
+            + tomli_w.dumps({"id": device_id, **quantities}))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ShardscopeError(f"{path.parent}: cannot create ({exc.strerror or exc})") from None
+    check = path.with_name(f".{path.name}.check")
+    try:
+        write_text_atomic(check, text)
+        apply_calibration(replace(device, calibrated={}), check)
+        check.replace(path)
+    finally:
+        check.unlink(missing_ok=True)
+    return path
 
 
 def weight_budget_mb(

@@ -46,6 +46,7 @@ __all__ = [
     "project_from_bandwidth",
     "compute_factor_for",
     "BOUNDS",
+    "inputs_provenance",
 ]
 
 BOUNDS = ("ssd", "dram", "compute")
@@ -178,3 +179,19 @@ def project(
     return project_from_bandwidth(
         m, ssd_mb_s=ssd, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device)
     )
+
+
+# The device numbers the roofline reads, in words (the memory limit only matters to the planner).
+_INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
+
+
+def inputs_provenance(device: Device) -> str:
+    """How far to trust a projection: "per-core speed calibrated from r.jsonl on 2026-11-30;
+    SSD read speed unverified" — a calibrated number says where it was measured."""
+    parts = []
+    for key, name in _INPUT_NAMES.items():
+        if key in device.calibrated:
+            parts.append(f"{name} {device.calibrated[key]}")
+        elif not device.is_verified(key):
+            parts.append(f"{name} unverified")
+    return "; ".join(parts) if parts else "every input verified"

@@ -18,3 +18,12 @@ def cache_dir() -> Path:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shardscope"
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+def config_dir() -> Path:
+    """The user's settings folder: $SHARDSCOPE_CONFIG_DIR, else ~/.config/shardscope
+    ($XDG_CONFIG_HOME replaces ~/.config), the same rule as the user profiles. Not created here."""
+    override = os.environ.get("SHARDSCOPE_CONFIG_DIR")
+    if override:
+        return Path(override)
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "shardscope"
