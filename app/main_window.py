@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 from app.charts import build_run_chart, sample_values, set_projection
 from app.config_paths import default_config_dir, profiles_dir, window_settings
 from app.control_column import ControlColumn
+from app.first_start import startup_profile
 from app.gui_thread_gc import collect_garbage_on_gui_thread
 from app.model_probe import ModelInfo
 from app.overbudget_watch import OverBudgetWatch
@@ -44,7 +45,6 @@ from engine.shard_plan import MIB, ShardPlan
 from engine.streaming_run import RunSummary
 
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
-DEFAULT_PROFILE = "iPhone 16 Pro"
 
 
 class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
@@ -92,10 +92,9 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
             self.resize(1500, 920)
 
         self.refresh_profiles()
-        wanted = profile_name or self.qsettings.value("profile/last", DEFAULT_PROFILE, type=str)
-        if self.store.find(wanted) is None:
-            wanted = DEFAULT_PROFILE
-        if self.store.find(wanted) is not None:
+        last = self.qsettings.value("profile/last", "", type=str) or None
+        wanted = startup_profile(profile_name, last, [p.name for p in self.store.profiles])
+        if wanted is not None:
             self.load_profile(wanted)
         self.open_model(self.model_path)
         self._update_actions()

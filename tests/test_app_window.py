@@ -75,7 +75,8 @@ def same_number(shown: str, value) -> bool:
 
 # ----------------------------------------------------------------------------- runs
 def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_path):
-    assert window.current_profile.name == "iPhone 16 Pro"  # first start: the default preset
+    assert window.current_profile.name == "Streaming demo"  # first start: streaming at once
+    assert window.device_combo.device_id() == "iphone-16-pro"  # projection stays on the iPhone
     window.apply_settings(window.current_settings().with_changes(n_gen=8))
     window.start_run()
     wait_for(qtbot, window, lambda: len([s for s in window.summaries if not s.stopped]) >= 2
@@ -101,7 +102,7 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     hit = window.chart.curve_data("hit")[1][-1]
     assert (math.isnan(hit) and math.isnan(s.hit_rate)) or hit == pytest.approx(s.hit_rate)
     assert window.shard_map.states() == list(s.shard_states)
-    assert window.chart.level_line("budget").value() == pytest.approx(s.budget_mb) == 2048
+    assert window.chart.level_line("budget").value() == pytest.approx(s.budget_mb) == 200  # the demo budget
     assert window.chart.level_line("emulated").isVisible()  # iPhone preset emulates 860 MB/s
     # Each round is projected onto the profile's device (iphone-16-pro): its line is up.
     assert window.chart.level_line("projected").isVisible()
