@@ -73,6 +73,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         self._owner_shown: str | None = None  # the search the status bar last spoke of
         self._error_box: QMessageBox | None = None
         self._synth_dialog: SynthDialog | None = None
+        self._calibrate_task = None
         self.projection: RoundProjection | None = None  # what the round panel's projection shows
         self._overbudget = OverBudgetWatch()
         self.warning: str | None = None  # the last "these numbers are not what they seem" notice
@@ -383,6 +384,8 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         dialog = self._synth_dialog
         if dialog is not None and shiboken6.isValid(dialog) and dialog.task is not None:
             tasks.append(dialog.task)  # a QThread destroyed while running aborts the app
+        if self._calibrate_task is not None:
+            tasks.append(self._calibrate_task)
         for task in tasks:
             task.cancel()
             task.wait(CLOSE_WAIT_MS)

@@ -19,11 +19,13 @@ ACTIONS = (
     ("sweep_action", "Sweep…", None, "open_sweep_dialog", "Run every combination of knob lists, one cold run each"),
     ("tune_action", "Auto-tune for device…", None, "open_tune_dialog",
      "Search the settings with the best projected tok/s on a device"),
+    ("calibrate_action", "Calibrate device from llama-bench results…", None, "_calibrate_dialog",
+     "Fit the chosen device's speed from llama-bench rows measured on it (docs/calibration.md)"),
 )
 MENUS = {
     "&File": ("open_action", "synth_action", None, "export_action", None, "quit_action"),
     "&Run": ("run_action", "stop_action", None, "sweep_action", "tune_action", None, "follow_action"),
-    "&Profile": ("save_profile_action",),
+    "&Profile": ("save_profile_action", None, "calibrate_action"),
 }
 TOOLBAR = ("run_action", "stop_action", None, "open_action", "export_action")
 

@@ -12,6 +12,7 @@ from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog
 
+from app.background import BackgroundTask
 from app.export import ExportPaths, base_from_chosen, export_session
 from app.synth_dialog import SynthDialog
 from engine.errors import ShardscopeError
@@ -70,3 +71,35 @@ class WindowFiles:
                                               "CSV (*.csv)")
         if path:
             self.export_to(path)
+
+    # -- calibration: llama-bench rows from a device fit its speed (engine.calibrate) ---------
+    def _calibrate_dialog(self) -> None:
+        device_id = self.device_id()
+        if not device_id:
+            self.show_error("Calibrate: choose a device under 'Project onto device' first")
+            return
+        if self.session.is_running():
+            self.show_error("Calibrate: stop the run first (calibration times the bundled model on this machine)")
+            return
+        path, _ = QFileDialog.getOpenFileName(self, f"llama-bench results measured on {device_id}", str(Path.home()),
+                                              "llama-bench results (*.jsonl *.json *.csv);;All files (*)")
+        if path:
+            self.calibrate_from(device_id, path)
+
+    def calibrate_from(self, device_id: str, path: str) -> BackgroundTask:
+        """Runs the bundled model here for the reference rows, so off the GUI thread."""
+        from engine.calibrate import calibrate
+
+        task = BackgroundTask(lambda _progress: calibrate(device_id, path), self)
+        task.succeeded.connect(lambda result: self._calibrated(device_id, result))
+        task.failed.connect(lambda message: self.show_error(f"Calibrate: {message}"))
+        self.statusBar().showMessage(f"calibrating {device_id} from {Path(path).name} …")
+        self._calibrate_task = task
+        task.start()
+        return task
+
+    def _calibrated(self, device_id: str, result) -> None:
+        fit, stored = result
+        self.statusBar().showMessage(f"{device_id}: compute scale {fit.compute_scale:.3g}, saved to {stored}", 10000)
+        self.set_device(device_id)
+        self._on_device_chosen()  # re-project with the calibrated device

@@ -345,3 +345,14 @@ def test_main_opens_the_window_only_without_a_command(tmp_path, monkeypatch):
     out = tmp_path / "cli.gguf"
     assert app.main.main(["synth", "--size-mb", "8", "--out", str(out), "--quiet"]) == 0  # engine.cli
     assert out.exists() and opened == [None, "m.gguf"]
+
+
+def test_calibrate_with_a_bad_file_says_which_file_and_writes_nothing(qtbot, window, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"not": "llama-bench"}\n')
+    window.set_device("iphone-16-pro")
+    task = window.calibrate_from("iphone-16-pro", str(bad))
+    qtbot.waitUntil(lambda: task.isFinished() and window.last_error is not None, timeout=30_000)
+    assert window.last_error.startswith("Calibrate: ") and "bad.jsonl" in window.last_error
+    assert not (tmp_path / "xdg").exists() or not any((tmp_path / "xdg").rglob("*.toml"))
