@@ -84,7 +84,7 @@ def _print_summary(summary) -> None:
           f"{summary.n_gen} tokens")
     print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
-          f"hit rate {summary.hit_rate:.1f} %")
+          f"cache hit rate {100 * summary.cache_hit_rate:.1f} %, on time {100 * summary.on_time_rate:.1f} %")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
     if summary.projected_bound:
         print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound)")
