@@ -24,11 +24,12 @@ from engine import memory_calls
 from engine.residency_decisions import (  # noqa: F401  (re-exported: the engine's one import)
     EVICTED, LOADING, PINNED, RESIDENT, ResidencyBook, ResidencyCounters, read_spans, require_budget,
 )
+from engine.residency_reader import ExactReader
 from engine.shard_plan import MIB, ShardPlan
 from engine.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
-CACHE_LOAD = "sendfile to /dev/null, then MADV_POPULATE_READ"
+CACHE_LOAD = "FADV_WILLNEED+sendfile to /dev/null (no readahead), then MADV_POPULATE_READ"
 GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
 
 
@@ -72,12 +73,12 @@ class ResidencyController:
 
     # ----------------------------------------------------------------- set-up
     @staticmethod
-    def _open_reader(mapping, fd) -> memory_calls.CacheReader | None:
+    def _open_reader(mapping, fd) -> ExactReader | None:
         """The loader's own way to the disk; without one, it reads through llama.cpp's mapping."""
         if mapping is None or fd is None or not memory_calls.IS_LINUX:
             return None
         try:
-            return memory_calls.CacheReader(fd)
+            return ExactReader(fd)
         except OSError:
             return None
 
@@ -312,6 +313,9 @@ class ResidencyController:
             emulating = self._limiter.mb_s > 0
             # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
             ranges = shard.ranges if emulating else self._read_spans[index]
+            if self._reader is not None and not emulating:
+                for start, end in ranges:  # every range of the shard in the disk's queue at once
+                    self._reader.ask(start, end)
             for start, end in ranges:
                 span = self.mapping.clip(start, end)
                 if not span:
@@ -321,17 +325,17 @@ class ResidencyController:
                 for lo in range(span[0], span[1], chunk):
                     hi = min(lo + chunk, span[1])
                     self._limiter.throttle(hi - lo)
-                    self.load_mechanism = self._read_in(lo, hi)
+                    self.load_mechanism = self._read_in(lo, hi, asked=not emulating)
         with self._cond:
             self._counters.loads += 1
             self._counters.loaded_bytes += shard.n_bytes
             self._counters.load_s += time.perf_counter() - started
 
-    def _read_in(self, lo: int, hi: int) -> str:
+    def _read_in(self, lo: int, hi: int, asked: bool) -> str:
         """Disk → page cache with the loader's own reader; without one, fault it in."""
         if self._reader is None:
             return memory_calls.populate(lo, hi)
-        self._reader.read(lo - self.mapping.base, hi - self.mapping.base)
+        self._reader.read(lo - self.mapping.base, hi - self.mapping.base, asked=asked)
         return CACHE_LOAD
 
     def _map_now(self, index: int) -> None:
