@@ -31,6 +31,7 @@ from engine.ssd_rate_limiter import SsdRateLimiter
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
 CACHE_LOAD = "FADV_WILLNEED+sendfile to /dev/null (no readahead), then MADV_POPULATE_READ"
 GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
+READS_IN_FLIGHT = 2  # shards whose reads are queued at the disk at once (each in the books first)
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ class ResidencyController:
 
     def _loader(self) -> None:
         checked = 0.0
+        queued: list[tuple[int, bool]] = []  # (shard, its reads already asked for), oldest first
         while True:
             # Every 20 ms, not every shard: each check is two syscalls, and getting the
             # GIL back after them cost the loader time it could have read in.
@@ -233,14 +235,30 @@ class ResidencyController:
                     self._cond.notify_all()
                 if self._stop or self._error:
                     return
-                victims, target = self._book.next_step()
-                self._queue_evictions(victims)
-                if target is None:
-                    if not victims:
+                # With readahead off, the next shard's reads queued while this one
+                # completes are what keeps the disk busy between shards; both are in
+                # the books (LOADING) before any byte is asked for.
+                emulating = self._limiter.mb_s > 0
+                depth = 1 if emulating or self._reader is None else READS_IN_FLIGHT
+                new: list[int] = []
+                evicted_any = False
+                while len(queued) < depth:
+                    victims, target = self._book.next_step()
+                    self._queue_evictions(victims)
+                    evicted_any |= bool(victims)
+                    if target is None:
+                        break
+                    queued.append((target, not emulating and self._reader is not None))
+                    new.append(target)
+                if not queued:
+                    if not evicted_any:
                         self._cond.wait(0.05)
                     continue
+            target, asked = queued.pop(0)
             try:
-                self._load_now(target)
+                for index in new:
+                    self._ask(index)
+                self._load_now(target, asked)
             except OSError as exc:
                 self._fail(exc)
                 return
@@ -306,16 +324,20 @@ class ResidencyController:
             if span:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
 
-    def _load_now(self, index: int) -> None:
+    def _ask(self, index: int) -> None:
+        """Queue a shard's reads at the disk without waiting (not while emulating one)."""
+        if self._reader is not None and self._limiter.mb_s <= 0:
+            for start, end in self._read_spans[index]:
+                self._reader.ask(start, end)
+
+    def _load_now(self, index: int, asked: bool = False) -> None:
         shard = self.plan.shards[index]
         started = time.perf_counter()
         if self.mapping:
             emulating = self._limiter.mb_s > 0
+            asked = asked and not emulating
             # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
             ranges = shard.ranges if emulating else self._read_spans[index]
-            if self._reader is not None and not emulating:
-                for start, end in ranges:  # every range of the shard in the disk's queue at once
-                    self._reader.ask(start, end)
             for start, end in ranges:
                 span = self.mapping.clip(start, end)
                 if not span:
@@ -325,7 +347,7 @@ class ResidencyController:
                 for lo in range(span[0], span[1], chunk):
                     hi = min(lo + chunk, span[1])
                     self._limiter.throttle(hi - lo)
-                    self.load_mechanism = self._read_in(lo, hi, asked=not emulating)
+                    self.load_mechanism = self._read_in(lo, hi, asked)
         with self._cond:
             self._counters.loads += 1
             self._counters.loaded_bytes += shard.n_bytes
