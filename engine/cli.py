@@ -70,6 +70,11 @@ def settings_from_args(args) -> RunSettings:
     )
 
 
+def _percent(fraction: float) -> str:
+    """A hit fraction as a percentage; NaN means no layer access was measured."""
+    return "n/a (no layer access measured)" if math.isnan(fraction) else f"{100 * fraction:.1f} %"
+
+
 def _print_summary(summary) -> None:
     print(f"model      {summary.model_filename}  ({summary.model_size_mb:.0f} MB, {summary.n_layers} layers, "
           f"{summary.n_shards} shards, globals {summary.globals_mb:.0f} MB, pinned {summary.pinned_mb:.0f} MB)")
@@ -84,7 +89,7 @@ def _print_summary(summary) -> None:
           f"{summary.n_gen} tokens")
     print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
-          f"cache hit rate {100 * summary.cache_hit_rate:.1f} %, on time {100 * summary.on_time_rate:.1f} %")
+          f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
     if summary.projected_bound:
         print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound)")

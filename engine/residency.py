@@ -222,7 +222,7 @@ class ResidencyController:
 
     def _loader(self) -> None:
         checked = 0.0
-        queued: list[tuple[int, bool]] = []  # (shard, its reads already asked for), oldest first
+        queued: list[int] = []  # shards in the books as LOADING, reads asked for, oldest first
         while True:
             # Every 20 ms, not every shard: each check is two syscalls, and getting the
             # GIL back after them cost the loader time it could have read in.
@@ -237,9 +237,9 @@ class ResidencyController:
                     return
                 # With readahead off, the next shard's reads queued while this one
                 # completes are what keeps the disk busy between shards; both are in
-                # the books (LOADING) before any byte is asked for.
-                emulating = self._limiter.mb_s > 0
-                depth = 1 if emulating or self._reader is None else READS_IN_FLIGHT
+                # the books (LOADING) before any byte is asked for. While emulating a
+                # disk the rate limiter still paces when each shard counts as read.
+                depth = 1 if self._reader is None else READS_IN_FLIGHT
                 new: list[int] = []
                 evicted_any = False
                 while len(queued) < depth:
@@ -248,17 +248,17 @@ class ResidencyController:
                     evicted_any |= bool(victims)
                     if target is None:
                         break
-                    queued.append((target, not emulating and self._reader is not None))
+                    queued.append(target)
                     new.append(target)
                 if not queued:
                     if not evicted_any:
                         self._cond.wait(0.05)
                     continue
-            target, asked = queued.pop(0)
+            target = queued.pop(0)
             try:
                 for index in new:
                     self._ask(index)
-                self._load_now(target, asked)
+                self._load_now(target)
             except OSError as exc:
                 self._fail(exc)
                 return
@@ -325,17 +325,21 @@ class ResidencyController:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
 
     def _ask(self, index: int) -> None:
-        """Queue a shard's reads at the disk without waiting (not while emulating one)."""
-        if self._reader is not None and self._limiter.mb_s <= 0:
+        """Queue a shard's reads at the disk without waiting.
+
+        Also while emulating a slower disk: the real read then hides behind the
+        emulated one instead of adding its latency to every chunk.
+        """
+        if self._reader is not None:
             for start, end in self._read_spans[index]:
                 self._reader.ask(start, end)
 
-    def _load_now(self, index: int, asked: bool = False) -> None:
+    def _load_now(self, index: int) -> None:
+        """Wait for a shard's asked-for reads (paced by the rate limiter when emulating)."""
         shard = self.plan.shards[index]
         started = time.perf_counter()
         if self.mapping:
             emulating = self._limiter.mb_s > 0
-            asked = asked and not emulating
             # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
             ranges = shard.ranges if emulating else self._read_spans[index]
             for start, end in ranges:
@@ -347,17 +351,17 @@ class ResidencyController:
                 for lo in range(span[0], span[1], chunk):
                     hi = min(lo + chunk, span[1])
                     self._limiter.throttle(hi - lo)
-                    self.load_mechanism = self._read_in(lo, hi, asked)
+                    self.load_mechanism = self._read_in(lo, hi)
         with self._cond:
             self._counters.loads += 1
             self._counters.loaded_bytes += shard.n_bytes
             self._counters.load_s += time.perf_counter() - started
 
-    def _read_in(self, lo: int, hi: int, asked: bool) -> str:
+    def _read_in(self, lo: int, hi: int) -> str:
         """Disk → page cache with the loader's own reader; without one, fault it in."""
         if self._reader is None:
             return memory_calls.populate(lo, hi)
-        self._reader.read(lo - self.mapping.base, hi - self.mapping.base, asked=asked)
+        self._reader.read(lo - self.mapping.base, hi - self.mapping.base, asked=True)
         return CACHE_LOAD
 
     def _map_now(self, index: int) -> None:
