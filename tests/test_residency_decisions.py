@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from engine.residency_decisions import (
-    EVICTED, LOADING, RESIDENT, ResidencyBook, choose_pinned, require_budget, wanted,
+    LOADING, RESIDENT, ResidencyBook, choose_pinned, require_budget, wanted,
 )
 from engine.errors import ShardscopeError
 from engine.shard_plan import MIB, Shard, ShardPlan
