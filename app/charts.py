@@ -1,7 +1,7 @@
 """The run's four strip charts on one time axis, and what each sample puts on them.
 
 One place says which MetricsSample field feeds which curve, so the window, the
-export and the tests agree on "the hit-rate curve is ``hit_rate``".
+export and the tests agree on "the hit-rate curve is ``cache_hit_rate``".
 
 Layout choices come from looking at the window: the largest curve (RSS) auto-
 ranges to the very top of its plot, right under the legend and the change
@@ -25,7 +25,7 @@ PLOTS = ("memory", "ssd", "hit", "toks")
 # curve key -> MetricsSample field
 CURVE_FIELDS = {
     "rss": "rss_mb", "weights": "resident_weights_mb", "other": "other_rss_mb",
-    "ssd": "ssd_mb_s", "hit": "hit_rate", "toks": "tok_s",
+    "ssd": "ssd_mb_s", "hit": "cache_hit_rate", "toks": "tok_s",
 }
 
 

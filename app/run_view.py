@@ -25,7 +25,8 @@ ROUND_FIELDS = [
     ("avg_ts", "avg tok/s", "tok/s"),
     ("peak_rss_mb", "peak RSS", "MB"),
     ("read_mb_per_token", "read / token", "MB"),
-    ("hit_rate", "hit rate", "%"),
+    ("cache_hit_rate", "cache hit rate", "of 1"),
+    ("on_time_rate", "on time", "of 1"),
     ("projected_ts", "projected", "tok/s"),  # on the chosen device; the caption below names it
 ]
 

@@ -34,7 +34,7 @@ KNOB_TITLES = {key: f"{spec.brief} {spec.unit}".rstrip() for key, spec in KNOBS.
 METRIC_COLUMNS = (
     Column("avg_ts", "tok/s", tip="measured here, first token excluded"),
     Column("read_mb_per_token", "read MB/token", tip="kernel read_bytes per decoded token"),
-    Column("hit_rate", "hit %", tip="layer-shard accesses found resident"),
+    Column("cache_hit_rate", "cache hits", tip="share of layer-shard accesses with no disk read (0..1)"),
     Column("peak_rss_mb", "peak RSS MB"),
     Column("projected_ts", "projected tok/s", tip="roofline projection onto the chosen device"),
     Column("note", "note", tip="why a combination has no numbers (skipped, failed)"),

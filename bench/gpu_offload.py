@@ -116,7 +116,7 @@ def one_run(base: RunSettings, n_gpu_layers: int, budget_mb: int | None, label: 
             "avg_ts": s.avg_ts, "stddev_ts": s.stddev_ts, "ttft_ms": s.ttft_ms, "load_s": round(load_s, 2),
             "peak_rss_mb": s.peak_rss_mb, "resident_weights_mb": s.resident_weights_mb,
             "read_mb_per_token": s.read_mb_per_token, "streamed_mb_per_token": s.streamed_mb_per_token,
-            "hit_rate": s.hit_rate, "wait_ms_per_token": s.wait_ms_per_token,
+            "cache_hit_rate": s.cache_hit_rate, "wait_ms_per_token": s.wait_ms_per_token,
             "llama_eval_ms_per_token": s.llama_eval_ms_per_token, "buffers_mb": buffers,
             "tokens": tokens, "text": s.text}
 
@@ -127,7 +127,7 @@ def _line(r: dict) -> str:
             f"budget {r['budget_mb']:7d} MB host {r['host_mb']:7.1f} MB  avg_ts {r['avg_ts']:8.2f} "
             f"(±{r['stddev_ts']:.2f})  ttft_ms {r['ttft_ms']:8.1f}  peak_rss_mb {r['peak_rss_mb']:7.1f}  "
             f"resident_weights_mb {r['resident_weights_mb']:7.1f}  read_mb_per_token {r['read_mb_per_token']:7.2f}  "
-            f"hit_rate {r['hit_rate']:6.2f}  hook {'on' if r['hooked'] else 'off'}  buffers_mb [{bufs}]"
+            f"cache_hit_rate {r['cache_hit_rate']:6.4f}  hook {'on' if r['hooked'] else 'off'}  buffers_mb [{bufs}]"
             f"  layers on GPU: plan {r['plan_offloaded_layers']}, llama.cpp "
             f"{'-' if r['llama_repeating_on_gpu'] is None else r['llama_repeating_on_gpu']}"
             f"{' + output' if r['llama_output_on_gpu'] else ''}")

@@ -39,7 +39,7 @@ def main() -> None:
             s = streaming_run(model, budget, policy, args.prefetch_depth, shard, args.tokens, args.threads)
             results[policy].append(s)
             print(f"  {policy:6s} {s.avg_ts:5.2f} tok/s, {s.read_mb_per_token:6.0f} MB read/token, "
-                  f"hit rate {s.hit_rate:5.1f} %, resident weights ≤ {s.resident_weights_mb:.0f} MB", flush=True)
+                  f"cache hit rate {100 * s.cache_hit_rate:5.1f} %, resident weights ≤ {s.resident_weights_mb:.0f} MB", flush=True)
     best = {p: max(r.avg_ts for r in rs) for p, rs in results.items()}
     print(f"model {Path(model).name} ({size_mb:.0f} MB), budget {budget} MB, shard {shard} MB, "
           f"prefetch depth {args.prefetch_depth}, n_threads {args.threads}, best of {args.repeats}")

@@ -64,7 +64,7 @@ def main() -> None:
         rounds.append((summary.avg_ts / bound, summary.avg_ts, bound, disk_mb_s, summary))
         print(f"round {n + 1}: cold sequential disk MB/s before: {fmt(reads_before)}; after: {fmt(reads_after)}; "
               f"bound {disk_mb_s:.0f} MB/s / {summary.read_mb_per_token:.0f} MB read/token = {bound:.2f} tok/s; "
-              f"measured {summary.avg_ts:.2f} tok/s (hit rate {summary.hit_rate:.0f} %, peak RSS "
+              f"measured {summary.avg_ts:.2f} tok/s (cache hit rate {100 * summary.cache_hit_rate:.0f} %, peak RSS "
               f"{summary.peak_rss_mb:.0f} MB) -> {summary.avg_ts / bound:.2f}")
     efficiency, tok_s, bound, disk_mb_s, summary = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     # Diagnostic: the same controller with sleeps in place of llama.cpp's compute.

@@ -21,6 +21,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"shardscope: error: {message}\n")
 
 
+def _percent(fraction: float) -> str:
+    """A hit fraction as a percentage; NaN means no layer access was measured."""
+    return "n/a (no layer access measured)" if math.isnan(fraction) else f"{100 * fraction:.1f} %"
+
+
 def _print_summary(summary) -> None:
     print(f"model      {summary.model_filename}  ({summary.model_size_mb:.0f} MB, {summary.n_layers} layers, "
           f"{summary.n_shards} shards, globals {summary.globals_mb:.0f} MB, pinned {summary.pinned_mb:.0f} MB)")
@@ -32,7 +37,7 @@ def _print_summary(summary) -> None:
           f"{summary.n_gen} tokens")
     print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
-          f"hit rate {summary.hit_rate:.1f} %")
+          f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
     if summary.projected_bound:
         from engine.devices import get_device

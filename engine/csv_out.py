@@ -67,7 +67,8 @@ def append_rows(path: str | os.PathLike, columns: Sequence[str], rows: Iterable[
 
 TIMELINE_COLUMNS = [
     "t_s", "rss_mb", "resident_weights_mb", "other_rss_mb", "ssd_mb_s", "read_mb_total",
-    "hit_rate", "tok_s", "n_tokens", "budget_mb", "accounted_weights_mb", "hits", "misses",
+    "cache_hit_rate", "on_time_rate", "tok_s", "n_tokens", "budget_mb", "accounted_weights_mb",
+    "cache_hits", "cache_misses", "stalls",
     "emulated_ssd_mb_s", "phase",
 ]
 

@@ -4,7 +4,8 @@ It runs on its own thread so the decode thread never pays for it. Every number c
 from a source a user can check: RSS from psutil, resident weight bytes from mincore
 over the model's mapping (the file's bytes in RAM), disk bytes from /proc/self/io
 ``read_bytes``,
-hits/misses and token times from the engine's own counters. Consumers subscribe with
+cache hits / on-time accesses and token times from the controller's counters (checked
+against mincore at layer start in tests). Consumers subscribe with
 a plain callback (the GUI wraps it in a Qt signal); they are called on this thread.
 """
 
@@ -31,13 +32,16 @@ class MetricsSample:
     other_rss_mb: float  # KV cache, compute buffers, Python, Qt: RSS − weights
     ssd_mb_s: float  # kernel: read_bytes delta of this process
     read_mb_total: float  # since the run started
-    hit_rate: float  # % over the last second of layer accesses (NaN before any)
+    cache_hit_rate: float  # fraction of layer-shard accesses with no disk read, last second (NaN before any)
+    on_time_rate: float  # fraction resident when compute arrived, last second (NaN before any)
     tok_s: float
     n_tokens: int
     budget_mb: float
     accounted_weights_mb: float  # the controller's own books, for cross-checks
-    hits: int
-    misses: int
+    cache_hits: int
+    cache_misses: int
+    on_time: int
+    stalls: int
     shard_states: tuple[int, ...] = ()
     current_layer_pos: int | None = None
     emulated_ssd_mb_s: float = 0.0
@@ -90,7 +94,7 @@ class MetricsSampler:
         self._t0 = time.perf_counter()
         self._read0 = process_read_bytes(self._proc)
         self._history: deque = deque(maxlen=self.window + 1)
-        self._last_hit_rate = math.nan
+        self._last_rates = (math.nan, math.nan)  # held while no layer is accessed
         self.samples_taken = 0
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
@@ -128,15 +132,16 @@ class MetricsSampler:
         weights = memory_calls.resident_bytes(self.mapping.start, self.mapping.end) if self.mapping else None
         read_total = process_read_bytes(self._proc) - self._read0
         snap = self.controller.snapshot() if self.controller else None
-        hits = snap.counters.hits if snap else 0
-        misses = snap.counters.misses if snap else 0
-        self._history.append((now, read_total, hits, misses))
-        t_old, read_old, hits_old, misses_old = self._history[0]
+        c = snap.counters if snap else None
+        hits, misses = (c.cache_hits, c.cache_misses) if c else (0, 0)
+        on_time, stalls = (c.on_time, c.stalls) if c else (0, 0)
+        self._history.append((now, read_total, hits, misses, on_time))
+        t_old, read_old, hits_old, misses_old, on_time_old = self._history[0]
         dt = now - t_old
         ssd = (read_total - read_old) / MIB / dt if dt > 0 else 0.0
         accesses = (hits - hits_old) + (misses - misses_old)
         if accesses > 0:
-            self._last_hit_rate = 100.0 * (hits - hits_old) / accesses
+            self._last_rates = ((hits - hits_old) / accesses, (on_time - on_time_old) / accesses)
         weights_b = weights if weights is not None else 0
         sample = MetricsSample(
             t_s=now - self._t0,
@@ -145,13 +150,16 @@ class MetricsSampler:
             other_rss_mb=max(0, rss - weights_b) / MIB,  # readahead can be cached, not mapped
             ssd_mb_s=ssd,
             read_mb_total=read_total / MIB,
-            hit_rate=self._last_hit_rate,
+            cache_hit_rate=self._last_rates[0],
+            on_time_rate=self._last_rates[1],
             tok_s=self.clock.rate(now),
             n_tokens=self.clock.n_tokens,
             budget_mb=(snap.budget_bytes / MIB) if snap else math.nan,
             accounted_weights_mb=(snap.resident_bytes / MIB) if snap else math.nan,
-            hits=hits,
-            misses=misses,
+            cache_hits=hits,
+            cache_misses=misses,
+            on_time=on_time,
+            stalls=stalls,
             shard_states=snap.states if snap else (),
             current_layer_pos=snap.current_layer_pos if snap else None,
             emulated_ssd_mb_s=self.controller.ssd_mb_s if self.controller else 0.0,

@@ -1,100 +1,37 @@
 """The residency controller: keep weights under a budget by streaming shards.
 
 Compute calls ``on_layer`` (from llama.cpp's eval callback) just before a layer's
-matrices run. If the layer's shards are resident that is a *hit*; otherwise it is a
-*miss* and the decode thread waits while the loader thread brings them in. No disk
-work happens on the decode thread (measured here, prefetch issued from it makes
-decoding slower): the loader reads shards into the page cache with its own descriptor, a
-mapper thread maps them into llama.cpp's mapping, an evictor thread drops what is behind.
+matrices run and waits there until the layer's shards are resident. No disk work
+happens on the decode thread (measured here, prefetch issued from it makes decoding
+slower): the loader reads shards into the page cache with its own descriptor, a
+mapper thread maps them into llama.cpp's mapping, an evictor thread drops what is
+given up. What to load, what to evict and what counts as a hit is decided by
+``ResidencyBook`` (engine/residency_decisions.py); this module only moves bytes.
 
-Resident weight bytes (globals + shards marked loading/resident) never exceed the
-budget: the loader only starts a load when there is room, and makes room by evicting
-shards that neither the current layer nor the prefetch window needs.
-
-Policies differ only in what may be evicted. ``lru`` lets every shard compete, which
-thrashes on cyclic layer access once the model exceeds the budget (every shard is
-evicted just before it is needed again). ``pinned`` keeps a fixed prefix of shards
-resident and streams the rest through the prefetch window, so the pinned fraction
-are hits on every token.
+Policies differ only in what may be evicted: ``lru`` lets every shard compete (it
+thrashes on cyclic layer access once the model exceeds the budget), ``pinned`` keeps
+a fixed prefix resident and streams the rest through the prefetch window.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from engine import memory_calls
-from engine.errors import ShardscopeError
+from engine.residency_decisions import (  # noqa: F401  (re-exported: the engine's one import)
+    EVICTED, LOADING, PINNED, RESIDENT, ResidencyBook, ResidencyCounters, read_spans, require_budget,
+)
+from engine.residency_reader import ExactReader
 from engine.shard_plan import MIB, ShardPlan
+from engine.ssd_rate_limiter import SsdRateLimiter
 
-EVICTED, LOADING, RESIDENT, PINNED = 0, 1, 2, 3
-CHUNK_BYTES = 2 * MIB  # populate granularity: fine enough for the SSD rate limiter
-
-
-def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
-    """Budget in bytes, or a refusal that says the minimum (checked before loading)."""
-    budget = int(budget_mb * MIB)
-    minimum = plan.min_budget_bytes(depth)
-    if budget < minimum and budget < plan.host_bytes:
-        raise ShardscopeError(
-            f"budget {budget_mb:g} MB is below the minimum of {minimum / MIB:.0f} MB for "
-            f"{Path(plan.model_path).name} with prefetch depth {depth} (globals "
-            f"{plan.globals_bytes / MIB:.0f} MB + largest layer + {depth} prefetched shard(s) "
-            f"of up to {plan.max_shard_bytes / MIB:.0f} MB)"
-        )
-    return budget
-
-
-MAX_READ_GAP = 1 * MIB
-CACHE_LOAD = "sendfile to /dev/null, then MADV_POPULATE_READ"
+CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
+CACHE_LOAD = "FADV_WILLNEED+sendfile to /dev/null (no readahead), then MADV_POPULATE_READ"
 GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
-
-
-def read_spans(plan: ShardPlan) -> list[list[tuple[int, int]]]:
-    """Per shard, its ranges merged across the small gaps between them, for reading.
-
-    A shard's ranges skip the layer's small tensors (norms stay resident with the
-    globals), so reading range by range drains the disk's queue at every norm: reads
-    of 2-5 MB ran at 1.3 GB/s here, of 5+ MB at 2.1 GB/s. The gap bytes are resident
-    already, so reading across them costs no I/O — unless the gap holds another
-    shard's bytes (or GPU-offloaded ones), which must not come in unaccounted: then
-    the ranges stay apart.
-    """
-    starts = sorted([start for shard in plan.shards for start, _ in shard.ranges]
-                    + [start for start, _ in plan.offloaded_ranges])
-    spans: list[list[tuple[int, int]]] = []
-    for shard in plan.shards:
-        merged: list[tuple[int, int]] = []
-        for start, end in sorted(shard.ranges):
-            if merged and start - merged[-1][1] <= MAX_READ_GAP:
-                first = bisect.bisect_left(starts, merged[-1][1])
-                if first >= len(starts) or starts[first] >= start:
-                    merged[-1] = (merged[-1][0], end)
-                    continue
-            merged.append((start, end))
-        spans.append(merged)
-    return spans
-
-
-@dataclass
-class ResidencyCounters:
-    hits: int = 0
-    misses: int = 0
-    loads: int = 0
-    loaded_bytes: int = 0
-    evictions: int = 0
-    evicted_bytes: int = 0
-    wait_s: float = 0.0
-    load_s: float = 0.0
-    evict_s: float = 0.0
-    layer_calls: int = 0
-
-    def copy(self) -> "ResidencyCounters":
-        return ResidencyCounters(**self.__dict__)
+READS_IN_FLIGHT = 2  # shards whose reads are queued at the disk at once (each in the books first)
 
 
 @dataclass(frozen=True)
@@ -108,15 +45,6 @@ class ResidencySnapshot:
     evict_mechanism: str
 
 
-@dataclass
-class _Knobs:
-    budget_bytes: int
-    prefetch_depth: int
-    policy: str
-    ssd_mb_s: float
-    pinned: frozenset = field(default_factory=frozenset)
-
-
 class ResidencyController:
     def __init__(self, plan: ShardPlan, mapping: memory_calls.FileMapping | None, fd: int | None,
                  budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0,
@@ -126,67 +54,61 @@ class ResidencyController:
         self.fd = fd
         self.guard = guard  # ModelFileGuard: polled by the loader, ≤ 50 ms apart
         self._cond = threading.Condition()
-        self._state = [RESIDENT] * len(plan.shards)  # llama.cpp's load read everything in
-        self._last_use = [0] * len(plan.shards)
-        self._tick = 0
-        self._current: int | None = None
-        self._counters = ResidencyCounters()
+        self._book = ResidencyBook(plan, require_budget(plan, budget_mb, prefetch_depth), prefetch_depth, policy)
+        self._counters = self._book.counters
         self._stop = False
         self._error: str | None = None
-        self._rate_free_at = 0.0
+        self._limiter = SsdRateLimiter(ssd_mb_s)
         self.load_mechanism = CACHE_LOAD if mapping else "none (no file mapping found)"
         self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED" if mapping else "none (no file mapping found)"
-        self._knobs = _Knobs(self._check_budget(budget_mb, prefetch_depth), prefetch_depth, policy, ssd_mb_s)
-        self._knobs.pinned = self._choose_pinned(self._knobs)
-        self._resident = plan.host_bytes
         self._thread = threading.Thread(target=self._loader, name="shardscope-loader", daemon=True)
-        # Eviction on its own thread overlaps the next load instead of idling the disk.
-        # The loader counts shards still waiting to leave, so what the kernel holds
-        # stays ≤ budget + one shard (see _plan_step).
+        # Eviction on its own thread overlaps the next load instead of idling the disk;
+        # the book counts shards still waiting to leave, so what the kernel holds stays
+        # ≤ budget + one shard.
         self._evictor = threading.Thread(target=self._evict_loop, name="shardscope-evictor", daemon=True)
         self._mapper = threading.Thread(target=self._map_loop, name="shardscope-mapper", daemon=True)
         self._evict_queue: list[int] = []
         self._map_queue: list[int] = []
-        self._evict_pending_bytes = 0
         self._reader = self._open_reader(mapping, fd)
         self._read_spans = read_spans(plan)
 
     # ----------------------------------------------------------------- set-up
     @staticmethod
-    def _open_reader(mapping, fd) -> memory_calls.CacheReader | None:
+    def _open_reader(mapping, fd) -> ExactReader | None:
         """The loader's own way to the disk; without one, it reads through llama.cpp's mapping."""
         if mapping is None or fd is None or not memory_calls.IS_LINUX:
             return None
         try:
-            return memory_calls.CacheReader(fd)
+            return ExactReader(fd)
         except OSError:
             return None
 
-    def _check_budget(self, budget_mb: float, depth: int) -> int:
-        return require_budget(self.plan, budget_mb, depth)
+    def shard_residency(self) -> list[bool] | None:
+        """Per shard, whether mincore finds every page of it in memory (None: no mapping).
 
-    def _choose_pinned(self, knobs: _Knobs) -> frozenset:
-        plan = self.plan
-        if plan.host_bytes <= knobs.budget_bytes:
-            return frozenset(range(len(plan.shards)))  # everything fits: nothing streams
-        if knobs.policy != "pinned":
-            return frozenset()
-        biggest_layer = max(plan.layer_bytes(i) for i in range(len(plan.layers)))
-        room = knobs.budget_bytes - plan.globals_bytes - biggest_layer - knobs.prefetch_depth * plan.max_shard_bytes
-        pinned, used = [], 0
-        for shard in plan.shards:
-            if used + shard.n_bytes > room:
-                break
-            pinned.append(shard.index)
-            used += shard.n_bytes
-        return frozenset(pinned)
+        One mincore over the whole mapping, then each range looked up in its resident
+        runs: this runs once per token on the decode thread while the model fits.
+        """
+        if not self.mapping:
+            return None
+        runs = memory_calls.resident_runs(self.mapping.start, self.mapping.end)
+        run_starts = [lo for lo, _ in runs]
+
+        def covered(lo: int, hi: int) -> bool:
+            k = bisect.bisect_right(run_starts, lo) - 1
+            return k >= 0 and runs[k][1] >= hi
+
+        found = []
+        for shard in self.plan.shards:
+            spans = [self.mapping.clip(start, end) for start, end in shard.ranges]
+            found.append(all(covered(*span) for span in spans if span))
+        return found
 
     def start(self) -> None:
-        """Cold start: evict every shard that is not pinned, then start the loader."""
+        """Cold start: measure what llama.cpp's load left resident, evict the rest, start the threads."""
+        resident = self.shard_residency()
         with self._cond:
-            victims = [s.index for s in self.plan.shards if s.index not in self._knobs.pinned]
-            for index in victims:
-                self._mark_evicted(index)
+            victims = self._book.cold_start(resident)
         self._evict_now(victims)
         self._evict_ranges(self.plan.offloaded_ranges)  # in GPU memory: the host copy can go
         self._thread.start()
@@ -214,47 +136,42 @@ class ResidencyController:
     # ----------------------------------------------------------- live knobs
     def set_budget(self, budget_mb: float) -> None:
         with self._cond:
-            self._knobs.budget_bytes = self._check_budget(budget_mb, self._knobs.prefetch_depth)
-            self._repin()
+            self._book.set_knobs(budget_bytes=require_budget(self.plan, budget_mb, self._book.depth))
+            self._cond.notify_all()
 
     def set_prefetch_depth(self, depth: int) -> None:
         with self._cond:
-            self._check_budget(self._knobs.budget_bytes / MIB, depth)
-            self._knobs.prefetch_depth = depth
-            self._repin()
+            require_budget(self.plan, self._book.budget_bytes / MIB, depth)
+            self._book.set_knobs(depth=depth)
+            self._cond.notify_all()
 
     def set_policy(self, policy: str) -> None:
         with self._cond:
-            self._knobs.policy = policy
-            self._repin()
+            self._book.set_knobs(policy=policy)
+            self._cond.notify_all()
 
     def set_ssd_mb_s(self, ssd_mb_s: float) -> None:
-        with self._cond:
-            self._knobs.ssd_mb_s = max(0.0, float(ssd_mb_s))
-
-    def _repin(self) -> None:
-        self._knobs.pinned = self._choose_pinned(self._knobs)
-        self._cond.notify_all()
+        self._limiter.mb_s = ssd_mb_s
 
     @property
     def budget_bytes(self) -> int:
-        return self._knobs.budget_bytes
+        return self._book.budget_bytes
 
     @property
     def prefetch_depth(self) -> int:
-        return self._knobs.prefetch_depth
+        return self._book.depth
 
     @property
     def policy(self) -> str:
-        return self._knobs.policy
+        return self._book.policy
 
     @property
     def ssd_mb_s(self) -> float:
-        return self._knobs.ssd_mb_s
+        return self._limiter.mb_s
 
     @property
     def pinned(self) -> frozenset:
-        return self._knobs.pinned
+        return self._book.pinned
 
     @property
     def error(self) -> str | None:
@@ -266,135 +183,37 @@ class ResidencyController:
 
         Returns False if streaming failed (the caller aborts the graph).
         """
-        needed = self.plan.layer_shards[layer_pos]
+        book = self._book
         with self._cond:
             if self._error is not None or self._stop:
                 return False  # abort the graph: file changed, load failed, or Stop pressed
-            self._counters.layer_calls += 1
-            self._current = layer_pos
-            self._tick += 1
-            for index in needed:
-                self._last_use[index] = self._tick
-            if self._knobs.policy == "pinned":
-                self._evict_behind(layer_pos)
-            missing = [i for i in needed if self._state[i] != RESIDENT]
-            self._counters.hits += len(needed) - len(missing)
-            self._counters.misses += len(missing)
+            missing = book.access(layer_pos)
+            self._queue_evictions(book.behind(layer_pos))
             self._cond.notify_all()
             if not missing:
                 return True
             start = time.perf_counter()
-            while not self._stop and self._error is None and any(self._state[i] != RESIDENT for i in needed):
+            while not self._stop and self._error is None and any(book.state[i] != RESIDENT for i in missing):
                 self._cond.wait(0.05)
             self._counters.wait_s += time.perf_counter() - start
             return self._error is None
 
-    def _evict_behind(self, layer_pos: int) -> None:
-        """Pinned policy: the streamed shards of the layer that just finished go now.
-
-        They are not needed again until the next token, so queueing their eviction at
-        once (under the lock, the evictor does the work) makes room before the loader
-        asks for it — the disk never idles waiting for eviction. LRU keeps its meaning:
-        it evicts only when room is needed.
-        """
-        n_layers = len(self.plan.layer_shards)
-        previous = self.plan.layer_shards[(layer_pos - 1) % n_layers]
-        front, _ = self._wanted()
-        victims = [i for i in previous if self._state[i] == RESIDENT and i not in self._knobs.pinned
-                   and i not in front]
-        for index in victims:
-            self._mark_evicted(index)
-        if victims:
-            self._evict_queue.extend(victims)
-            self._evict_pending_bytes += sum(self.plan.shards[i].n_bytes for i in victims)
-
     def count_resident_pass(self) -> None:
         """A token computed with no layer hook installed (the model fits the budget).
 
-        Every shard is pinned and resident then, so each layer access of that token
-        is a hit; counting them keeps the hit-rate chart honest instead of blank.
+        Counted from mincore (what is resident now and was at the last check), not
+        assumed; without a mapping nothing is counted and the rates read n/a.
         """
+        resident = self.shard_residency()
         with self._cond:
-            n = sum(len(shards) for shards in self.plan.layer_shards)
-            self._counters.hits += n
-            self._counters.layer_calls += len(self.plan.layer_shards)
+            self._book.resident_pass(resident)
 
     # ---------------------------------------------------------- loader side
-    def _wanted(self) -> tuple[list[int], list[int]]:
-        """(current layer + prefetch window, most urgent first; pinned shards)."""
-        plan, knobs = self.plan, self._knobs
-        # Before the first layer runs, the window starts at shard 0 (cold start prefetch).
-        current = plan.layer_shards[self._current] if self._current is not None else ()
-        order: list[int] = list(current)
-        n = len(plan.shards)
-        if n and knobs.prefetch_depth > 0:
-            start = (current[-1] + 1) if current else 0
-            # While a pinned layer computes, the room the budget keeps for the current
-            # layer is unused: lend it to the window, or the disk idles through the
-            # pinned layers once `depth` shards are in (measured: ~5 % of a token).
-            depth = knobs.prefetch_depth + sum(1 for i in current if i in knobs.pinned)
-            taken = 0
-            for step in range(n):
-                index = (start + step) % n
-                if index in current:
-                    break
-                if index in knobs.pinned:
-                    continue  # prefetch counts streamed shards: pinned ones need no load
-                order.append(index)
-                taken += 1
-                if taken >= depth:
-                    break
-        front = list(dict.fromkeys(order))
-        return front, [i for i in sorted(knobs.pinned) if i not in front]
-
-    def _victim(self, protected: set[int]) -> int | None:
-        candidates = [i for i, st in enumerate(self._state)
-                      if st == RESIDENT and i not in protected and i not in self._knobs.pinned]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda i: self._last_use[i])
-
-    def _mark_evicted(self, index: int) -> None:
-        if self._state[index] != EVICTED:
-            self._state[index] = EVICTED
-            self._resident -= self.plan.shards[index].n_bytes
-            self._counters.evictions += 1
-            self._counters.evicted_bytes += self.plan.shards[index].n_bytes
-
-    def _plan_step(self) -> tuple[list[int], int | None]:
-        """Under the lock: pick what to evict and what to load next."""
-        knobs = self._knobs
-        front, pins = self._wanted()
-        desired = front + pins
-        protected = set(front)
-        victims: list[int] = []
-        while self._resident > knobs.budget_bytes:  # budget shrank: evict down first
-            victim = self._victim(protected)
-            if victim is None:
-                break
-            self._mark_evicted(victim)
-            victims.append(victim)
-        target = next((i for i in desired if self._state[i] == EVICTED), None)
-        if target is None:
-            return victims, None
-        need = self.plan.shards[target].n_bytes
-        while self._resident + need > knobs.budget_bytes:
-            victim = self._victim(protected | {target})
-            if victim is None:
-                break
-            self._mark_evicted(victim)
-            victims.append(victim)
-        urgent = self._current is not None and target in self.plan.layer_shards[self._current]
-        if self._resident + need > knobs.budget_bytes and not urgent:
-            return victims, None  # no room yet: wait for compute to move on
-        # What the kernel holds is the accounting plus shards still waiting to leave;
-        # that may exceed the budget by at most one shard.
-        pending = self._evict_pending_bytes + sum(self.plan.shards[i].n_bytes for i in victims)
-        if self._resident + need + pending > knobs.budget_bytes + self.plan.max_shard_bytes:
-            return victims, None  # let the evictor catch up first
-        self._state[target] = LOADING
-        self._resident += need
-        return victims, target
+    def _queue_evictions(self, victims: list[int]) -> None:
+        """Under the lock: hand shards the book gave up to the evictor."""
+        if victims:
+            self._evict_queue.extend(victims)
+            self._cond.notify_all()
 
     def _fail(self, exc: OSError) -> None:
         with self._cond:
@@ -403,9 +222,10 @@ class ResidencyController:
 
     def _loader(self) -> None:
         checked = 0.0
+        queued: list[int] = []  # shards in the books as LOADING, reads asked for, oldest first
         while True:
             # Every 20 ms, not every shard: each check is two syscalls, and getting the
-            # GIL back after them cost the loader ~13 ms per token (3 % of the disk).
+            # GIL back after them cost the loader time it could have read in.
             problem = None
             if self.guard and time.perf_counter() - checked >= GUARD_POLL_S:
                 problem, checked = self.guard.problem(), time.perf_counter()
@@ -415,16 +235,29 @@ class ResidencyController:
                     self._cond.notify_all()
                 if self._stop or self._error:
                     return
-                victims, target = self._plan_step()
-                if victims:
-                    self._evict_queue.extend(victims)
-                    self._evict_pending_bytes += sum(self.plan.shards[i].n_bytes for i in victims)
-                    self._cond.notify_all()
-                if target is None:
-                    if not victims:
+                # With readahead off, the next shard's reads queued while this one
+                # completes are what keeps the disk busy between shards; both are in
+                # the books (LOADING) before any byte is asked for. While emulating a
+                # disk the rate limiter still paces when each shard counts as read.
+                depth = 1 if self._reader is None else READS_IN_FLIGHT
+                new: list[int] = []
+                evicted_any = False
+                while len(queued) < depth:
+                    victims, target = self._book.next_step()
+                    self._queue_evictions(victims)
+                    evicted_any |= bool(victims)
+                    if target is None:
+                        break
+                    queued.append(target)
+                    new.append(target)
+                if not queued:
+                    if not evicted_any:
                         self._cond.wait(0.05)
                     continue
+            target = queued.pop(0)
             try:
+                for index in new:
+                    self._ask(index)
                 self._load_now(target)
             except OSError as exc:
                 self._fail(exc)
@@ -433,7 +266,7 @@ class ResidencyController:
                 if self._reader is not None:
                     self._map_queue.append(target)  # the mapper maps it: the next read starts now
                 else:
-                    self._state[target] = RESIDENT
+                    self._book.loaded(target)
                 self._cond.notify_all()
 
     def _evict_loop(self) -> None:
@@ -443,7 +276,7 @@ class ResidencyController:
     def _map_loop(self) -> None:
         """Map freshly read shards into llama.cpp's mapping while the loader reads on.
 
-        Mapping on the loader thread took ~7 % of its time; on the evictor it queued
+        On the loader thread mapping delayed the next read; on the evictor it queued
         behind evictions while compute waited for the mapped shard.
         """
         self._work_loop(self._map_queue, self._map_one)
@@ -465,13 +298,13 @@ class ResidencyController:
     def _evict_one(self, index: int) -> None:
         self._evict_now([index])
         with self._cond:
-            self._evict_pending_bytes -= self.plan.shards[index].n_bytes
+            self._book.evicted(index)
             self._cond.notify_all()
 
     def _map_one(self, index: int) -> None:
         self._map_now(index)
         with self._cond:
-            self._state[index] = RESIDENT
+            self._book.loaded(index)
             self._cond.notify_all()
 
     def _evict_now(self, victims: list[int]) -> None:
@@ -491,21 +324,33 @@ class ResidencyController:
             if span:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
 
+    def _ask(self, index: int) -> None:
+        """Queue a shard's reads at the disk without waiting.
+
+        Also while emulating a slower disk: the real read then hides behind the
+        emulated one instead of adding its latency to every chunk.
+        """
+        if self._reader is not None:
+            for start, end in self._read_spans[index]:
+                self._reader.ask(start, end)
+
     def _load_now(self, index: int) -> None:
+        """Wait for a shard's asked-for reads (paced by the rate limiter when emulating)."""
         shard = self.plan.shards[index]
         started = time.perf_counter()
         if self.mapping:
+            emulating = self._limiter.mb_s > 0
             # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
-            ranges = shard.ranges if self._knobs.ssd_mb_s > 0 else self._read_spans[index]
+            ranges = shard.ranges if emulating else self._read_spans[index]
             for start, end in ranges:
                 span = self.mapping.clip(start, end)
                 if not span:
                     continue
                 # Whole ranges when not emulating: fewer, larger reads run at full disk speed.
-                chunk = CHUNK_BYTES if self._knobs.ssd_mb_s > 0 else span[1] - span[0]
+                chunk = CHUNK_BYTES if emulating else span[1] - span[0]
                 for lo in range(span[0], span[1], chunk):
                     hi = min(lo + chunk, span[1])
-                    self._throttle(hi - lo)
+                    self._limiter.throttle(hi - lo)
                     self.load_mechanism = self._read_in(lo, hi)
         with self._cond:
             self._counters.loads += 1
@@ -516,7 +361,7 @@ class ResidencyController:
         """Disk → page cache with the loader's own reader; without one, fault it in."""
         if self._reader is None:
             return memory_calls.populate(lo, hi)
-        self._reader.read(lo - self.mapping.base, hi - self.mapping.base)
+        self._reader.read(lo - self.mapping.base, hi - self.mapping.base, asked=True)
         return CACHE_LOAD
 
     def _map_now(self, index: int) -> None:
@@ -526,29 +371,10 @@ class ResidencyController:
             if span:
                 memory_calls.populate(span[0], span[1])
 
-    def _throttle(self, n_bytes: int) -> None:
-        """Emulate a slower SSD: no chunk starts before the emulated disk is free.
-
-        Idle time is never banked (a real disk cannot read ahead of its requests), so
-        after a pause the next load starts at the emulated rate, not in a burst. The
-        price: a late wake-up on a busy CPU is lost, a few % below the set rate.
-        """
-        rate = self._knobs.ssd_mb_s
-        if rate <= 0:
-            return
-        now = time.perf_counter()
-        begin = max(now, self._rate_free_at)
-        self._rate_free_at = begin + n_bytes / (rate * 1e6)
-        delay = begin - now
-        if delay > 0:
-            time.sleep(delay)
-
     # -------------------------------------------------------------- readout
     def snapshot(self) -> ResidencySnapshot:
         with self._cond:
-            pinned = self._knobs.pinned
-            states = tuple(PINNED if (i in pinned and st == RESIDENT) else st
-                           for i, st in enumerate(self._state))
-            return ResidencySnapshot(states, self._counters.copy(), self._resident,
-                                     self._knobs.budget_bytes, self._current,
-                                     self.load_mechanism, self.evict_mechanism)
+            book = self._book
+            return ResidencySnapshot(book.states(), self._counters.copy(), book.accounted,
+                                     book.budget_bytes, book.current, self.load_mechanism,
+                                     self.evict_mechanism)

@@ -58,9 +58,11 @@ class RunSummary:
     read_mb_per_token: float  # /proc/self/io read_bytes per decoded token
     streamed_mb_per_token: float  # what the controller loaded per decoded token
     ssd_mb_s: float  # read_bytes over decode time
-    hit_rate: float  # % of layer-shard accesses found resident, decoded tokens only
-    hits: int
-    misses: int
+    cache_hit_rate: float  # fraction of layer-shard accesses with no disk read, decoded tokens only
+    on_time_rate: float  # fraction of them resident when compute arrived (the rest stalled)
+    cache_hits: int
+    cache_misses: int
+    stalls: int
     wait_ms_per_token: float  # decode time spent waiting for loads
     llama_eval_ms_per_token: float  # llama.cpp's own perf counter, cross-check
     globals_mb: float
@@ -276,7 +278,8 @@ class StreamingRun:
                 self.controller.count_resident_pass()
             if index == 0:
                 c = self.controller.snapshot().counters
-                marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.hits, c.misses, c.wait_s)
+                marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.cache_hits, c.cache_misses,
+                                  c.stalls, c.wait_s)
                 self._phase("generating")
             else:
                 self.clock.record(now, dt)
@@ -302,9 +305,9 @@ class StreamingRun:
         # Steady-state figures count decoded tokens only: the prompt pass computes
         # several tokens per layer, which gives prefetch time no phone decode has.
         c = snap.counters
-        read0, loaded0, hits0, misses0, wait0 = marks.get(
-            "first", (end_read, c.loaded_bytes, c.hits, c.misses, c.wait_s))
-        hits, misses = snap.counters.hits - hits0, snap.counters.misses - misses0
+        read0, loaded0, hits0, misses0, stalls0, wait0 = marks.get(
+            "first", (end_read, c.loaded_bytes, c.cache_hits, c.cache_misses, c.stalls, c.wait_s))
+        hits, misses, stalls = c.cache_hits - hits0, c.cache_misses - misses0, c.stalls - stalls0
         n_decoded = len(result.token_s)
         decode_s = sum(result.token_s)
         rates = [1.0 / d for d in result.token_s if d > 0]
@@ -337,9 +340,11 @@ class StreamingRun:
             read_mb_per_token=round((end_read - read0) / MIB / per_tok, 2),
             streamed_mb_per_token=round((snap.counters.loaded_bytes - loaded0) / MIB / per_tok, 2),
             ssd_mb_s=round((end_read - read0) / MIB / decode_s, 1) if decode_s > 0 else 0.0,
-            hit_rate=round(100.0 * hits / accesses, 2) if accesses else math.nan,
-            hits=hits,
-            misses=misses,
+            cache_hit_rate=round(hits / accesses, 4) if accesses else math.nan,
+            on_time_rate=round((accesses - stalls) / accesses, 4) if accesses else math.nan,
+            cache_hits=hits,
+            cache_misses=misses,
+            stalls=stalls,
             wait_ms_per_token=round((c.wait_s - wait0) * 1000 / per_tok, 2),
             llama_eval_ms_per_token=round(result.perf["t_eval_ms"] / max(result.perf["n_eval"], 1), 2),
             globals_mb=round(self.plan.globals_bytes / MIB, 1),

@@ -222,7 +222,8 @@ def _summary(**changes):
                 n_gpu_layers_requested=0, shard_mb=8, prefetch_depth=1, budget_mb=64.0, policy="pinned",
                 emulated_ssd_mb_s=0.0, n_prompt=9, n_gen=8, ttft_ms=5.0, avg_ts=10.0, stddev_ts=0.1,
                 peak_rss_mb=1.0, resident_weights_mb=1.0, read_mb_per_token=2.0, streamed_mb_per_token=2.0,
-                ssd_mb_s=20.0, hit_rate=50.0, hits=1, misses=1, wait_ms_per_token=1.0,
+                ssd_mb_s=20.0, cache_hit_rate=0.5, on_time_rate=1.0, cache_hits=1, cache_misses=1, stalls=0,
+                wait_ms_per_token=1.0,
                 llama_eval_ms_per_token=1.0, globals_mb=1.0, pinned_mb=1.0, load_mechanism="x", evict_mechanism="y")
     known = set(RunSummary.__dataclass_fields__)
     base = {k: v for k, v in base.items() if k in known}

@@ -1,0 +1,67 @@
+"""The SSD emulator on a fake clock: rate in 10^6 B/s, no banked idle time, off at 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.ssd_rate_limiter import SsdRateLimiter
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def _limiter(mb_s: float):
+    t = FakeTime()
+    return SsdRateLimiter(mb_s, clock=t.clock, sleep=t.sleep), t
+
+
+def test_rate_is_decimal_megabytes_per_second():
+    limiter, t = _limiter(100)  # 100 x 10^6 B/s
+    for _ in range(10):
+        limiter.throttle(10_000_000)  # 10^7 B: 0.1 s each on the emulated disk
+    # the first chunk starts at once; the tenth may start 0.9 s after the first
+    assert t.now - 100.0 == pytest.approx(0.9)
+    limiter.throttle(0)
+    assert t.now - 100.0 == pytest.approx(1.0)  # 10^8 B took exactly 1 s
+
+
+def test_idle_time_is_not_banked():
+    limiter, t = _limiter(1)  # 10^6 B/s
+    limiter.throttle(1_000_000)
+    t.now += 60.0  # a long pause in compute
+    limiter.throttle(1_000_000)
+    limiter.throttle(1_000_000)
+    assert t.slept == [pytest.approx(1.0)]  # the third waits for the second: no burst
+
+
+def test_zero_rate_never_waits_and_rate_changes_apply_to_the_next_chunk():
+    limiter, t = _limiter(0)
+    for _ in range(5):
+        limiter.throttle(10**9)
+    assert t.slept == []
+    limiter.mb_s = 2
+    limiter.throttle(2_000_000)
+    limiter.throttle(1)
+    assert t.slept == [pytest.approx(1.0)]
+    limiter.mb_s = -5
+    assert limiter.mb_s == 0.0
+
+
+def test_real_clock_keeps_the_rate():
+    import time
+
+    limiter = SsdRateLimiter(50)  # 50 x 10^6 B/s
+    start = time.perf_counter()
+    for _ in range(5):
+        limiter.throttle(2_000_000)  # 10^7 B in all: ≥ 0.16 s before the fifth may start
+    assert time.perf_counter() - start >= 0.16
