@@ -112,10 +112,33 @@ def cmd_synth(args) -> int:
             last[0] = pct
             print(f"  {pct:3d} %", file=sys.stderr)
 
-    info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed, progress=progress)
+    moe = _moe_spec(args)
+    info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed, progress=progress,
+                                 moe=moe)
+    experts = (f", {info.n_expert} experts (top-{info.n_expert_used}"
+               f"{f', {info.n_shared_experts} shared' if info.n_shared_experts else ''}), arch {info.architecture}"
+               if info.n_expert else "")
     print(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers, "
-          f"n_embd {info.n_embd}, n_ff {info.n_ff}, vocab {info.n_vocab}")
+          f"n_embd {info.n_embd}, n_ff {info.n_ff}, vocab {info.n_vocab}{experts}")
     return 0
+
+
+_MOE_FLAGS = {"experts": "--experts", "experts_used": "--experts-used", "shared_experts": "--shared-experts",
+              "routing_skew": "--routing-skew"}
+
+
+def _moe_spec(args):
+    """The MoE shape from --moe and its flags; those flags without --moe are refused."""
+    given = [flag for key, flag in _MOE_FLAGS.items() if getattr(args, key) is not None]
+    if not args.moe:
+        if given:
+            raise ShardscopeError(f"{given[0]} needs --moe")
+        return None
+    from engine.synth_moe import MoeSpec
+
+    d = MoeSpec()
+    return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
+                      for key in _MOE_FLAGS})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--layers", type=_positive_int, default=None)
     synth.add_argument("--seed", type=_non_negative_int, default=0)
     synth.add_argument("--quiet", action="store_true")
+    synth.add_argument("--moe", action="store_true", help="a mixture-of-experts model (Mixtral-style)")
+    synth.add_argument("--experts", type=_positive_int, default=None, help="experts per layer (default 64)")
+    synth.add_argument("--experts-used", type=_positive_int, default=None, help="experts per token (default 8)")
+    synth.add_argument("--shared-experts", type=_non_negative_int, default=None,
+                       help="always-used experts per layer (arch qwen2moe; default 0)")
+    synth.add_argument("--routing-skew", type=_non_negative_float, default=None,
+                       help="make some experts win more often (0: uniform router)")
     synth.set_defaults(func=cmd_synth)
     from engine.cli_search import register  # sweep, tune, plan: their own module
 

@@ -75,6 +75,10 @@ class SynthInfo:
     n_vocab: int
     n_head: int = 0
     n_head_kv: int = 0
+    n_expert: int = 0  # 0: a dense model
+    n_expert_used: int = 0
+    n_shared_experts: int = 0
+    architecture: str = "llama"
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,24 @@ class _Tensor:
     cols: int  # ne0 (input features, the quantized dimension)
     quantized: bool
     sigma: float  # standard deviation of the weights (ignored for norms)
+    n_expert: int = 1  # ne2: one [rows, cols] matrix per expert, expert-major (MoE)
+    # F32 matrix of random weights (a router), row r scaled by row_scale[r] when given;
+    # an F32 tensor without it is a norm (all ones).
+    random_f32: bool = False
+    row_scale: tuple[float, ...] = ()
 
     @property
     def nbytes(self) -> int:
         if self.quantized:
-            return self.rows * (self.cols // _Q8_BLOCK) * _Q8_BYTES
-        return self.rows * self.cols * 4
+            return self.n_expert * self.rows * (self.cols // _Q8_BLOCK) * _Q8_BYTES
+        return self.n_expert * self.rows * self.cols * 4
+
+    def numpy_shape(self) -> tuple[int, ...]:
+        """The shape GGUFWriter takes (outermost first; Q8_0 rows given in bytes)."""
+        last = self.cols // _Q8_BLOCK * _Q8_BYTES if self.quantized else self.cols
+        if self.n_expert > 1:
+            return (self.n_expert, self.rows, last)
+        return (last,) if self.rows == 1 and not self.quantized else (self.rows, last)
 
 
 @dataclass(frozen=True)
@@ -130,11 +146,11 @@ def _global_bytes(n_embd: int, n_vocab: int) -> int:
     return 2 * _pad(_q8(n_vocab, n_embd)) + _pad(4 * n_embd)
 
 
-def _header_bytes(n_layers: int, vocab: SynthVocab) -> int:
+def _header_bytes(n_layers: int, vocab: SynthVocab, tensors_per_layer: int = len(LAYER_TENSORS)) -> int:
     """An upper estimate of header + metadata + tensor infos, padded (exact enough)."""
     tokens = sum(8 + len(t.encode("utf-8")) for t in vocab.tokens)
     kv = 4096 + tokens + 8 * vocab.n_vocab
-    infos = (n_layers * len(LAYER_TENSORS) + 3) * (8 + 32 + 4 + 16 + 4 + 8)
+    infos = (n_layers * tensors_per_layer + 3) * (8 + 40 + 4 + 24 + 4 + 8)
     return _pad(24 + kv + infos)
 
 
@@ -213,14 +229,21 @@ def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
 
 
 def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:
+    if t.random_f32:
+        weights = np.random.Generator(bitgen).standard_normal((t.n_expert * t.rows, t.cols)) * t.sigma
+        if t.row_scale:
+            weights *= np.asarray(t.row_scale, dtype=np.float64)[:, None]
+        fh.write(weights.astype("<f4").tobytes())
+        return
     if not t.quantized:
-        fh.write(np.ones(t.cols, dtype="<f4").tobytes())
+        fh.write(np.ones(t.rows * t.cols, dtype="<f4").tobytes())
         return
     blocks_per_row = t.cols // _Q8_BLOCK
     scale = np.frombuffer(np.array([t.sigma / _Q_STD], dtype="<f2").tobytes(), dtype=np.uint8)
     rows_per_chunk = max(1, _CHUNK_BYTES // (blocks_per_row * _Q8_BYTES))
-    for start in range(0, t.rows, rows_per_chunk):
-        n_blocks = min(rows_per_chunk, t.rows - start) * blocks_per_row
+    total_rows = t.n_expert * t.rows  # experts are consecutive blocks of rows
+    for start in range(0, total_rows, rows_per_chunk):
+        n_blocks = min(rows_per_chunk, total_rows - start) * blocks_per_row
         n_bytes = n_blocks * _Q8_BYTES
         # Random bytes straight into the block layout (4 GB/s with SFC64), then fix up:
         # Q8_0 quants lie in [-127, 127], and every block starts with the f16 scale.
@@ -279,7 +302,8 @@ def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float) -> None:
 
 
 def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers: int | None = None,
-                          seed: int = 0, progress: Callable[[float], None] | None = None) -> SynthInfo:
+                          seed: int = 0, progress: Callable[[float], None] | None = None,
+                          moe=None) -> SynthInfo:
     """Write a llama-architecture GGUF of about ``size_mb`` MiB (±5 %) to ``out_path``.
 
     ``n_layers`` None picks about sqrt(size_mb) layers (2..64). The same arguments give
@@ -287,12 +311,25 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     tensor, and with 1.0 once the file is in place; an exception raised by it aborts
     the write (nothing is left behind). Raises ShardscopeError for bad arguments, an
     unwritable directory or a full disk; ``out_path`` is then untouched.
+    ``moe`` (an ``engine.synth_moe.MoeSpec``) makes it a mixture-of-experts model.
     """
     target = Path(out_path)
-    size_mb, n_layers = _validate(size_mb, n_layers, str(target))
     vocab = build_vocab()
-    shape = _plan(size_mb, n_layers, vocab, str(target))
-    tensors = _tensors(shape, vocab.n_vocab)
+    if moe is not None:
+        from engine import synth_moe
+
+        size_mb, n_layers = _validate(size_mb, n_layers or synth_moe.default_n_layers(size_mb), str(target))
+        moe = synth_moe.validate_spec(moe, str(target))
+        shape = synth_moe.plan(size_mb, n_layers, moe, vocab, str(target))
+        tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
+        header = _header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
+        arch = synth_moe.architecture(moe)
+    else:
+        size_mb, n_layers = _validate(size_mb, n_layers, str(target))
+        shape = _plan(size_mb, n_layers, vocab, str(target))
+        tensors = _tensors(shape, vocab.n_vocab)
+        header = _header_bytes(n_layers, vocab)
+        arch = "llama"
 
     directory = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
@@ -301,7 +338,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         raise ShardscopeError(f"{target}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ShardscopeError(f"{target}: directory {directory} is not writable")
-    expected = _header_bytes(n_layers, vocab) + sum(_pad(t.nbytes) for t in tensors)
+    expected = header + sum(_pad(t.nbytes) for t in tensors)
     try:
         free = shutil.disk_usage(directory).free
     except OSError:
@@ -320,14 +357,16 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     try:
         if progress is not None:
             progress(0.0)
-        writer = gguf.GGUFWriter(partial, arch="llama")
+        writer = gguf.GGUFWriter(partial, arch=arch)
         _metadata(writer, shape, vocab, size_mb)
+        if moe is not None:
+            synth_moe.add_metadata(writer, shape, moe)
         for t in tensors:
             if t.quantized:
-                writer.add_tensor_info(t.name, (t.rows, t.cols // _Q8_BLOCK * _Q8_BYTES), np.dtype(np.uint8),
+                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8),
                                        t.nbytes, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
             else:
-                writer.add_tensor_info(t.name, (t.cols,), np.dtype(np.float32), t.nbytes)
+                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.float32), t.nbytes)
         try:
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
@@ -359,8 +398,9 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         raise
     if progress is not None:
         progress(1.0)
+    experts = (moe.experts, moe.experts_used, moe.shared_experts) if moe is not None else (0, 0, 0)
     return SynthInfo(str(target), size_bytes, shape.n_layers, shape.n_embd, shape.n_ff, vocab.n_vocab,
-                     shape.n_head, shape.n_head_kv)
+                     shape.n_head, shape.n_head_kv, *experts, arch)
 
 
 def _discard(fh, partial: Path) -> None:
