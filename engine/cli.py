@@ -141,6 +141,29 @@ def _moe_spec(args):
                       for key in _MOE_FLAGS})
 
 
+def _mb_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MB sizes separated by commas, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"sizes must be > 0 MB, got {text!r}")
+    return values
+
+
+def cmd_replay(args) -> int:
+    from pathlib import Path
+
+    from engine.replay import format_rows, replay
+    from engine.routing_trace import read_trace
+
+    trace = read_trace(args.trace)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    rows = replay(trace, args.cache_mb, policies, where=args.trace)
+    print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -165,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--routing-skew", type=_non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
     synth.set_defaults(func=cmd_synth)
+    replay_p = sub.add_parser("replay", help="replay a routing trace through expert-cache policies and sizes")
+    replay_p.add_argument("trace", help="routing trace written by bench --trace (JSON lines)")
+    replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
+    replay_p.add_argument("--policy", default="lru,lfu,hot", help="policies, e.g. lru,lfu,hot")
+    replay_p.set_defaults(func=cmd_replay)
     from engine.cli_search import register  # sweep, tune, plan: their own module
 
     register(sub)
