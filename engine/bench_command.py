@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.errors import ShardscopeError
 from engine.csv_out import TIMELINE_COLUMNS, append_rows, timeline_rows, write_rows
 from engine.settings import RunSettings
 from engine.streaming_run import RunSummary, StreamingRun
@@ -16,14 +17,26 @@ def attach_projection(summary: RunSummary, device_id: str | None) -> None:
     project_summary(summary, device_id)
 
 
+def _open_run(settings: RunSettings, trace_path: str | None, on_sample):
+    """Expert streaming for MoE models that exceed the budget (or when a trace is asked for)."""
+    from engine.expert_run import ExpertRun, moe_layout_for
+
+    moe = moe_layout_for(settings)  # refuses malformed MoE files before llama.cpp can abort on them
+    if moe is not None and (trace_path or moe.total_bytes > settings.budget_mb * 2**20):
+        return ExpertRun(settings, trace_path=trace_path, on_sample=on_sample)
+    if trace_path:
+        raise ShardscopeError(f"--trace {trace_path}: {settings.model_path or 'the model'} has no experts to trace")
+    return StreamingRun(settings, on_sample=on_sample)
+
+
 def run_bench(settings: RunSettings, *, csv_path: str | None = None, timeline_path: str | None = None,
-              device: str | None = None, on_sample=None) -> tuple[RunSummary, str]:
-    with StreamingRun(settings, on_sample=on_sample) as run:
+              device: str | None = None, on_sample=None, trace_path: str | None = None) -> tuple[RunSummary, str]:
+    with _open_run(settings, trace_path, on_sample) as run:
         summary = run.run()
         samples = list(run.samples)
     attach_projection(summary, device)
     if csv_path:
-        append_rows(csv_path, RunSummary.columns(), [summary.row()])
+        append_rows(csv_path, summary.columns(), [summary.row()])
     if timeline_path:
         write_rows(timeline_path, TIMELINE_COLUMNS, timeline_rows(samples))
     return summary, summary.text

@@ -11,7 +11,7 @@ import math
 import sys
 
 from engine.errors import ShardscopeError
-from engine.settings import DEFAULT_PROMPT, POLICIES, RunSettings
+from engine.settings import DEFAULT_PROMPT, EXPERT_POLICIES, POLICIES, RunSettings
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,6 +67,8 @@ def settings_from_args(args) -> RunSettings:
         shard_mb=args.shard_mb, prefetch_depth=args.prefetch_depth, threads=args.threads,
         n_gpu_layers=args.n_gpu_layers, policy=args.policy, ssd_mb_s=args.ssd_mb_s, n_gen=args.tokens,
         n_ctx=n_ctx, prompt=args.prompt, temperature=args.temperature, seed=args.seed,
+        expert_cache_mb=getattr(args, "expert_cache_mb", 0), expert_policy=getattr(args, "expert_policy", "lru"),
+        expert_speculation=getattr(args, "expert_speculation", False),
     )
 
 
@@ -86,15 +88,34 @@ def _print_summary(summary) -> None:
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"hit rate {summary.hit_rate:.1f} %")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
+    if getattr(summary, "n_expert", 0):
+        _print_experts(summary)
     if summary.projected_bound:
         print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound)")
+
+
+def _print_experts(s) -> None:
+    def pct(x):
+        return "n/a" if x != x else f"{100 * x:.1f} %"
+
+    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MB "
+          f"({s.expert_policy}, speculation {'on' if s.expert_speculation else 'off'}), hit rate "
+          f"{pct(s.expert_hit_rate)} ({s.hits} hits, {s.misses} misses)")
+    print(f"per token  {s.read_mb_per_token:.2f} MB read (dense {s.dense_mb_per_token:.2f} + experts "
+          f"{s.expert_mb_per_token:.2f}), waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
+          f"{s.compute_ms_per_token:.1f} ms")
+    if s.expert_speculation:
+        print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
+    if s.trace_path:
+        print(f"trace      {s.trace_path}")
 
 
 def cmd_bench(args) -> int:
     from engine.bench_command import run_bench
 
     settings = settings_from_args(args)
-    summary, text = run_bench(settings, csv_path=args.csv, timeline_path=args.timeline, device=args.device)
+    summary, text = run_bench(settings, csv_path=args.csv, timeline_path=args.timeline, device=args.device,
+                              trace_path=args.trace)
     if not args.quiet:
         print(f"text       {text!r}")
     _print_summary(summary)
@@ -173,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeline", help="write the 10 Hz samples to this CSV")
     bench.add_argument("--device", help="project tok/s onto this device (e.g. iphone-16-pro)")
     bench.add_argument("--quiet", action="store_true")
+    bench.add_argument("--expert-cache-mb", type=_non_negative_int, default=0,
+                       help="MoE: expert cache size (0: what the budget leaves after dense weights)")
+    bench.add_argument("--expert-policy", choices=EXPERT_POLICIES, default="lru", help="MoE: expert cache policy")
+    bench.add_argument("--expert-speculation", action="store_true",
+                       help="MoE: load the next layer's likely experts ahead (the previous token's picks)")
+    bench.add_argument("--trace", help="MoE: write the routing trace (JSON lines) here, for shardscope replay")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=_positive_float, required=True)

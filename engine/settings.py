@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 POLICIES = ("pinned", "lru")
+EXPERT_POLICIES = ("lru", "lfu", "hot")
 
 DEFAULT_PROMPT = "The history of the printing press begins"
 
@@ -31,6 +32,12 @@ class RunSettings:
     prompt: str = DEFAULT_PROMPT
     temperature: float = 0.0
     seed: int = 0
+    # MoE models only (names agreed with the knob registry): the expert cache's size
+    # (0 = what the budget leaves after the dense weights), its policy, and whether the
+    # next layer's likely experts are loaded ahead.
+    expert_cache_mb: int = 0
+    expert_policy: str = "lru"
+    expert_speculation: bool = False
 
     def with_changes(self, **changes) -> "RunSettings":
         return replace(self, **changes)
@@ -49,6 +56,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "n_ctx": (16, 1_048_576),
     "temperature": (0, 10),
     "seed": (0, 2**31 - 1),
+    "expert_cache_mb": (0, 1_048_576),
 }
 
 FIELD_TYPES = {f.name: f.type for f in fields(RunSettings)}
@@ -74,4 +82,10 @@ def validate(settings: RunSettings, source: str = "settings") -> RunSettings:
         raise ShardscopeError(
             f"{source}: 'policy' must be one of {', '.join(POLICIES)}, got {settings.policy!r}"
         )
+    if settings.expert_policy not in EXPERT_POLICIES:
+        raise ShardscopeError(
+            f"{source}: 'expert_policy' must be one of {', '.join(EXPERT_POLICIES)}, got {settings.expert_policy!r}"
+        )
+    if not isinstance(settings.expert_speculation, bool):
+        raise ShardscopeError(f"{source}: 'expert_speculation' must be true or false, got {settings.expert_speculation!r}")
     return settings
