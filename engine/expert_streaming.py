@@ -147,7 +147,11 @@ class ExpertStreamer:
         picks = tuple(dict.fromkeys(flat))
         weights = Counter(flat) if prompt else None
         started = time.perf_counter()
-        access = self.cache.access(layer, picks, weights)
+        try:
+            access = self.cache.access(layer, picks, weights)
+        except ValueError as exc:  # the cache minimum is checked up front; this is a bug guard
+            self._error = f"{self.moe.path}: expert cache too small ({exc})"
+            return False
         guessed = self._guessed.pop(layer, set())
         pending = [self._loads[u] for u in access.hits if u in self._loads and not self._loads[u].done()]
         late = len(pending)

@@ -9,6 +9,8 @@ of the file, which is what the residency controller streams.
 The eval callback asks llama.cpp to stop at each layer's first node
 (``attn_norm-N``); in the ``ask=False`` call that follows — after the previous layer
 has finished computing — the layer hook may block until the layer's weights are in.
+For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's picks
+are known there, before the layer's expert matmuls run (``topk_hook``).
 """
 
 from __future__ import annotations
@@ -207,8 +209,10 @@ class LlamaSession:
         reuse addresses for different nodes.
         """
         match = _TOPK_NODE.match(self._get_name(tensor) or b"")
-        if ask or match is None:
-            return match is not None or not ask
+        if ask:
+            return match is not None
+        if match is None:
+            return True  # False here would abort the graph
         return self.topk_hook(int(match.group(1)), read_topk_ids(self._ggml, tensor))
 
     def request_layer_hook(self) -> None:
