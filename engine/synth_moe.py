@@ -98,10 +98,11 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     ratio = min(3.5, max(0.25, 28.0 / spec.experts))
-    best, best_key = None, None
-    for aligned in (True, False):  # small models may not allow page-aligned experts
-        if best is None:
-            best, best_key = _search(target, fixed, n_layers, spec, vocab, ratio, aligned)
+    aligned, aligned_key = _search(target, fixed, n_layers, spec, vocab, ratio, True)
+    loose, loose_key = _search(target, fixed, n_layers, spec, vocab, ratio, False)
+    # Page-aligned experts unless that forces a shape far from real ones (over 2x off the
+    # width the unaligned search finds); small models may allow no aligned shape at all.
+    best = aligned if aligned is not None and aligned_key <= loose_key + math.log(2) else loose
     if best is None:
         raise ShardscopeError(
             f"{where}: cannot make a {size_mb:g} MB model with {n_layers} layers of {spec.experts} experts "

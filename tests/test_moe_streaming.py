@@ -28,12 +28,15 @@ N_GEN = 12
 
 @pytest.fixture(scope="module")
 def moe_model(tmp_path_factory) -> str:
-    """≥ 400 MB, 64 experts, top-8, a skewed router (real routers are)."""
+    """≥ 400 MB, 64 experts, top-8, a skewed router (real routers are), page-aligned experts."""
     from engine.synth import write_synthetic_model
     from engine.synth_moe import MoeSpec
 
-    path = tmp_path_factory.mktemp("moe") / "moe-420.gguf"
-    write_synthetic_model(path, 420, moe=MoeSpec(64, 8, routing_skew=2.0), seed=5)
+    path = tmp_path_factory.mktemp("moe") / "moe-450.gguf"
+    info = write_synthetic_model(path, 450, moe=MoeSpec(64, 8, routing_skew=2.0), seed=5)
+    assert info.size_bytes >= 400 * MIB
+    moe = read_moe_layout(read_layout(path))
+    assert all(lo % 4096 == 0 and hi % 4096 == 0 for layer in moe.layers for lo, hi in moe.unit_ranges(layer, 1))
     return str(path)
 
 
