@@ -77,6 +77,12 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
                 f"it exceeds --budget-mb {settings.budget_mb:g} (at most {(budget - dense) / MIB:.0f} MB)")
     else:
         cache = budget - dense
+    if settings.n_gpu_layers:
+        raise ShardscopeError(f"--n-gpu-layers {settings.n_gpu_layers}: expert streaming of {name} runs on the CPU "
+                              f"only (run with 0)")
+    if settings.ssd_mb_s:
+        raise ShardscopeError(f"--ssd-mb-s {settings.ssd_mb_s:g}: SSD emulation is not available for expert streaming "
+                              f"of {name} yet (run without it)")
     if cache < floor:
         raise ShardscopeError(
             f"budget {settings.budget_mb:g} MB leaves {max(cache, 0) / MIB:.0f} MB for experts of {name}; the minimum "
