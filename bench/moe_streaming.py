@@ -5,7 +5,8 @@ the expert bytes. In one run, each from a cold page cache:
 
 1. the disk's cold read speed (the bound, measured right before the streaming runs);
 2. expert streaming (routing-driven loads, LRU expert cache, speculation off);
-3. the same with speculation on (the previous token's picks of the next layer loaded ahead);
+3. the same with speculation on (the previous token's picks of the next layer loaded ahead),
+   and both again with the ``hot`` policy;
 4. whole-layer streaming of the same model (StreamingRun, one layer per shard);
 5. plain mmap (llama.cpp alone, no controller) in a child process under a cgroup v2
    ``memory.max`` of the same memory — where this machine allows one; if not, why not.
@@ -50,10 +51,10 @@ def moe_model(size_mb: int, skew: float) -> str:
     return str(path)
 
 
-def expert_run(model: str, budget_mb: float, tokens: int, threads: int, speculation: bool):
+def expert_run(model: str, budget_mb: float, tokens: int, threads: int, speculation: bool, policy: str = "lru"):
     drop_from_cache(model)
     settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads,
-                           prompt=PROMPT, expert_policy="lru", expert_speculation=speculation)
+                           prompt=PROMPT, expert_policy=policy, expert_speculation=speculation)
     with ExpertRun(settings) as run:
         return run.run()
 
@@ -175,6 +176,10 @@ def main() -> None:
     t0 = time.perf_counter()
     plain = expert_run(model, budget_mb, args.tokens, args.threads, speculation=False)
     spec = expert_run(model, budget_mb, args.tokens, args.threads, speculation=True)
+    # LRU keeps the previous token's picks, so its guesses are mostly resident already;
+    # hot streams everything it has not pinned, where guessing can matter.
+    hot = expert_run(model, budget_mb, args.tokens, args.threads, speculation=False, policy="hot")
+    hot_spec = expert_run(model, budget_mb, args.tokens, args.threads, speculation=True, policy="hot")
     whole = layer_run(model, budget_mb, layer_mb, args.tokens, args.threads)
     cap_mb = budget_mb + max(0.0, plain.peak_rss_mb - plain.resident_weights_mb)
     mmap_result, mmap_why = plain_mmap_capped(model, cap_mb, args.tokens, args.threads)
@@ -182,7 +187,8 @@ def main() -> None:
     print()
     print("| mode | tok/s | MB read/token | hit rate | waiting ms/token | computing ms/token |")
     print("|------|-------|---------------|----------|------------------|--------------------|")
-    for name, s in (("experts (lru)", plain), ("experts + speculation", spec)):
+    for name, s in (("experts (lru)", plain), ("experts (lru) + speculation", spec), ("experts (hot)", hot),
+                    ("experts (hot) + speculation", hot_spec)):
         print(f"| {name} | {s.avg_ts:.2f} | {s.read_mb_per_token:.1f} | {100 * s.expert_hit_rate:.1f} % | "
               f"{s.expert_wait_ms_per_token:.1f} | {s.compute_ms_per_token:.1f} |")
     print(f"| whole layers | {whole.avg_ts:.2f} | {whole.read_mb_per_token:.1f} | – | {whole.wait_ms_per_token:.1f} | – |")
@@ -194,10 +200,13 @@ def main() -> None:
     print(f"(all runs {time.perf_counter() - t0:.0f} s)")
     print()
     bound = disk / plain.read_mb_per_token if plain.read_mb_per_token > 0 else float("inf")
-    print(f"speculation  accuracy {100 * spec.spec_accuracy:.1f} %, misses hidden {100 * spec.spec_hidden_share:.1f} %"
-          if spec.spec_accuracy == spec.spec_accuracy else "speculation  no guesses were needed (all resident)")
-    print(f"hit rate     without speculation {100 * plain.expert_hit_rate:.1f} %, "
-          f"with {100 * spec.expert_hit_rate:.1f} %")
+    for name, s in (("lru", spec), ("hot", hot_spec)):
+        print(f"speculation  {name}: accuracy {100 * s.spec_accuracy:.1f} %, misses hidden "
+              f"{100 * s.spec_hidden_share:.1f} %" if s.spec_accuracy == s.spec_accuracy
+              else f"speculation  {name}: no guesses were needed (the previous token's picks were resident)")
+    print(f"hit rate     lru without speculation {100 * plain.expert_hit_rate:.1f} %, with "
+          f"{100 * spec.expert_hit_rate:.1f} %; hot without {100 * hot.expert_hit_rate:.1f} %, with "
+          f"{100 * hot_spec.expert_hit_rate:.1f} %")
     print(f"efficiency   expert streaming {plain.avg_ts / bound:.2f} (goal ≥ 0.8)")
     print(f"expert vs whole-layer tok/s ratio {plain.avg_ts / whole.avg_ts:.1f} (goal ≥ 8)")
 
