@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="MoE: expert cache size (0: what the budget leaves after dense weights)")
     bench.add_argument("--expert-policy", choices=EXPERT_POLICIES, default="lru", help="MoE: expert cache policy")
     bench.add_argument("--expert-speculation", action="store_true",
-                       help="MoE: load the next layer's likely experts ahead (the previous token's picks)")
+                       help="MoE: load the next layer's likely experts ahead (its router on this layer's input)")
     bench.add_argument("--trace", help="MoE: write the routing trace (JSON lines) here, for shardscope replay")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")

@@ -135,7 +135,8 @@ class ExpertRun:
             raise ShardscopeError(f"{self.model_path}: cannot open ({exc.strerror})") from None
         self.guard = ModelFileGuard(self.model_path, self._fd, os.fstat(self._fd).st_size)
         self.session = LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
-                                    topk_hook=self._on_topk, hook_from_start=True)
+                                    topk_hook=self._on_topk, hook_from_start=True,
+                                    norm_hook=self._on_norm if s.expert_speculation else None)
         self.mapping = memory_calls.find_mapping(self.model_path)
         if self.mapping is None:
             raise ShardscopeError(f"{self.model_path}: no file mapping found; expert streaming needs Linux mmap")
@@ -146,6 +147,10 @@ class ExpertRun:
         self.streamer = ExpertStreamer(self.moe, self.mapping, self._fd, budget_bytes=int(s.budget_mb * MIB),
                                        cache_bytes=self.cache_bytes, policy=s.expert_policy,
                                        speculation=s.expert_speculation, trace=self._trace)
+
+    def _on_norm(self, layer: int, row) -> None:
+        if self.streamer is not None:
+            self.streamer.on_norm(layer, row)
 
     def _on_topk(self, layer: int, ids) -> bool:
         streamer = self.streamer

@@ -15,19 +15,25 @@ ExpertCache decides hits, misses and victims; this class does the kernel work:
 - cold start: one eviction of the whole file right after load (the load's large folios
   straddle expert slices, so per-expert eviction would leave pieces), then the dense
   bytes (attention, norms, router, shared experts, embeddings) are read back and stay.
-- speculation (optional): while layer N's experts load, the experts the previous token
-  picked at layer N+1 are admitted and loaded too, never evicting one the current
-  layer needs; its accuracy and the misses it hid are counted.
+- speculation (optional): while layer N's experts load, layer N+1's likely experts are
+  admitted and loaded too, never evicting one the current layer needs; its accuracy and
+  the misses it hid are counted. The guess is layer N+1's router applied to this
+  token's router input at layer N (the residual stream changes little from one layer
+  to the next) where the router is F32/F16 and that input was captured, else the
+  experts the previous token picked at layer N+1.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+
+import numpy as np
 
 from engine import memory_calls
 from engine.expert_cache import ExpertCache, Unit, hot_reserve_bytes
@@ -92,6 +98,8 @@ class ExpertStreamer:
         self._loads: dict[Unit, Future] = {}
         self._previous: dict[int, tuple[int, ...]] = {}  # layer → last decoded token's picks
         self._guessed: dict[int, set[int]] = {}
+        self._routers: dict[int, np.ndarray] = {}
+        self._hidden: tuple[int, np.ndarray] | None = None
         self._error: str | None = None
         self._stopped = False
         self._pool = ThreadPoolExecutor(max(1, n_loaders), thread_name_prefix="shardscope-expert-loader")
@@ -112,6 +120,21 @@ class ExpertStreamer:
         for lo, hi in merged:
             self._read_range(lo, hi)
             self.counters.dense_loaded_bytes += hi - lo
+        if self.speculation:
+            self._routers = self._router_views()
+
+    def _router_views(self) -> dict[int, np.ndarray]:
+        """Each layer's router as an array over llama.cpp's mapping (dense: resident, no copy)."""
+        views = {}
+        for layer, (offset, ggml_type, n_embd) in self.moe.routers.items():
+            dtype = {0: np.float32, 1: np.float16}.get(ggml_type)
+            n_bytes = self.moe.n_expert * n_embd * (4 if ggml_type == 0 else 2)
+            span = self.mapping.clip(offset, offset + n_bytes)
+            if dtype is None or span is None or span[1] - span[0] != n_bytes:
+                continue
+            raw = np.ctypeslib.as_array((ctypes.c_uint8 * n_bytes).from_address(span[0]))
+            views[layer] = raw.view(dtype).reshape(self.moe.n_expert, n_embd)
+        return views
 
     def stop(self) -> None:
         """Release a decode thread blocked on loads (Stop pressed)."""
@@ -135,6 +158,19 @@ class ExpertStreamer:
         """The prompt pass is over: ``hot`` pins what it picked most (replay does the same)."""
         self.in_prompt = False
         self.cache.set_hot(dict(self.cache.counts), hot_reserve_bytes(self.unit_bytes, self.moe.n_expert_used))
+
+    def on_norm(self, layer: int, row: np.ndarray) -> None:
+        """This token's router input at ``layer`` (decode thread, before the layer's router)."""
+        self._hidden = (layer, row)
+
+    def _guess(self, layer: int, nxt: int) -> tuple[int, ...] | None:
+        router = self._routers.get(nxt)
+        hidden = self._hidden
+        if router is None or hidden is None or hidden[0] != layer or hidden[1].shape[0] != router.shape[1]:
+            return self._previous.get(nxt)
+        scores = router.astype(np.float32, copy=False) @ hidden[1]
+        k = self.moe.n_expert_used
+        return tuple(int(e) for e in np.argsort(-scores)[:k])
 
     def on_topk(self, layer: int, ids) -> bool:
         """Layer ``layer``'s router picked ``ids`` (n_tokens × k): return once they are resident."""
@@ -181,13 +217,14 @@ class ExpertStreamer:
         return not self._stopped
 
     def _speculate(self, layer: int, picks: tuple[int, ...]) -> None:
-        """Load the next layer's likely experts (the previous token's picks there) now."""
+        """Load the next layer's likely experts now, while this layer's load and compute run."""
         nxt = self._next_layer.get(layer)
-        if nxt is None or nxt not in self._previous:
+        guess = self._guess(layer, nxt) if nxt is not None else None
+        if not guess:
             return
         protected = {(layer, e) for e in picks}
         guessed = set()
-        for expert in self._previous[nxt]:
+        for expert in guess:
             unit = (nxt, expert)
             if unit in self.cache:
                 continue

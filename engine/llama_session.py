@@ -32,6 +32,7 @@ from engine.errors import ShardscopeError
 LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
 _TOPK_NODE = re.compile(rb"^ffn_moe_topk-(\d+)$")
+_FFN_NORM_NODE = re.compile(rb"^ffn_norm-(\d+)$")
 # struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
 _NE_OFFSET, _NB_OFFSET = 16, 48
 _backend_lock = threading.Lock()
@@ -83,6 +84,15 @@ def _load_ggml_get_name():
     return _load_ggml_base().ggml_get_name
 
 
+def read_last_row_f32(lib, tensor) -> np.ndarray:
+    """The last token's row of an F32 activation [n, n_tokens] (a copy: the buffer is reused)."""
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    n, n_tokens = int(ne[0]), int(ne[1])
+    start = lib.ggml_get_data(tensor) + nb[1] * (n_tokens - 1)
+    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(start)).copy()
+
+
 def read_topk_ids(lib, tensor) -> np.ndarray:
     """The expert ids of a ``ffn_moe_topk`` node: shape (n_tokens, n_expert_used).
 
@@ -115,7 +125,8 @@ class GenerationResult:
 class LlamaSession:
     def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
                  layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True,
-                 topk_hook: Callable[[int, np.ndarray], bool] | None = None):
+                 topk_hook: Callable[[int, np.ndarray], bool] | None = None,
+                 norm_hook: Callable[[int, np.ndarray], None] | None = None):
         _ensure_backend()
         self.model_path = model_path
         self.n_threads = n_threads
@@ -129,6 +140,9 @@ class LlamaSession:
         # MoE expert streaming: called with (layer, expert ids per token) as soon as a
         # layer's router has picked, before its expert matmuls run; it may block there.
         self.topk_hook = topk_hook
+        # Optional: the last token's router input (``ffn_norm-N``), for guessing the next
+        # layer's experts; one more graph split per layer, so only when asked for.
+        self.norm_hook = norm_hook
         # The eval callback costs ~5-10 % of decode speed (a Python call per graph node),
         # so a model that fits its budget runs without it; a budget cut mid-run turns it
         # on by rebuilding the context between tokens (see request_layer_hook).
@@ -208,9 +222,14 @@ class LlamaSession:
         Names are looked up per ask, not cached by address: the prompt and decode graphs
         reuse addresses for different nodes.
         """
-        match = _TOPK_NODE.match(self._get_name(tensor) or b"")
+        name = self._get_name(tensor) or b""
+        match = _TOPK_NODE.match(name)
+        norm = _FFN_NORM_NODE.match(name) if match is None and self.norm_hook is not None else None
         if ask:
-            return match is not None
+            return match is not None or norm is not None
+        if norm is not None:
+            self.norm_hook(int(norm.group(1)), read_last_row_f32(self._ggml, tensor))
+            return True
         if match is None:
             return True  # False here would abort the graph
         return self.topk_hook(int(match.group(1)), read_topk_ids(self._ggml, tensor))

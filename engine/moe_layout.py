@@ -15,7 +15,7 @@ here first, with one line naming the file and the key.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.errors import ShardscopeError
 from engine.gguf_layout import ModelLayout, TensorInfo
@@ -40,6 +40,8 @@ class MoeLayout:
     expert_tensors: dict[int, tuple[tuple[int, int], ...]]
     dense_ranges: tuple[tuple[int, int], ...]
     total_bytes: int
+    # per layer: the router ffn_gate_inp as (offset, ggml type, n_embd), for guessing picks
+    routers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     def unit_ranges(self, layer: int, expert: int) -> tuple[tuple[int, int], ...]:
         return tuple((off + expert * per, off + (expert + 1) * per) for off, per in self.expert_tensors[layer])
@@ -103,10 +105,13 @@ def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
             entries.append((tensor.offset, tensor.n_bytes // count))
             expert_names.add(tensor.name)
         per_layer[layer] = tuple(entries)
+    routers = {t.layer: (t.offset, t.ggml_type, t.shape[0]) for t in layout.tensors
+               if t.name.endswith(".ffn_gate_inp.weight") and t.layer is not None and len(t.shape) == 2
+               and t.shape[1] == count}
     dense = tuple(sorted((t.offset, t.offset + t.n_bytes) for t in layout.tensors if t.name not in expert_names))
     return MoeLayout(path=path, architecture=arch, n_expert=int(count), n_expert_used=int(used),
                      layers=tuple(sorted(per_layer)), expert_tensors=per_layer, dense_ranges=dense,
-                     total_bytes=layout.weight_bytes)
+                     total_bytes=layout.weight_bytes, routers=routers)
 
 
 __all__ = ["MoeLayout", "read_moe_layout", "EXPERT_TENSORS"]

@@ -78,8 +78,8 @@ def test_tokens_identical_at_a_third_of_the_model(moe_model, reference_tokens, t
         replayed = replay_one(read_trace(trace), policy, cache_bytes)
         assert abs(replayed.expert_hit_rate - summary.expert_hit_rate) <= 0.02
         assert (replayed.hits, replayed.misses) == (summary.hits, summary.misses)
-    else:
-        assert summary.spec_accuracy != summary.spec_accuracy or 0 <= summary.spec_accuracy <= 1
+    else:  # guesses were loaded, and most of them were what the next layer's router then picked
+        assert summary.spec_accuracy > 0.3 and summary.spec_hidden_share > 0
 
 
 @pytest.mark.slow
