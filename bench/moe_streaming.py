@@ -5,8 +5,8 @@ the expert bytes. In one run, each from a cold page cache:
 
 1. the disk's cold read speed (the bound, measured right before the streaming runs);
 2. expert streaming (routing-driven loads, LRU expert cache, speculation off);
-3. the same with speculation on (the previous token's picks of the next layer loaded ahead),
-   and both again with the ``hot`` policy;
+3. the same with speculation on (the next layer's likely experts loaded while this one
+   computes), and both again with the ``hot`` policy;
 4. whole-layer streaming of the same model (StreamingRun, one layer per shard);
 5. plain mmap (llama.cpp alone, no controller) in a child process under a cgroup v2
    ``memory.max`` of the same memory — where this machine allows one; if not, why not.
@@ -176,8 +176,7 @@ def main() -> None:
     t0 = time.perf_counter()
     plain = expert_run(model, budget_mb, args.tokens, args.threads, speculation=False)
     spec = expert_run(model, budget_mb, args.tokens, args.threads, speculation=True)
-    # LRU keeps the previous token's picks, so its guesses are mostly resident already;
-    # hot streams everything it has not pinned, where guessing can matter.
+    # hot streams everything it has not pinned: guesses there compete with the pins.
     hot = expert_run(model, budget_mb, args.tokens, args.threads, speculation=False, policy="hot")
     hot_spec = expert_run(model, budget_mb, args.tokens, args.threads, speculation=True, policy="hot")
     whole = layer_run(model, budget_mb, layer_mb, args.tokens, args.threads)
@@ -203,7 +202,7 @@ def main() -> None:
     for name, s in (("lru", spec), ("hot", hot_spec)):
         print(f"speculation  {name}: accuracy {100 * s.spec_accuracy:.1f} %, misses hidden "
               f"{100 * s.spec_hidden_share:.1f} %" if s.spec_accuracy == s.spec_accuracy
-              else f"speculation  {name}: no guesses were needed (the previous token's picks were resident)")
+              else f"speculation  {name}: no guess needed a load (every guessed expert was resident)")
     print(f"hit rate     lru without speculation {100 * plain.expert_hit_rate:.1f} %, with "
           f"{100 * spec.expert_hit_rate:.1f} %; hot without {100 * hot.expert_hit_rate:.1f} %, with "
           f"{100 * hot_spec.expert_hit_rate:.1f} %")
