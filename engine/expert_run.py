@@ -49,7 +49,7 @@ class ExpertRunSummary(RunSummary):
     expert_wait_ms_per_token: float = 0.0
     compute_ms_per_token: float = 0.0  # decode time not spent waiting for experts
     spec_accuracy: float = math.nan  # guessed experts that their layer then picked
-    spec_hidden_share: float = math.nan  # of the would-be misses, the share speculation loaded in time
+    spec_hidden_share: float = math.nan  # of the would-be misses, the share a guess had loaded in time
     evict_residue_mb: float = 0.0  # what mincore still saw after evictions (then paged out)
     trace_path: str = ""
 
@@ -234,6 +234,7 @@ class ExpertRun:
         hits, misses = c.hits - c0.hits, c.misses - c0.misses
         wait_ms = (c.wait_s - c0.wait_s) * 1000 / per
         issued, correct = c.spec_issued - c0.spec_issued, c.spec_correct - c0.spec_correct
+        hidden = c.spec_hidden - c0.spec_hidden
         gen = [x for x in self.samples if x.phase == "generating"]
         return ExpertRunSummary(
             model_filename=Path(self.model_path).name,
@@ -266,7 +267,7 @@ class ExpertRun:
             expert_wait_ms_per_token=round(wait_ms, 2),
             compute_ms_per_token=round(decode_s * 1000 / per - wait_ms, 2),
             spec_accuracy=round(correct / issued, 4) if issued else math.nan,
-            spec_hidden_share=round(correct / (misses + correct), 4) if s.expert_speculation and misses + correct
+            spec_hidden_share=round(hidden / (misses + hidden), 4) if s.expert_speculation and misses + hidden
             else math.nan,
             evict_residue_mb=round(c.residue_bytes / MIB, 3),
             trace_path=self.trace_path or "",

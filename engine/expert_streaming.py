@@ -61,6 +61,7 @@ class ExpertCounters:
     wait_s: float = 0.0
     spec_issued: int = 0  # experts loaded ahead on a guess
     spec_correct: int = 0  # of those, picked by the layer they were guessed for
+    spec_hidden: int = 0  # of those, fully loaded by the time they were picked (a miss avoided)
     dense_loaded_bytes: int = 0
 
     def copy(self) -> "ExpertCounters":
@@ -189,8 +190,10 @@ class ExpertStreamer:
             self._error = f"{self.moe.path}: expert cache too small ({exc})"
             return False
         guessed = self._guessed.pop(layer, set())
-        pending = [self._loads[u] for u in access.hits if u in self._loads and not self._loads[u].done()]
+        late_units = [u for u in access.hits if u in self._loads and not self._loads[u].done()]
+        pending = [self._loads[u] for u in late_units]
         late = len(pending)
+        hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
         for victim in access.evicted:
             self._evict_unit(victim)
         futures = [self._submit(unit) for unit in access.misses]
@@ -208,6 +211,7 @@ class ExpertStreamer:
             c.hits += len(access.hits) - late
             c.misses += len(access.misses) + late
             c.spec_correct += len(guessed & set(picks))
+            c.spec_hidden += hidden
             c.wait_s += waited
         if self.trace is not None:
             counts = tuple(weights[e] for e in picks) if prompt else ()
@@ -228,7 +232,7 @@ class ExpertStreamer:
             unit = (nxt, expert)
             if unit in self.cache:
                 continue
-            evicted = self.cache.admit(unit, protected)
+            evicted = self.cache.admit(unit, protected | {(nxt, e) for e in guessed})
             if evicted is None:
                 break
             for victim in evicted:

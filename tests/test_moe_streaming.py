@@ -185,3 +185,16 @@ def test_dense_model_refuses_a_trace(synthetic_model, tmp_path, capsys):
     assert main(["bench", "--model", synthetic_model, "--budget-mb", "200", "--trace", str(tmp_path / "t.jsonl")]) == 2
     assert "no experts to trace" in capsys.readouterr().err
     assert not (tmp_path / "t.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_speculation_turns_misses_into_hits(moe_model):
+    """Same tokens, so the same router picks: guesses loaded ahead can only be seen as hits."""
+    rates = {}
+    for speculation in (False, True):
+        with ExpertRun(_settings(moe_model, expert_policy="lru", expert_speculation=speculation)) as run:
+            rates[speculation] = run.run()
+    off, on = rates[False], rates[True]
+    assert on.hits + on.misses == off.hits + off.misses
+    assert on.expert_hit_rate > off.expert_hit_rate
+    assert on.misses <= off.misses * (1 - on.spec_hidden_share) + 8  # the hidden share is the misses it took away
