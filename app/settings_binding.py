@@ -21,8 +21,8 @@ from engine.knobs import ENABLED, KNOBS, Knob
 from engine.settings import RunSettings
 from widgets import LabelledSlider, format_number
 
-SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider)
-COMBOS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].choices)
+SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider and KNOBS[k].in_window)
+COMBOS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].choices and KNOBS[k].in_window)
 
 
 def describe_change(key: str, old, new) -> str:

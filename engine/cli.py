@@ -11,7 +11,8 @@ import contextlib
 import math
 import sys
 
-from engine.cli_args import add_output_arguments, add_run_arguments, non_negative_int, positive_float, positive_int, settings_from_args
+from engine.cli_args import (add_output_arguments, add_run_arguments, non_negative_float, non_negative_int, positive_float,
+                             positive_int, settings_from_args)
 from engine.errors import ShardscopeError
 from engine.knobs import describe
 
@@ -39,12 +40,30 @@ def _print_summary(summary) -> None:
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
+    if getattr(summary, "n_expert", 0):
+        _print_experts(summary)
     if summary.projected_bound:
         from engine.devices import get_device
         from engine.projection import inputs_provenance
 
         print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
               f"{inputs_provenance(get_device(summary.device))})")
+
+
+def _print_experts(s) -> None:
+    def pct(x):
+        return "n/a" if x != x else f"{100 * x:.1f} %"
+
+    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MB "
+          f"({s.expert_policy}, speculation {'on' if s.expert_speculation else 'off'}), hit rate "
+          f"{pct(s.expert_hit_rate)} ({s.expert_hits} hits, {s.expert_misses} misses)")
+    print(f"per token  {s.read_mb_per_token:.2f} MB read (dense {s.dense_mb_per_token:.2f} + experts "
+          f"{s.expert_mb_per_token:.2f}), waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
+          f"{s.compute_ms_per_token:.1f} ms")
+    if s.expert_speculation:
+        print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
+    if s.trace_path:
+        print(f"trace      {s.trace_path}")
 
 
 def cmd_bench(args) -> int:
@@ -54,7 +73,7 @@ def cmd_bench(args) -> int:
     settings = settings_from_args(args)
     started = utc_now()
     summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
-                                device=args.device)
+                                device=args.device, trace_path=args.trace)
     human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
     with contextlib.redirect_stdout(human):
         if not args.quiet:
@@ -75,9 +94,55 @@ def cmd_synth(args) -> int:
             last[0] = pct
             print(f"  {pct:3d} %", file=sys.stderr)
 
-    info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed, progress=progress)
+    moe = _moe_spec(args)
+    info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed, progress=progress,
+                                 moe=moe)
+    experts = (f", {info.n_expert} experts (top-{info.n_expert_used}"
+               f"{f', {info.n_shared_experts} shared' if info.n_shared_experts else ''}), arch {info.architecture}"
+               if info.n_expert else "")
     print(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers, "
-          f"n_embd {info.n_embd}, n_ff {info.n_ff}, vocab {info.n_vocab}")
+          f"n_embd {info.n_embd}, n_ff {info.n_ff}, vocab {info.n_vocab}{experts}")
+    return 0
+
+
+_MOE_FLAGS = {"experts": "--experts", "experts_used": "--experts-used", "shared_experts": "--shared-experts",
+              "routing_skew": "--routing-skew"}
+
+
+def _moe_spec(args):
+    """The MoE shape from --moe and its flags; those flags without --moe are refused."""
+    given = [flag for key, flag in _MOE_FLAGS.items() if getattr(args, key) is not None]
+    if not args.moe:
+        if given:
+            raise ShardscopeError(f"{given[0]} needs --moe")
+        return None
+    from engine.synth_moe import MoeSpec
+
+    d = MoeSpec()
+    return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
+                      for key in _MOE_FLAGS})
+
+
+def _mb_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MB sizes separated by commas, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"sizes must be > 0 MB, got {text!r}")
+    return values
+
+
+def cmd_replay(args) -> int:
+    from pathlib import Path
+
+    from engine.replay import format_rows, replay
+    from engine.routing_trace import read_trace
+
+    trace = read_trace(args.trace)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    rows = replay(trace, args.cache_mb, policies, where=args.trace)
+    print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
     return 0
 
 
@@ -114,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", help="project tok/s onto this device (e.g. iphone-16-pro)")
     bench.add_argument("--quiet", action="store_true")
     add_output_arguments(bench)
+    bench.add_argument("--trace", help="MoE: write the routing trace (JSON lines) here, for shardscope replay")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=positive_float, required=True)
@@ -121,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--layers", type=positive_int, default=None)
     synth.add_argument("--seed", type=non_negative_int, default=0)
     synth.add_argument("--quiet", action="store_true")
+    synth.add_argument("--moe", action="store_true", help="a mixture-of-experts model (Mixtral-style)")
+    synth.add_argument("--experts", type=positive_int, default=None, help="experts per layer (default 64)")
+    synth.add_argument("--experts-used", type=positive_int, default=None, help="experts per token (default 8)")
+    synth.add_argument("--shared-experts", type=non_negative_int, default=None,
+                       help="always-used experts per layer (arch qwen2moe; default 0)")
+    synth.add_argument("--routing-skew", type=non_negative_float, default=None,
+                       help="make some experts win more often (0: uniform router)")
     synth.set_defaults(func=cmd_synth)
     cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
                          description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "
@@ -134,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--threads", type=positive_int, default=2, help="threads of the run here (no --reference)")
     cal.add_argument("--tokens", type=positive_int, default=16, help="tokens of the run here (no --reference)")
     cal.set_defaults(func=cmd_calibrate)
+    replay_p = sub.add_parser("replay", help="replay a routing trace through expert-cache policies and sizes")
+    replay_p.add_argument("trace", help="routing trace written by bench --trace (JSON lines)")
+    replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
+    replay_p.add_argument("--policy", default="lru,lfu,hot", help="policies, e.g. lru,lfu,hot")
+    replay_p.set_defaults(func=cmd_replay)
     from engine.cli_search import register  # sweep, tune, plan: their own module
 
     register(sub)

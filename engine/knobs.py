@@ -42,6 +42,7 @@ class Knob:
     required: bool = False  # a profile must state it
     reported_as: str | None = None  # the RunSummary column holding the value the run used
     enabled: bool = True  # False: declared for a feature still to land; no flag, control or profile key
+    in_window: bool = True  # False: CLI and profiles only, until the window drives the code that uses it
     name: str = ""  # filled from the field name
 
     @property
@@ -110,17 +111,16 @@ class RunSettings:
     temperature: float = knob(0.0, label="Temperature", short="temperature", low=0, high=10,
                               flag="--temperature", help="0: greedy")
     seed: int = knob(0, label="Seed", short="seed", low=0, high=2**31 - 1, flag="--seed")
-    # MoE expert streaming (declared ahead of the engine code: disabled until it lands).
+    # MoE expert streaming (engine.expert_run): read only the experts the router picks.
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
-        sweep="num", slider=(0, 4096, 1), enabled=False,
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
         "lru", label="Expert policy", short="expert policy", choices=("lru", "lfu", "hot"),
-        flag="--expert-policy", sweep="str", enabled=False,
+        flag="--expert-policy", in_window=False,
         tip="Which cached experts make room: least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(
-        False, label="Expert speculation", short="speculation", flag="--expert-speculation", enabled=False,
+        False, label="Expert speculation", short="speculation", flag="--expert-speculation",
         tip="Prefetch the experts the router is predicted to pick for the next layer")
 
     def with_changes(self, **changes) -> "RunSettings":

@@ -9,6 +9,8 @@ of the file, which is what the residency controller streams.
 The eval callback asks llama.cpp to stop at each layer's first node
 (``attn_norm-N``); in the ``ask=False`` call that follows — after the previous layer
 has finished computing — the layer hook may block until the layer's weights are in.
+For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's picks
+are known there, before the layer's expert matmuls run (``topk_hook``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from engine.errors import ShardscopeError
 
 LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
+_TOPK_NODE = re.compile(rb"^ffn_moe_topk-(\d+)$")
+_FFN_NORM_NODE = re.compile(rb"^ffn_norm-(\d+)$")
+# struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
+_NE_OFFSET, _NB_OFFSET = 16, 48
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_tail: deque = deque(maxlen=400)
@@ -60,17 +66,44 @@ def _last_log_error() -> str:
     return (lines or ["no details from llama.cpp"])[-1]
 
 
-def _load_ggml_get_name():
+def _load_ggml_base():
     lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
     for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
         path = os.path.join(lib_dir, name)
         if os.path.exists(path):
             lib = ctypes.CDLL(path)
-            fn = lib.ggml_get_name
-            fn.argtypes = [ctypes.c_void_p]
-            fn.restype = ctypes.c_char_p
-            return fn
+            lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+            lib.ggml_get_name.restype = ctypes.c_char_p
+            lib.ggml_get_data.argtypes = [ctypes.c_void_p]
+            lib.ggml_get_data.restype = ctypes.c_void_p
+            return lib
     raise ShardscopeError(f"cannot find libggml-base in {lib_dir}: llama-cpp-python install is incomplete")
+
+
+def _load_ggml_get_name():
+    return _load_ggml_base().ggml_get_name
+
+
+def read_last_row_f32(lib, tensor) -> np.ndarray:
+    """The last token's row of an F32 activation [n, n_tokens] (a copy: the buffer is reused)."""
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    n, n_tokens = int(ne[0]), int(ne[1])
+    start = lib.ggml_get_data(tensor) + nb[1] * (n_tokens - 1)
+    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(start)).copy()
+
+
+def read_topk_ids(lib, tensor) -> np.ndarray:
+    """The expert ids of a ``ffn_moe_topk`` node: shape (n_tokens, n_expert_used).
+
+    The node is a view of the full argsort, so rows are ``nb[1]`` bytes apart, not packed.
+    """
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    k, n_tokens = int(ne[0]), int(ne[1])
+    base = lib.ggml_get_data(tensor)
+    rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
+    return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()
 
 
 def gpu_offload_supported() -> bool:
@@ -91,7 +124,9 @@ class GenerationResult:
 
 class LlamaSession:
     def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
-                 layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True):
+                 layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True,
+                 topk_hook: Callable[[int, np.ndarray], bool] | None = None,
+                 norm_hook: Callable[[int, np.ndarray], None] | None = None):
         _ensure_backend()
         self.model_path = model_path
         self.n_threads = n_threads
@@ -102,10 +137,16 @@ class LlamaSession:
             "this llama.cpp build has no GPU offload: n_gpu_layers is 0")
         self.n_ctx = n_ctx
         self.layer_hook = layer_hook
+        # MoE expert streaming: called with (layer, expert ids per token) as soon as a
+        # layer's router has picked, before its expert matmuls run; it may block there.
+        self.topk_hook = topk_hook
+        # Optional: the last token's router input (``ffn_norm-N``), for guessing the next
+        # layer's experts; one more graph split per layer, so only when asked for.
+        self.norm_hook = norm_hook
         # The eval callback costs ~5-10 % of decode speed (a Python call per graph node),
         # so a model that fits its budget runs without it; a budget cut mid-run turns it
         # on by rebuilding the context between tokens (see request_layer_hook).
-        self.hook_active = layer_hook is not None and hook_from_start
+        self.hook_active = (layer_hook is not None or topk_hook is not None) and hook_from_start
         self._hook_requested = False
         self._model = None
         self._ctx = None
@@ -137,8 +178,10 @@ class LlamaSession:
         params.n_threads_batch = self.n_threads
         params.no_perf = False
         if self.hook_active:
-            self._get_name = _load_ggml_get_name()
-            self._callback = llama_cpp.ggml_backend_sched_eval_callback(self._on_node)
+            self._ggml = _load_ggml_base()
+            self._get_name = self._ggml.ggml_get_name
+            on_node = self._on_topk_node if self.topk_hook is not None else self._on_node
+            self._callback = llama_cpp.ggml_backend_sched_eval_callback(on_node)
             params.cb_eval = self._callback
             params.cb_eval_user_data = None
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
@@ -172,6 +215,24 @@ class LlamaSession:
         if layer < 0:
             return True
         return self.layer_hook(layer)
+
+    def _on_topk_node(self, tensor, ask, user_data):
+        """Stop at each ``ffn_moe_topk-N``; the ask=False call has the ids, before the experts run.
+
+        Names are looked up per ask, not cached by address: the prompt and decode graphs
+        reuse addresses for different nodes.
+        """
+        name = self._get_name(tensor) or b""
+        match = _TOPK_NODE.match(name)
+        norm = _FFN_NORM_NODE.match(name) if match is None and self.norm_hook is not None else None
+        if ask:
+            return match is not None or norm is not None
+        if norm is not None:
+            self.norm_hook(int(norm.group(1)), read_last_row_f32(self._ggml, tensor))
+            return True
+        if match is None:
+            return True  # False here would abort the graph
+        return self.topk_hook(int(match.group(1)), read_topk_ids(self._ggml, tensor))
 
     def request_layer_hook(self) -> None:
         """Turn the per-layer hook on at the next token boundary (thread-safe flag)."""

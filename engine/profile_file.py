@@ -134,6 +134,10 @@ def _unknown_key_message(source: str, key: str, where: str, known: tuple[str, ..
 def _check_setting(source: str, key: str, value: Any) -> Any:
     """Return the value with the type RunSettings expects, or refuse it."""
     label = f"{source}: [settings] {key}"
+    if key in _BOOL_KEYS:
+        if not isinstance(value, bool):
+            raise ShardscopeError(f"{label} must be true or false, got {_short(value)}")
+        return value
     if key in _INT_KEYS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ShardscopeError(f"{label} must be an integer, got {_short(value)}")

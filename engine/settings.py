@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from engine.knobs import DEFAULT_PROMPT, KNOBS, RunSettings
 
-__all__ = ["RunSettings", "DEFAULT_PROMPT", "POLICIES", "RANGES", "validate"]
+__all__ = ["RunSettings", "DEFAULT_PROMPT", "POLICIES", "EXPERT_POLICIES", "RANGES", "validate"]
 
 POLICIES = KNOBS["policy"].choices
+EXPERT_POLICIES = KNOBS["expert_policy"].choices
 
 # (low, high) inclusive, from each knob's declaration; the GUI clamps, the loaders refuse.
 RANGES: dict[str, tuple[float, float]] = {

@@ -31,112 +31,16 @@ import math
 import numbers
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable
 
 import numpy as np
 
 from engine.errors import ShardscopeError
-from engine.synth_vocab import SynthVocab, build_vocab
-
-MIB = 1024 * 1024
-ALIGNMENT = 4096
-MIN_SIZE_MB = 8.0
-MAX_LAYERS = 512  # LLAMA_MAX_LAYERS in llama.cpp
-HEAD_DIM = 64
-CONTEXT_LENGTH = 2048
-RMS_EPS = 1e-5
-ROPE_FREQ_BASE = 10000.0
-SIZE_TOLERANCE = 0.05  # the planned file is within 5 % of the requested size
-
-_Q8_BLOCK = 32  # weights per Q8_0 block
-_Q8_BYTES = 34  # f16 scale + 32 int8
-_GGML_TYPE_F32 = 0
-_GGML_TYPE_Q8_0 = 8
-_FILE_TYPE_MOSTLY_Q8_0 = 7
-_CHUNK_BYTES = 8 * MIB
-# Standard deviation of an integer drawn uniformly from [-127, 127].
-_Q_STD = math.sqrt((255**2 - 1) / 12.0)
-
-LAYER_TENSORS = (
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+from engine.synth_shapes import (
+    MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, _Q_STD, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
 )
-
-
-@dataclass(frozen=True)
-class SynthInfo:
-    path: str
-    size_bytes: int
-    n_layers: int
-    n_embd: int
-    n_ff: int
-    n_vocab: int
-    n_head: int = 0
-    n_head_kv: int = 0
-
-
-@dataclass(frozen=True)
-class _Tensor:
-    name: str
-    rows: int  # ne1 (output features); 1 for a vector
-    cols: int  # ne0 (input features, the quantized dimension)
-    quantized: bool
-    sigma: float  # standard deviation of the weights (ignored for norms)
-
-    @property
-    def nbytes(self) -> int:
-        if self.quantized:
-            return self.rows * (self.cols // _Q8_BLOCK) * _Q8_BYTES
-        return self.rows * self.cols * 4
-
-
-@dataclass(frozen=True)
-class _Shape:
-    n_layers: int
-    n_embd: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-
-    @property
-    def n_embd_kv(self) -> int:
-        return self.n_head_kv * HEAD_DIM
-
-
-def _pad(n: int) -> int:
-    return -(-n // ALIGNMENT) * ALIGNMENT
-
-
-def _q8(rows: int, cols: int) -> int:
-    return rows * (cols // _Q8_BLOCK) * _Q8_BYTES
-
-
-def _n_head_kv(n_head: int) -> int:
-    """Grouped-query attention, 4 query heads per KV head where the numbers allow."""
-    for kv in range(max(1, n_head // 4), 0, -1):
-        if n_head % kv == 0:
-            return kv
-    return 1
-
-
-def _layer_bytes(n_embd: int, n_ff: int, n_embd_kv: int) -> int:
-    return (2 * _pad(4 * n_embd) + 2 * _pad(_q8(n_embd, n_embd)) + 2 * _pad(_q8(n_embd_kv, n_embd))
-            + 2 * _pad(_q8(n_ff, n_embd)) + _pad(_q8(n_embd, n_ff)))
-
-
-def _global_bytes(n_embd: int, n_vocab: int) -> int:
-    return 2 * _pad(_q8(n_vocab, n_embd)) + _pad(4 * n_embd)
-
-
-def _header_bytes(n_layers: int, vocab: SynthVocab) -> int:
-    """An upper estimate of header + metadata + tensor infos, padded (exact enough)."""
-    tokens = sum(8 + len(t.encode("utf-8")) for t in vocab.tokens)
-    kv = 4096 + tokens + 8 * vocab.n_vocab
-    infos = (n_layers * len(LAYER_TENSORS) + 3) * (8 + 32 + 4 + 16 + 4 + 8)
-    return _pad(24 + kv + infos)
-
+from engine.synth_vocab import SynthVocab, build_vocab
 
 def default_n_layers(size_mb: float) -> int:
     """Layers of about sqrt(size) MB: 8 MB layers at 64 MB, 16 at 256 MB, 32 at 1 GB."""
@@ -213,14 +117,21 @@ def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
 
 
 def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:
+    if t.random_f32:
+        weights = np.random.Generator(bitgen).standard_normal((t.n_expert * t.rows, t.cols)) * t.sigma
+        if t.row_scale:
+            weights *= np.asarray(t.row_scale, dtype=np.float64)[:, None]
+        fh.write(weights.astype("<f4").tobytes())
+        return
     if not t.quantized:
-        fh.write(np.ones(t.cols, dtype="<f4").tobytes())
+        fh.write(np.ones(t.rows * t.cols, dtype="<f4").tobytes())
         return
     blocks_per_row = t.cols // _Q8_BLOCK
     scale = np.frombuffer(np.array([t.sigma / _Q_STD], dtype="<f2").tobytes(), dtype=np.uint8)
     rows_per_chunk = max(1, _CHUNK_BYTES // (blocks_per_row * _Q8_BYTES))
-    for start in range(0, t.rows, rows_per_chunk):
-        n_blocks = min(rows_per_chunk, t.rows - start) * blocks_per_row
+    total_rows = t.n_expert * t.rows  # experts are consecutive blocks of rows
+    for start in range(0, total_rows, rows_per_chunk):
+        n_blocks = min(rows_per_chunk, total_rows - start) * blocks_per_row
         n_bytes = n_blocks * _Q8_BYTES
         # Random bytes straight into the block layout (4 GB/s with SFC64), then fix up:
         # Q8_0 quants lie in [-127, 127], and every block starts with the f16 scale.
@@ -279,7 +190,8 @@ def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float) -> None:
 
 
 def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers: int | None = None,
-                          seed: int = 0, progress: Callable[[float], None] | None = None) -> SynthInfo:
+                          seed: int = 0, progress: Callable[[float], None] | None = None,
+                          moe=None) -> SynthInfo:
     """Write a llama-architecture GGUF of about ``size_mb`` MiB (±5 %) to ``out_path``.
 
     ``n_layers`` None picks about sqrt(size_mb) layers (2..64). The same arguments give
@@ -287,12 +199,25 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     tensor, and with 1.0 once the file is in place; an exception raised by it aborts
     the write (nothing is left behind). Raises ShardscopeError for bad arguments, an
     unwritable directory or a full disk; ``out_path`` is then untouched.
+    ``moe`` (an ``engine.synth_moe.MoeSpec``) makes it a mixture-of-experts model.
     """
     target = Path(out_path)
-    size_mb, n_layers = _validate(size_mb, n_layers, str(target))
     vocab = build_vocab()
-    shape = _plan(size_mb, n_layers, vocab, str(target))
-    tensors = _tensors(shape, vocab.n_vocab)
+    if moe is not None:
+        from engine import synth_moe
+
+        size_mb, n_layers = _validate(size_mb, n_layers or synth_moe.default_n_layers(size_mb), str(target))
+        moe = synth_moe.validate_spec(moe, str(target))
+        shape = synth_moe.plan(size_mb, n_layers, moe, vocab, str(target))
+        tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
+        header = _header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
+        arch = synth_moe.architecture(moe)
+    else:
+        size_mb, n_layers = _validate(size_mb, n_layers, str(target))
+        shape = _plan(size_mb, n_layers, vocab, str(target))
+        tensors = _tensors(shape, vocab.n_vocab)
+        header = _header_bytes(n_layers, vocab)
+        arch = "llama"
 
     directory = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
@@ -301,7 +226,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         raise ShardscopeError(f"{target}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ShardscopeError(f"{target}: directory {directory} is not writable")
-    expected = _header_bytes(n_layers, vocab) + sum(_pad(t.nbytes) for t in tensors)
+    expected = header + sum(_pad(t.nbytes) for t in tensors)
     try:
         free = shutil.disk_usage(directory).free
     except OSError:
@@ -320,14 +245,16 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     try:
         if progress is not None:
             progress(0.0)
-        writer = gguf.GGUFWriter(partial, arch="llama")
+        writer = gguf.GGUFWriter(partial, arch=arch)
         _metadata(writer, shape, vocab, size_mb)
+        if moe is not None:
+            synth_moe.add_metadata(writer, shape, moe)
         for t in tensors:
             if t.quantized:
-                writer.add_tensor_info(t.name, (t.rows, t.cols // _Q8_BLOCK * _Q8_BYTES), np.dtype(np.uint8),
+                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8),
                                        t.nbytes, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
             else:
-                writer.add_tensor_info(t.name, (t.cols,), np.dtype(np.float32), t.nbytes)
+                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.float32), t.nbytes)
         try:
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
@@ -359,8 +286,9 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         raise
     if progress is not None:
         progress(1.0)
+    experts = (moe.experts, moe.experts_used, moe.shared_experts) if moe is not None else (0, 0, 0)
     return SynthInfo(str(target), size_bytes, shape.n_layers, shape.n_embd, shape.n_ff, vocab.n_vocab,
-                     shape.n_head, shape.n_head_kv)
+                     shape.n_head, shape.n_head_kv, *experts, arch)
 
 
 def _discard(fh, partial: Path) -> None:

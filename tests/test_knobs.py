@@ -26,17 +26,17 @@ def test_every_field_is_a_declared_knob_and_every_range_comes_from_it():
     assert SWEPT == ("shard_mb", "prefetch_depth", "threads", "n_gpu_layers", "budget_mb", "policy", "ssd_mb_s")
 
 
-def test_moe_knobs_are_declared_but_off_until_moe_lands():
+def test_moe_knobs_are_flags_and_profile_keys():
     s = RunSettings()
     assert (s.expert_cache_mb, s.expert_policy, s.expert_speculation) == (0, "lru", False)
-    assert not any(k in ENABLED or k in SETTINGS_KEYS or k in SWEPT for k in MOE)
+    assert all(k in ENABLED and k in SETTINGS_KEYS for k in MOE)
     with pytest.raises(ShardscopeError, match="'expert_policy' must be one of lru, lfu, hot"):
         validate(s.with_changes(expert_policy="fifo"))
     with pytest.raises(ShardscopeError, match="'expert_cache_mb' = -1 is out of range"):
         validate(s.with_changes(expert_cache_mb=-1))
     bench = build_parser()._subparsers._group_actions[0].choices["bench"]
     flags = {opt for action in bench._actions for opt in action.option_strings}
-    assert "--prefetch-depth" in flags and "--expert-cache-mb" not in flags
+    assert {"--prefetch-depth", "--expert-cache-mb", "--expert-policy", "--expert-speculation"} <= flags
 
 
 def test_describe_reads_settings_and_summaries_alike():

@@ -23,7 +23,7 @@ from engine.profile_file import (
     profile_filename,
     save_profile,
 )
-from engine.settings import POLICIES, RANGES, RunSettings, validate
+from engine.settings import EXPERT_POLICIES, POLICIES, RANGES, RunSettings, validate
 
 FUZZ = hsettings(
     max_examples=200,
@@ -174,6 +174,10 @@ def _setting_strategy(key: str):
         return st.integers(int(low), int(high))
     if key == "policy":
         return st.sampled_from(POLICIES)
+    if key == "expert_policy":
+        return st.sampled_from(EXPERT_POLICIES)
+    if key == "expert_speculation":
+        return st.booleans()
     if key == "model_path":
         return st.none() | st.text(min_size=1, max_size=40)
     return st.text(max_size=60)  # prompt

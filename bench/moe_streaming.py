@@ -1,0 +1,219 @@
+"""MoE expert streaming vs whole-layer streaming vs plain mmap, side by side, cold cache.
+
+One synthetic 64-expert top-8 model (≥ 600 MB by default), budget = dense weights + ¼ of
+the expert bytes. In one run, each from a cold page cache:
+
+1. the disk's cold read speed (the bound, measured right before the streaming runs);
+2. expert streaming (routing-driven loads, LRU expert cache, speculation off);
+3. the same with speculation on (the next layer's likely experts loaded while this one
+   computes), and both again with the ``hot`` policy;
+4. whole-layer streaming of the same model (StreamingRun, one layer per shard);
+5. plain mmap (llama.cpp alone, no controller) in a child process under a cgroup v2
+   ``memory.max`` of the same memory — where this machine allows one; if not, why not.
+
+Last lines: expert ÷ whole-layer tok/s (goal ≥ 8), expert streaming efficiency =
+tok/s ÷ (disk MB/s ÷ MB read per token) (goal ≥ 0.8), hit rate with and without
+speculation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
+from engine.expert_run import ExpertRun  # noqa: E402
+from engine.gguf_layout import read_layout  # noqa: E402
+from engine.moe_layout import read_moe_layout  # noqa: E402
+from engine.settings import RunSettings  # noqa: E402
+from engine.streaming_run import StreamingRun  # noqa: E402
+from engine.user_dirs import cache_dir  # noqa: E402
+
+MIB = 1024 * 1024
+PROMPT = "The history of the printing press begins"
+
+
+def moe_model(size_mb: int, skew: float) -> str:
+    from engine.synth import write_synthetic_model
+    from engine.synth_moe import MoeSpec
+
+    path = cache_dir() / "bench" / f"moe-64x8-{size_mb}mb-skew{skew:g}.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_synthetic_model(path, size_mb, moe=MoeSpec(64, 8, routing_skew=skew), seed=11)
+    return str(path)
+
+
+def expert_run(model: str, budget_mb: float, tokens: int, threads: int, speculation: bool, policy: str = "lru"):
+    drop_from_cache(model)
+    settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads,
+                           prompt=PROMPT, expert_policy=policy, expert_speculation=speculation)
+    with ExpertRun(settings) as run:
+        return run.run()
+
+
+def layer_run(model: str, budget_mb: float, layer_mb: float, tokens: int, threads: int):
+    """Whole-layer streaming: quarter-layer shards, the deepest prefetch the budget allows."""
+    from engine.errors import ShardscopeError
+
+    for depth in (2, 1, 0):
+        settings = RunSettings(model_path=model, budget_mb=int(budget_mb) + 1, shard_mb=max(1, int(layer_mb / 4)),
+                               prefetch_depth=depth, policy="pinned", n_gen=tokens, n_ctx=128, threads=threads,
+                               prompt=PROMPT)
+        try:
+            run = StreamingRun(settings)
+        except ShardscopeError:
+            if depth == 0:
+                raise
+            continue
+        drop_from_cache(model)
+        with run:
+            return run.run()
+
+
+# ----------------------------------------------------------------- plain mmap, capped
+def _cgroup_v2_dir() -> tuple[Path | None, str]:
+    """A cgroup v2 directory where this process may create a child with memory.max, or why not."""
+    mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
+    roots = [Path(m[1]) for m in mounts if m[2] == "cgroup2"]
+    if not roots:
+        return None, "no cgroup v2 hierarchy is mounted"
+    own = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if line.startswith("0::")), None)
+    if own is None:
+        return None, "this process is in no cgroup v2 group"
+    for root in roots:
+        group = root / own.lstrip("/")
+        controllers = (group / "cgroup.controllers")
+        if not controllers.exists():
+            continue
+        if "memory" not in controllers.read_text().split():
+            return None, (f"the memory controller is not enabled in cgroup v2 here ({group}; "
+                          f"it is bound to cgroup v1), so no memory.max can be set")
+        if not os.access(group, os.W_OK):
+            return None, f"{group} is not writable by this user"
+        return group, ""
+    return None, "this process's cgroup v2 group is not visible"
+
+
+def plain_mmap_capped(model: str, cap_mb: float, tokens: int, threads: int) -> tuple[dict | None, str]:
+    parent, why = _cgroup_v2_dir()
+    if parent is None:
+        return None, why
+    group = parent / f"shardscope-bench-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "memory.max").write_text(str(int(cap_mb * MIB)))
+        (group / "memory.swap.max").write_text("0") if (group / "memory.swap.max").exists() else None
+    except OSError as exc:
+        return None, f"cannot create a capped cgroup under {parent} ({exc.strerror})"
+    drop_from_cache(model)
+    procs = str(group / "cgroup.procs")
+
+    def enter_group() -> None:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+
+    try:
+        out = subprocess.run([sys.executable, __file__, "--plain-mmap-child", model, str(tokens), str(threads)],
+                             preexec_fn=enter_group, capture_output=True, text=True, timeout=3600)
+    finally:
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+    if out.returncode != 0:
+        return None, f"the capped child failed (exit {out.returncode}: {out.stderr.strip()[-200:]})"
+    return json.loads(out.stdout.strip().splitlines()[-1]), ""
+
+
+def _plain_mmap_child(model: str, tokens: int, threads: int) -> None:
+    import psutil
+
+    from engine.llama_session import LlamaSession
+
+    proc = psutil.Process()
+    with LlamaSession(model, n_threads=threads, n_ctx=128) as session:
+        read0 = proc.io_counters().read_bytes
+        result = session.generate(PROMPT, tokens)
+        read = proc.io_counters().read_bytes - read0
+    n = len(result.token_s)
+    print(json.dumps({"tok_s": n / sum(result.token_s) if n else 0.0,
+                      "read_mb_per_token": read / MIB / max(n + 1, 1)}))
+
+
+# ----------------------------------------------------------------- main
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--plain-mmap-child":
+        _plain_mmap_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mb", type=int, default=640)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--routing-skew", type=float, default=0.0, help="0: a uniform router, the worst case")
+    args = parser.parse_args()
+
+    model = moe_model(args.size_mb, args.routing_skew)
+    moe = read_moe_layout(read_layout(model))
+    budget_mb = (moe.dense_bytes + moe.expert_bytes / 4) / MIB
+    layer_mb = max(moe.unit_bytes(layer) * moe.n_expert for layer in moe.layers) / MIB
+    print(f"model        {Path(model).name}: {os.path.getsize(model) / MIB:.0f} MB, {len(moe.layers)} layers, "
+          f"{moe.n_expert} experts top-{moe.n_expert_used}, dense {moe.dense_bytes / MIB:.0f} MB, "
+          f"experts {moe.expert_bytes / MIB:.0f} MB")
+    print(f"budget       {budget_mb:.0f} MB = dense + ¼ of the experts; {args.tokens} tokens, "
+          f"{args.threads} threads, cold cache before each run")
+
+    disk, reads = disk_bound_mb_s(model)
+    print(f"disk         {disk:.0f} MB/s cold ({', '.join(f'{k} {v:.0f}' for k, v in reads.items())})")
+    t0 = time.perf_counter()
+    plain = expert_run(model, budget_mb, args.tokens, args.threads, speculation=False)
+    spec = expert_run(model, budget_mb, args.tokens, args.threads, speculation=True)
+    # hot streams everything it has not pinned: guesses there compete with the pins.
+    hot = expert_run(model, budget_mb, args.tokens, args.threads, speculation=False, policy="hot")
+    hot_spec = expert_run(model, budget_mb, args.tokens, args.threads, speculation=True, policy="hot")
+    whole = layer_run(model, budget_mb, layer_mb, args.tokens, args.threads)
+    cap_mb = budget_mb + max(0.0, plain.peak_rss_mb - plain.resident_weights_mb)
+    mmap_result, mmap_why = plain_mmap_capped(model, cap_mb, args.tokens, args.threads)
+
+    print()
+    print("| mode | tok/s | MB read/token | hit rate | waiting ms/token | computing ms/token |")
+    print("|------|-------|---------------|----------|------------------|--------------------|")
+    for name, s in (("experts (lru)", plain), ("experts (lru) + speculation", spec), ("experts (hot)", hot),
+                    ("experts (hot) + speculation", hot_spec)):
+        print(f"| {name} | {s.avg_ts:.2f} | {s.read_mb_per_token:.1f} | {100 * s.expert_hit_rate:.1f} % | "
+              f"{s.expert_wait_ms_per_token:.1f} | {s.compute_ms_per_token:.1f} |")
+    print(f"| whole layers | {whole.avg_ts:.2f} | {whole.read_mb_per_token:.1f} | – | {whole.wait_ms_per_token:.1f} | – |")
+    if mmap_result:
+        print(f"| plain mmap, memory.max {cap_mb:.0f} MB | {mmap_result['tok_s']:.2f} | "
+              f"{mmap_result['read_mb_per_token']:.1f} | – | – | – |")
+    else:
+        print(f"| plain mmap | not run: {mmap_why} | | | | |")
+    print(f"(all runs {time.perf_counter() - t0:.0f} s)")
+    print()
+    bound = disk / plain.read_mb_per_token if plain.read_mb_per_token > 0 else float("inf")
+    for name, s in (("lru", spec), ("hot", hot_spec)):
+        print(f"speculation  {name}: accuracy {100 * s.spec_accuracy:.1f} %, misses hidden "
+              f"{100 * s.spec_hidden_share:.1f} %" if s.spec_accuracy == s.spec_accuracy
+              else f"speculation  {name}: no guess needed a load (every guessed expert was resident)")
+    print(f"hit rate     lru without speculation {100 * plain.expert_hit_rate:.1f} %, with "
+          f"{100 * spec.expert_hit_rate:.1f} %; hot without {100 * hot.expert_hit_rate:.1f} %, with "
+          f"{100 * hot_spec.expert_hit_rate:.1f} %")
+    print(f"efficiency   expert streaming {plain.avg_ts / bound:.2f} (goal ≥ 0.8)")
+    print(f"expert vs whole-layer tok/s ratio {plain.avg_ts / whole.avg_ts:.1f} (goal ≥ 8)")
+
+
+if __name__ == "__main__":
+    from engine.errors import ShardscopeError
+
+    try:
+        main()
+    except ShardscopeError as exc:
+        sys.exit(f"moe_streaming: {exc}")
