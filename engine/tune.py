@@ -82,15 +82,10 @@ def default_candidates() -> dict[str, list]:
 
 
 def user_profiles_dir() -> Path:
-    """Where user profiles live: $SHARDSCOPE_CONFIG_DIR/profiles, else ~/.config/shardscope/profiles.
+    """Where user profiles live; the same folder the window lists (engine.user_dirs)."""
+    from engine.user_dirs import profiles_dir
 
-    (XDG_CONFIG_HOME replaces ~/.config when set.) Not created until a profile is saved.
-    """
-    override = os.environ.get("SHARDSCOPE_CONFIG_DIR")
-    if override:
-        return Path(override) / "profiles"
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "shardscope" / "profiles"
+    return profiles_dir()
 
 
 def device_weight_budget_mb(device) -> float:
