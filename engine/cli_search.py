@@ -25,6 +25,7 @@ import types
 
 from engine import cli_args
 from engine.errors import ShardscopeError
+from engine.finite import finite_float_arg
 from engine.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -339,16 +340,6 @@ def cmd_tune(args) -> int:
 
 
 # ------------------------------------------------------------------------ plan
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
 def _register_plan(sub) -> None:
     p = sub.add_parser(
         "plan", help="what-if: how a model (too big to run here) would stream on a device",
@@ -357,21 +348,21 @@ def _register_plan(sub) -> None:
                     "roofline projection.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
     p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
-    p.add_argument("--total-params", type=_finite_float, help="all parameters, e.g. 1.56e12")
-    p.add_argument("--active-params", type=_finite_float, help="parameters one token uses (MoE; default: all)")
-    p.add_argument("--bits", type=_finite_float, help="bits per weight, e.g. 8 or 4.5")
+    p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
+    p.add_argument("--active-params", type=finite_float_arg, help="parameters one token uses (MoE; default: all)")
+    p.add_argument("--bits", type=finite_float_arg, help="bits per weight, e.g. 8 or 4.5")
     p.add_argument("--layers", type=int, help="number of layers")
-    p.add_argument("--globals-fraction", type=_finite_float, default=None,
+    p.add_argument("--globals-fraction", type=finite_float_arg, default=None,
                    help="embeddings + output head as a share of the bytes a token touches (default: estimated)")
-    p.add_argument("--globals-bytes", type=_finite_float, default=None,
+    p.add_argument("--globals-bytes", type=finite_float_arg, default=None,
                    help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
     p.add_argument("--name", default="", help="label for the model")
-    p.add_argument("--budget-mb", type=_finite_float, default=None,
+    p.add_argument("--budget-mb", type=finite_float_arg, default=None,
                    help="weight budget (MB); default: app limit - KV - compute - runtime")
     p.add_argument("--policy", default="pinned", help="pinned or lru")
     p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
-    p.add_argument("--ssd-mb-s", type=_finite_float, default=None, help="what-if SSD read rate (MB/s)")
-    p.add_argument("--compute-s-per-token", type=_finite_float, default=0.0,
+    p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
+    p.add_argument("--compute-s-per-token", type=finite_float_arg, default=0.0,
                    help="compute time per token on the device, if measured (default: not modelled)")
     p.add_argument("--extended-limit", action="store_true",
                    help="use the device's larger memory limit (entitlement), when it has one")

@@ -16,10 +16,10 @@ range are refused here, before any run starts.
 
 from __future__ import annotations
 
-import math
 import re
 
 from engine.errors import ShardscopeError
+from engine.finite import is_finite_number
 from engine.knobs import KNOBS as _REGISTRY
 from engine.knobs import SWEPT
 
@@ -37,7 +37,7 @@ _ITEM = re.compile(rf"^{_NUMBER}(?:-{_NUMBER}(?:([+*]){_NUMBER})?)?$")
 
 def _value(text: str, kind: str, flag: str, item: str) -> int | float:
     number = float(text)
-    if not math.isfinite(number):
+    if not is_finite_number(number):
         raise ShardscopeError(f"{flag}: {item!r} is not a finite number")
     if kind == "int":
         if not number.is_integer() or not re.fullmatch(r"\d+", text):

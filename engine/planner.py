@@ -50,6 +50,7 @@ from pathlib import Path
 
 from engine.devices import MIB, Device, get_device, weight_budget_mb
 from engine.errors import ShardscopeError
+from engine.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
 from engine.projection import Projection, RunMeasurement, project_from_bandwidth
 
 __all__ = [
@@ -290,14 +291,8 @@ def format_plan(result: PlanResult) -> str:
 
 # ---------------------------------------------------------------- validation
 def _number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShardscopeError(f"plan: '{key}' must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ShardscopeError(f"plan: '{key}' must be finite, got {value!r}")
-    if positive and (value < 0 or (value == 0 and not allow_zero)):
-        need = "0 or more" if allow_zero else "a positive number"
-        raise ShardscopeError(f"plan: '{key}' must be {need}, got {value!r}")
-    return float(value)
+    sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
+    return finite_number(value, "plan", key, sign=sign)
 
 
 def _shape_from_numbers(inp: PlanInput) -> _Shape:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from engine.devices import MIB, get_device
 from engine.errors import ShardscopeError
+from engine.finite import finite_number, is_finite_number
 from engine.projection import Projection, RunMeasurement, project, project_from_bandwidth
 
 __all__ = [
@@ -55,10 +56,7 @@ MIN_COMPUTE_S = 1e-6  # a run that waited for its whole decode time still comput
 
 
 def _number(summary, key: str) -> float:
-    value = getattr(summary, key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ShardscopeError(f"run summary: '{key}' must be a finite number to project, got {value!r}")
-    return float(value)
+    return finite_number(getattr(summary, key), "run summary", key)
 
 
 def measurement_from_summary(summary) -> RunMeasurement:
@@ -222,7 +220,7 @@ def validate_on_emulated_ssd(model_path: str, rates: list[float], *, budget_mb: 
                 steal_pct=steal,
                 others_cpu_pct=others,
                 delivered_ts=(project_from_bandwidth(m, ssd_mb_s=loader_mb_s).tokens_per_s
-                              if loader_mb_s > 0 and math.isfinite(loader_mb_s) else math.nan),
+                              if is_finite_number(loader_mb_s) and loader_mb_s > 0 else math.nan),
                 repeat=repeat,
             )
             if ref_m is not None:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ShardscopeError
+from engine.finite import is_finite_number
 from engine.knob_ranges import parse_knob
 from engine.knobs import KNOBS, TUNED, describe
 from engine.settings import RunSettings
@@ -112,7 +113,7 @@ class Evaluation:
         if self.summary is None or self.error or not self.fits:
             return -math.inf
         value = self.summary.projected_ts
-        return value if isinstance(value, (int, float)) and math.isfinite(value) else -math.inf
+        return value if is_finite_number(value) else -math.inf
 
 
 @dataclass
@@ -155,7 +156,7 @@ def start_settings(device_id: str, base: RunSettings | None = None) -> RunSettin
 
 def _fits(settings: RunSettings, summary: RunSummary, weight_budget: float) -> bool:
     resident = summary.resident_weights_mb
-    measured = isinstance(resident, (int, float)) and not isinstance(resident, bool) and math.isfinite(resident)
+    measured = is_finite_number(resident)
     kernel_ok = not measured or resident <= weight_budget  # NaN: no sample while generating
     return settings.budget_mb <= weight_budget and kernel_ok
 
