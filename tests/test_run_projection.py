@@ -149,7 +149,7 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
     """
     import statistics
 
-    from engine.run_projection import validate_on_emulated_ssd
+    from bench.projection_validation import validate_on_emulated_ssd
 
     size_mb = os.path.getsize(synthetic_model) / MIB
     rows = validate_on_emulated_ssd(synthetic_model, [150, 300], budget_mb=int(size_mb / 2), shard_mb=32,
