@@ -17,7 +17,7 @@ from engine.run_projection import project_summary
 from widgets import format_number
 
 # The preset quantities the roofline reads (engine.projection): the SSD, DRAM and
-# compute terms. The app memory limit only matters to the planner, not to tok/s.
+# compute terms. The app memory limit only matters to the sizing, not to tok/s.
 PROJECTION_INPUTS: dict[str, str] = {
     "ssd_read_mb_s": "SSD read speed",
     "dram_mb_s": "DRAM bandwidth",

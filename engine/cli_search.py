@@ -37,7 +37,7 @@ def register(sub) -> None:
     """Add the search subcommands to the ``shardscope`` parser."""
     _register_sweep(sub)
     _register_tune(sub)
-    _register_plan(sub)
+    _register_sizing(sub)
 
 
 # ------------------------------------------------------------------ shared bits
@@ -339,10 +339,10 @@ def cmd_tune(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------ plan
-def _register_plan(sub) -> None:
+# ------------------------------------------------------------------------ size
+def _register_sizing(sub) -> None:
     p = sub.add_parser(
-        "plan", help="what-if: how a model (too big to run here) would stream on a device",
+        "size", aliases=["plan"], help="what-if: how a model (too big to run here) would stream on a device",
         description="From a GGUF header (--gguf) or from numbers (--total-params, --active-params, --bits, "
                     "--layers). Prints the budget, what stays resident, bytes streamed per token and the "
                     "roofline projection.")
@@ -366,12 +366,13 @@ def _register_plan(sub) -> None:
                    help="compute time per token on the device, if measured (default: not modelled)")
     p.add_argument("--extended-limit", action="store_true",
                    help="use the device's larger memory limit (entitlement), when it has one")
-    p.set_defaults(func=cmd_plan)
+    p.set_defaults(func=cmd_size)
 
 
-def cmd_plan(args) -> int:
+def cmd_size(args) -> int:
+    """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
     from engine.devices import get_device
-    from engine.planner import POLICIES, PlanInput, format_plan, plan_from_gguf_header, plan_from_numbers
+    from engine.sizing import POLICIES, SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
 
     numbers = {"--total-params": args.total_params, "--active-params": args.active_params, "--bits": args.bits,
                "--layers": args.layers, "--globals-fraction": args.globals_fraction,
@@ -387,16 +388,16 @@ def cmd_plan(args) -> int:
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s)
     if args.gguf:
-        result = plan_from_gguf_header(args.gguf, device, **common)
+        result = size_from_gguf_header(args.gguf, device, **common)
     else:
         missing = [flag for flag in ("--total-params", "--bits", "--layers") if numbers[flag] is None]
         if missing:
             raise ShardscopeError(
                 f"plan: missing {', '.join(missing)} (give --gguf PATH, or --total-params, --bits and --layers)")
-        result = plan_from_numbers(
-            PlanInput(total_params=args.total_params, active_params=args.active_params,
+        result = size_from_numbers(
+            SizingInput(total_params=args.total_params, active_params=args.active_params,
                       bits_per_weight=args.bits, n_layers=args.layers, globals_fraction=args.globals_fraction,
                       globals_bytes=args.globals_bytes, name=args.name),
             device, **common)
-    print(format_plan(result))
+    print(format_sizing(result))
     return 0

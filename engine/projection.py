@@ -173,7 +173,7 @@ def project(
     )
 
 
-# The device numbers the roofline reads, in words (the memory limit only matters to the planner).
+# The device numbers the roofline reads, in words (the memory limit only matters to the sizing).
 _INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
 
 

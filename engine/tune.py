@@ -90,9 +90,9 @@ def user_profiles_dir() -> Path:
 
 
 def device_weight_budget_mb(device) -> float:
-    """The device's weight budget with the overhead split the planner and iPhone profile use."""
+    """The device's weight budget with the overhead split the sizing and the iPhone profile use."""
     from engine.devices import weight_budget_mb
-    from engine.planner import DEFAULT_OVERHEAD_MB
+    from engine.sizing import DEFAULT_OVERHEAD_MB
 
     return weight_budget_mb(device, **DEFAULT_OVERHEAD_MB)
 
