@@ -45,6 +45,7 @@ __all__ = [
     "measurement_from_summary",
     "project_summary",
     "projection_for",
+    "fill_device_columns",
 ]
 
 MIN_COMPUTE_S = 1e-6  # a run that waited for its whole decode time still computed something
@@ -76,18 +77,23 @@ def measurement_from_summary(summary) -> RunMeasurement:
 
 
 def projection_for(summary, device_id: str) -> Projection:
-    """The device projection of a run, without touching the summary."""
-    return project(measurement_from_summary(summary), get_device(device_id))
-
-
-def project_summary(summary, device_id: str) -> None:
-    """Fill ``device``, ``projected_ts`` and ``projected_bound`` of a run summary.
+    """The device projection of a run: a value, the summary is left as it was.
 
     The measured bytes and compute of this run, on the device's SSD, DRAM and
     performance cores (``engine.projection.project``).
     """
-    device = get_device(device_id)
-    p = project(measurement_from_summary(summary), device)
-    summary.device = device.id
-    summary.projected_ts = round(p.tokens_per_s, 4)
-    summary.projected_bound = p.bound
+    return project(measurement_from_summary(summary), get_device(device_id))
+
+
+def fill_device_columns(summary, device_id: str, projection: Projection) -> None:
+    """Attach a projection to a summary's ``device``/``projected_*`` columns (what the CSV carries)."""
+    summary.device = get_device(device_id).id
+    summary.projected_ts = round(projection.tokens_per_s, 4)
+    summary.projected_bound = projection.bound
+
+
+def project_summary(summary, device_id: str) -> Projection:
+    """projection_for + fill_device_columns in one call, for engine/bench_command.py until it attaches itself."""
+    projection = projection_for(summary, device_id)
+    fill_device_columns(summary, device_id, projection)
+    return projection

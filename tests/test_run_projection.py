@@ -161,3 +161,14 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
         assert r.loader_mb_s <= r.ssd_mb_s * 1.15  # the limiter does not let the disk run faster
         assert abs(r.error_pct) < 25, rows
     assert statistics.median(abs(r.error_pct) for r in rows) < 15, rows
+
+
+def test_projection_is_a_value_the_caller_attaches():
+    from engine.run_projection import fill_device_columns, projection_for
+
+    s = _summary(model_size_mb=1024, read_mb_per_token=1024, avg_ts=0.5, n_threads=2)
+    before = dataclasses.replace(s)
+    p = projection_for(s, "iphone-16-pro")
+    assert s == before  # projecting leaves the summary alone
+    fill_device_columns(s, "iphone-16-pro", p)
+    assert (s.device, s.projected_ts, s.projected_bound) == ("iphone-16-pro", round(p.tokens_per_s, 4), p.bound)
