@@ -149,6 +149,7 @@ def test_stop_run_stop_in_quick_succession_leaves_nothing_behind(qtbot, window, 
     assert not _mapped(synthetic_model)
 
 
+@pytest.mark.timing
 def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(STREAMING)

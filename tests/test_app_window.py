@@ -194,6 +194,7 @@ def test_live_changes_reach_the_engine_and_are_marked(qtbot, window, synthetic_m
     assert window.last_error is None
 
 
+@pytest.mark.timing
 def test_close_during_generation_stops_the_worker_within_two_seconds(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=64))

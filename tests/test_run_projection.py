@@ -138,6 +138,7 @@ def test_plan_prints_the_1_56_tb_example():
                           "--layers", "61", "--globals-bytes", "2.35e9"), "below the minimum")
 
 
+@pytest.mark.timing
 def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
     """The validation of docs/projection-validation.md, short: lru, depth 1, budget ½ model.
 
