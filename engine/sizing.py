@@ -70,12 +70,8 @@ POLICIES = ("pinned", "lru")
 # built-in iPhone run profile (profiles/iphone-16-pro.toml): 3072 - 1024 = 2048 MB.
 DEFAULT_OVERHEAD_MB = {"kv_cache_mb": 256.0, "compute_buffers_mb": 256.0, "runtime_mb": 512.0}
 
-# When neither globals_fraction nor globals_bytes is given, the globals (token
-# embeddings + output head) are estimated as 2 x vocab x hidden parameters, with
-# hidden ~ sqrt(active params per layer / 12) because a transformer layer holds about
-# 12 x hidden^2 parameters (4 h^2 attention + 8 h^2 FFN). Checks against real models:
-# Llama-3-8B 1.17B estimated vs 1.05B real, Llama-3-70B 2.19B vs 2.10B, Kimi K2
-# 1.71B vs 2.35B (its vocabulary is 164k). Capped at half the bytes a token touches.
+# Unknown globals = 2 x vocab x hidden, hidden = sqrt(params per layer / 12) (a layer is ~12 h^2);
+# how close that lands on real models is in docs/decisions.md.
 DEFAULT_VOCAB = 128_000
 
 

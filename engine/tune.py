@@ -2,7 +2,7 @@
 
 What it optimises: each candidate settings is run here (a cold StreamingRun, like
 a sweep row) and its measurement is projected onto the device
-(:func:`engine.run_projection.project_summary`: the run's bytes read per token on
+(:func:`engine.run_projection.projection_for`: the run's bytes read per token on
 the device's SSD, its compute on the device's performance cores). A candidate
 *fits* when its weight budget and the weights the kernel saw resident during the
 run are both within the device's weight budget (app memory limit − KV cache −
