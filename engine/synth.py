@@ -38,6 +38,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 
 from engine.errors import ShardscopeError
+from engine.finite import is_finite_number
 from engine.synth_vocab import SynthVocab, build_vocab
 
 MIB = 1024 * 1024
@@ -232,7 +233,7 @@ def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> N
 
 
 def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, int]:
-    if isinstance(size_mb, bool) or not isinstance(size_mb, numbers.Real) or not math.isfinite(size_mb):
+    if not is_finite_number(size_mb):
         raise ShardscopeError(f"{where}: size_mb must be a finite number of MB, got {size_mb!r}")
     if size_mb <= 0:
         raise ShardscopeError(f"{where}: size_mb must be positive, got {size_mb:g}")
