@@ -43,6 +43,17 @@ def synthetic_model(tmp_path_factory) -> str:
     return str(path)
 
 
+def blank_summary(**values):
+    """A RunSummary with every required field zero/empty except the ones given (robust to new columns)."""
+    import dataclasses
+
+    from engine.streaming_run import RunSummary
+
+    filled = {f.name: "" if f.type in (str, "str") else 0 for f in dataclasses.fields(RunSummary)
+              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return RunSummary(**{**filled, **values})
+
+
 # ---------------------------------------------------------------- the window
 # Qt and the app are imported inside: engine-only test runs never load PySide6.
 def make_window(qtbot, config_dir: Path, **kw):

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from app.main_window import MainWindow
+from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from engine.errors import ShardscopeError
 from engine.gguf_layout import read_layout
 from engine.settings import RunSettings
-from conftest import engine_ready, make_window, stop_and_wait, wait_for
 
 STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
 

@@ -18,11 +18,11 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 
 from app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
+from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from engine.csv_out import TIMELINE_COLUMNS, read_rows
 from engine.settings import RunSettings
 from engine.shard_plan import MIB
 from engine.streaming_run import RunSummary
-from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from widgets import format_number
 
 CURVES = ("rss", "weights", "other", "ssd", "hit", "toks")

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conftest import blank_summary
 from engine.devices import MIB, get_device
 from engine.errors import ShardscopeError
 from engine.projection import project_from_bandwidth
@@ -20,15 +21,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _summary(**values) -> RunSummary:
-    """A RunSummary with every field zero/empty except the ones given (robust to new columns)."""
-    filled = {}
-    for f in dataclasses.fields(RunSummary):
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        filled[f.name] = "" if f.type in (str, "str") else 0
-    filled.update(model_filename="hand.gguf", load_mechanism="test", evict_mechanism="test")
-    filled.update(values)
-    return RunSummary(**filled)
+    return blank_summary(**{"model_filename": "hand.gguf", "load_mechanism": "test", "evict_mechanism": "test",
+                            **values})
 
 
 def test_measurement_from_summary_arithmetic():
