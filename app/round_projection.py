@@ -17,8 +17,7 @@ from engine.projection import Projection
 from engine.run_projection import projection_for
 from widgets import format_number
 
-# The preset quantities the roofline reads (engine.projection): the SSD, DRAM and
-# compute terms. The app memory limit only matters to the sizing, not to tok/s.
+# The preset quantities the roofline's three terms read; the app memory limit sets no tok/s.
 PROJECTION_INPUTS: dict[str, str] = {
     "ssd_read_mb_s": "SSD read speed",
     "dram_mb_s": "DRAM bandwidth",

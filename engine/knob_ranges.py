@@ -25,8 +25,7 @@ from engine.knobs import SWEPT
 
 __all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values"]
 
-# RunSettings field → kind of value (each knob's ``sweep``): "int" whole numbers only,
-# "num" any number (kept as int when whole), "str" one of the knob's choices.
+# RunSettings field → value kind: "int" whole numbers, "num" any number, "str" one of the knob's choices.
 KNOBS: dict[str, str] = {key: _REGISTRY[key].sweep for key in SWEPT}
 
 MAX_VALUES = 1000  # a sweep of more runs than this is a typo, not a plan

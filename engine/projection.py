@@ -144,8 +144,7 @@ def project_from_bandwidth(
         raise ShardscopeError(
             "projection: nothing to project: no bytes read, no bytes touched and no compute time per token"
         )
-    # The largest term is the bound; ties go to the first in BOUNDS order (ssd first:
-    # the disk is what this tool is about, and the cheapest thing to change).
+    # The largest term is the bound; ties go to ssd first, the resource this tool is about.
     bound = max(BOUNDS, key=lambda name: (terms[name], -BOUNDS.index(name)))
     return Projection(
         tokens_per_s=1.0 / s_per_token,

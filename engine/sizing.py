@@ -66,8 +66,7 @@ __all__ = [
 
 POLICIES = ("pinned", "lru")
 
-# What the app holds besides weights when no budget is given. Same split as the
-# built-in iPhone run profile (profiles/iphone-16-pro.toml): 3072 - 1024 = 2048 MB.
+# What the app holds besides weights when no budget is given: profiles/iphone-16-pro.toml's split.
 DEFAULT_OVERHEAD_MB = {"kv_cache_mb": 256.0, "compute_buffers_mb": 256.0, "runtime_mb": 512.0}
 
 # Unknown globals = 2 x vocab x hidden, hidden = sqrt(params per layer / 12) (a layer is ~12 h^2);

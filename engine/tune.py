@@ -28,7 +28,7 @@ How it searches (not the full grid): **coordinate descent with a result cache.**
 It measures about (sum of the candidate counts) runs per pass instead of their
 product; the price is that it can stop at a point where only changing two knobs
 together would help (knobs that interact, e.g. shard size and depth both eat the
-budget's room). docs/projection-validation.md compares it with the full grid.
+budget's room). docs/projection-validation.md compares it with the full grid (bench/tune_vs_grid.py).
 """
 
 from __future__ import annotations
@@ -63,8 +63,7 @@ __all__ = [
 
 TUNE_KNOBS = TUNED  # in the order the descent visits them
 
-# Each tuned knob's declared candidate list; one declaring none (threads) is filled in
-# by default_candidates() with 1 .. this host's cores.
+# Each tuned knob's declared candidates; threads declares none: default_candidates() uses this host's cores.
 DEFAULT_CANDIDATES: dict[str, list] = {
     key: parse_knob(KNOBS[key].flag, KNOBS[key].tune, key) for key in TUNED if KNOBS[key].tune
 }
@@ -275,8 +274,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         if not moved:
             break
     valid = [e for e in cache.values() if math.isfinite(e.score)]
-    # The answer is the best point measured, which is the descent's point unless a
-    # candidate beat it by less than min_gain along the way.
+    # The best point measured: the descent's, unless a candidate beat it by less than min_gain.
     result.best = max(valid, key=lambda e: e.score, default=None)
     return result
 
