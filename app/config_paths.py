@@ -1,30 +1,24 @@
 """Where the window keeps the user's profiles and its own state (geometry, last profile).
 
-Both live under one folder so a single override moves them together: tests and
-screenshot sessions set ``SHARDSCOPE_CONFIG_DIR`` (or pass a folder to the window)
-and never touch the real user's settings.
+The folder is the engine's (engine.user_dirs.config_dir), so profiles saved by
+``shardscope tune --save-profile`` show up in the window on every platform; one
+override (``SHARDSCOPE_CONFIG_DIR``, or a folder passed to the window) moves both.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths
+from PySide6.QtCore import QSettings
 
-CONFIG_DIR_ENV = "SHARDSCOPE_CONFIG_DIR"
+from engine.user_dirs import config_dir
+
 APP_NAME = "shardscope"
 
 
 def default_config_dir() -> Path:
-    """``$SHARDSCOPE_CONFIG_DIR`` if set, else the platform's per-user config folder."""
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override:
-        return Path(override)
-    location = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppConfigLocation)
-    if not location:  # no QCoreApplication name set, or an exotic platform
-        location = str(Path.home() / ".config" / APP_NAME)
-    return Path(location)
+    """The CLI's config folder: $SHARDSCOPE_CONFIG_DIR, else ~/.config/shardscope."""
+    return config_dir()
 
 
 def profiles_dir(config_dir: Path) -> Path:

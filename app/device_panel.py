@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QGroupBox, QVBoxLayout, QWidget
 from app.device_combo import DeviceCombo
 from app.round_projection import RoundProjection, project_round
 from engine.errors import ShardscopeError
+from engine.run_projection import fill_device_columns
 from engine.streaming_run import RunSummary
 
 
@@ -36,6 +37,8 @@ class DevicePanel(QGroupBox):
         if not device_id or summary is None:
             return None
         try:
-            return project_round(summary, device_id)
+            projection = project_round(summary, device_id)
         except ShardscopeError:
             return None  # a round stopped before its second token has no tok/s to project
+        fill_device_columns(summary, device_id, projection.projection)
+        return projection

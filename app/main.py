@@ -22,7 +22,6 @@ def run_gui(model_path: str | None = None) -> int:
     from app.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else APP_NAME])
-    # No organisation: QStandardPaths then gives ~/.config/shardscope, not .../shardscope/shardscope.
     app.setApplicationName(APP_NAME)
     app.setApplicationDisplayName("shardscope")
     window = MainWindow(model_path=model_path)

@@ -1,8 +1,8 @@
 """A round's device projection as the window shows it: one number and one honest sentence.
 
-``engine.run_projection.project_summary`` does the arithmetic and writes the
-result into the RunSummary (so the exported CSV carries it); this module only
-decides how it reads: "projected on iPhone 16 Pro (USB-C SSD): 5.75 tok/s
+``engine.run_projection.projection_for`` does the arithmetic and returns a value
+(the caller attaches it to the RunSummary so the exported CSV carries it); this
+module only decides how it reads: "projected on iPhone 16 Pro (USB-C SSD): 5.75 tok/s
 (ssd-bound)". The presets mark numbers that are derived, borrowed from a sibling
 device or assumed as unverified; a projection built on them is an estimate, and
 the caption says so rather than letting a guess pass for a measurement.
@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.devices import Device, get_device
-from engine.run_projection import project_summary
+from engine.projection import Projection
+from engine.run_projection import projection_for
 from widgets import format_number
 
-# The preset quantities the roofline reads (engine.projection): the SSD, DRAM and
-# compute terms. The app memory limit only matters to the planner, not to tok/s.
+# The preset quantities the roofline's three terms read; the app memory limit sets no tok/s.
 PROJECTION_INPUTS: dict[str, str] = {
     "ssd_read_mb_s": "SSD read speed",
     "dram_mb_s": "DRAM bandwidth",
@@ -34,6 +34,7 @@ class RoundProjection:
     bound: str  # "ssd", "dram" or "compute"
     unverified: tuple[str, ...]  # PROJECTION_INPUTS keys the preset marks unverified
     sources: tuple[str, ...] = ()
+    projection: Projection | None = None  # the engine's value, for fill_device_columns
 
     def caption(self) -> str:
         text = f"projected on {self.device_name}: {format_number(self.tok_s)} tok/s ({self.bound}-bound)"
@@ -54,11 +55,10 @@ def unverified_inputs(device: Device) -> tuple[str, ...]:
 
 
 def project_round(summary, device_id: str) -> RoundProjection:
-    """Fill the summary's projection columns and describe them; ShardscopeError if it cannot
-    be projected (a round stopped before its second token has no tok/s)."""
+    """The round's projection, described; the summary is untouched. ShardscopeError if it
+    cannot be projected (a round stopped before its second token has no tok/s)."""
     device = get_device(device_id)
-    project_summary(summary, device_id)
+    p = projection_for(summary, device_id)
     unverified = unverified_inputs(device)
     sources = tuple(f"{PROJECTION_INPUTS[k]}: {device.sources[k]}" for k in unverified if k in device.sources)
-    return RoundProjection(device.id, device.name, float(summary.projected_ts), summary.projected_bound,
-                           unverified, sources)
+    return RoundProjection(device.id, device.name, round(p.tokens_per_s, 4), p.bound, unverified, sources, p)

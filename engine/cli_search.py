@@ -25,6 +25,7 @@ import types
 
 from engine import cli_args
 from engine.errors import ShardscopeError
+from engine.finite import finite_float_arg
 from engine.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -36,7 +37,7 @@ def register(sub) -> None:
     """Add the search subcommands to the ``shardscope`` parser."""
     _register_sweep(sub)
     _register_tune(sub)
-    _register_plan(sub)
+    _register_sizing(sub)
 
 
 # ------------------------------------------------------------------ shared bits
@@ -338,49 +339,40 @@ def cmd_tune(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------ plan
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
-
-
-def _register_plan(sub) -> None:
+# ------------------------------------------------------------------------ size
+def _register_sizing(sub) -> None:
     p = sub.add_parser(
-        "plan", help="what-if: how a model (too big to run here) would stream on a device",
+        "size", aliases=["plan"], help="what-if: how a model (too big to run here) would stream on a device",
         description="From a GGUF header (--gguf) or from numbers (--total-params, --active-params, --bits, "
                     "--layers). Prints the budget, what stays resident, bytes streamed per token and the "
                     "roofline projection.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
     p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
-    p.add_argument("--total-params", type=_finite_float, help="all parameters, e.g. 1.56e12")
-    p.add_argument("--active-params", type=_finite_float, help="parameters one token uses (MoE; default: all)")
-    p.add_argument("--bits", type=_finite_float, help="bits per weight, e.g. 8 or 4.5")
+    p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
+    p.add_argument("--active-params", type=finite_float_arg, help="parameters one token uses (MoE; default: all)")
+    p.add_argument("--bits", type=finite_float_arg, help="bits per weight, e.g. 8 or 4.5")
     p.add_argument("--layers", type=int, help="number of layers")
-    p.add_argument("--globals-fraction", type=_finite_float, default=None,
+    p.add_argument("--globals-fraction", type=finite_float_arg, default=None,
                    help="embeddings + output head as a share of the bytes a token touches (default: estimated)")
-    p.add_argument("--globals-bytes", type=_finite_float, default=None,
+    p.add_argument("--globals-bytes", type=finite_float_arg, default=None,
                    help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
     p.add_argument("--name", default="", help="label for the model")
-    p.add_argument("--budget-mb", type=_finite_float, default=None,
+    p.add_argument("--budget-mb", type=finite_float_arg, default=None,
                    help="weight budget (MB); default: app limit - KV - compute - runtime")
     p.add_argument("--policy", default="pinned", help="pinned or lru")
     p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
-    p.add_argument("--ssd-mb-s", type=_finite_float, default=None, help="what-if SSD read rate (MB/s)")
-    p.add_argument("--compute-s-per-token", type=_finite_float, default=0.0,
+    p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
+    p.add_argument("--compute-s-per-token", type=finite_float_arg, default=0.0,
                    help="compute time per token on the device, if measured (default: not modelled)")
     p.add_argument("--extended-limit", action="store_true",
                    help="use the device's larger memory limit (entitlement), when it has one")
-    p.set_defaults(func=cmd_plan)
+    p.set_defaults(func=cmd_size)
 
 
-def cmd_plan(args) -> int:
+def cmd_size(args) -> int:
+    """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
     from engine.devices import get_device
-    from engine.planner import POLICIES, PlanInput, format_plan, plan_from_gguf_header, plan_from_numbers
+    from engine.sizing import POLICIES, SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
 
     numbers = {"--total-params": args.total_params, "--active-params": args.active_params, "--bits": args.bits,
                "--layers": args.layers, "--globals-fraction": args.globals_fraction,
@@ -396,16 +388,16 @@ def cmd_plan(args) -> int:
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s)
     if args.gguf:
-        result = plan_from_gguf_header(args.gguf, device, **common)
+        result = size_from_gguf_header(args.gguf, device, **common)
     else:
         missing = [flag for flag in ("--total-params", "--bits", "--layers") if numbers[flag] is None]
         if missing:
             raise ShardscopeError(
                 f"plan: missing {', '.join(missing)} (give --gguf PATH, or --total-params, --bits and --layers)")
-        result = plan_from_numbers(
-            PlanInput(total_params=args.total_params, active_params=args.active_params,
+        result = size_from_numbers(
+            SizingInput(total_params=args.total_params, active_params=args.active_params,
                       bits_per_weight=args.bits, n_layers=args.layers, globals_fraction=args.globals_fraction,
                       globals_bytes=args.globals_bytes, name=args.name),
             device, **common)
-    print(format_plan(result))
+    print(format_sizing(result))
     return 0

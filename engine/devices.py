@@ -30,12 +30,12 @@ Any other key is refused, so a typo cannot silently fall back to a default.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ShardscopeError
+from engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
 from engine.toml_file import read_toml
 
 
@@ -161,9 +161,7 @@ def _type_name(value: Any) -> str:
 def _check_positive_number(value: Any, where: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ShardscopeError(f"{where}: '{key}' must be a number, got {_type_name(value)}")
-    if not math.isfinite(value) or value <= 0:
-        raise ShardscopeError(f"{where}: '{key}' must be a positive number, got {value!r}")
-    return float(value)
+    return finite_number(value, where, key, sign=POSITIVE)
 
 
 def _string(data: dict, key: str, where: str, *, required: bool = True) -> str:
@@ -443,10 +441,7 @@ def weight_budget_mb(
     where = f"device {device.id}"
     parts = {"kv_cache_mb": kv_cache_mb, "compute_buffers_mb": compute_buffers_mb, "runtime_mb": runtime_mb}
     for key, value in parts.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ShardscopeError(f"{where}: '{key}' must be a number, got {value!r}")
-        if value < 0:
-            raise ShardscopeError(f"{where}: '{key}' must be 0 or more, got {value!r}")
+        finite_number(value, where, key, sign=ZERO_OR_MORE)
     budget = device.app_memory_limit_mb - kv_cache_mb - compute_buffers_mb - runtime_mb
     if budget <= 0:
         raise ShardscopeError(

@@ -16,17 +16,16 @@ range are refused here, before any run starts.
 
 from __future__ import annotations
 
-import math
 import re
 
 from engine.errors import ShardscopeError
+from engine.finite import is_finite_number
 from engine.knobs import KNOBS as _REGISTRY
 from engine.knobs import SWEPT
 
 __all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values"]
 
-# RunSettings field → kind of value (each knob's ``sweep``): "int" whole numbers only,
-# "num" any number (kept as int when whole), "str" one of the knob's choices.
+# RunSettings field → value kind: "int" whole numbers, "num" any number, "str" one of the knob's choices.
 KNOBS: dict[str, str] = {key: _REGISTRY[key].sweep for key in SWEPT}
 
 MAX_VALUES = 1000  # a sweep of more runs than this is a typo, not a plan
@@ -37,7 +36,7 @@ _ITEM = re.compile(rf"^{_NUMBER}(?:-{_NUMBER}(?:([+*]){_NUMBER})?)?$")
 
 def _value(text: str, kind: str, flag: str, item: str) -> int | float:
     number = float(text)
-    if not math.isfinite(number):
+    if not is_finite_number(number):
         raise ShardscopeError(f"{flag}: {item!r} is not a finite number")
     if kind == "int":
         if not number.is_integer() or not re.fullmatch(r"\d+", text):

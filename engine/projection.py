@@ -33,11 +33,11 @@ Units: bytes, seconds, and bandwidths in MB/s = 10^6 bytes/s.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from engine.devices import MB_PER_S, Device
 from engine.errors import ShardscopeError
+from engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
 
 __all__ = [
     "RunMeasurement",
@@ -73,11 +73,7 @@ class RunMeasurement:
     def validated(self, source: str = "measurement") -> "RunMeasurement":
         """Refuse values no run can produce, naming the field."""
         for key in ("ssd_bytes_per_token", "resident_bytes_per_token", "compute_s_per_token"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ShardscopeError(f"{source}: '{key}' must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise ShardscopeError(f"{source}: '{key}' must be 0 or more, got {value!r}")
+            finite_number(getattr(self, key), source, key, sign=ZERO_OR_MORE)
         if isinstance(self.host_threads, bool) or not isinstance(self.host_threads, int) or self.host_threads < 1:
             raise ShardscopeError(
                 f"{source}: 'host_threads' must be a whole number of at least 1, got {self.host_threads!r}"
@@ -113,11 +109,7 @@ class Projection:
 
 
 def _positive(value, source: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShardscopeError(f"{source}: '{key}' must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ShardscopeError(f"{source}: '{key}' must be a positive number, got {value!r}")
-    return float(value)
+    return finite_number(value, source, key, sign=POSITIVE)
 
 
 def project_from_bandwidth(
@@ -152,8 +144,7 @@ def project_from_bandwidth(
         raise ShardscopeError(
             "projection: nothing to project: no bytes read, no bytes touched and no compute time per token"
         )
-    # The largest term is the bound; ties go to the first in BOUNDS order (ssd first:
-    # the disk is what this tool is about, and the cheapest thing to change).
+    # The largest term is the bound; ties go to ssd first, the resource this tool is about.
     bound = max(BOUNDS, key=lambda name: (terms[name], -BOUNDS.index(name)))
     return Projection(
         tokens_per_s=1.0 / s_per_token,
@@ -181,7 +172,7 @@ def project(
     )
 
 
-# The device numbers the roofline reads, in words (the memory limit only matters to the planner).
+# The device numbers the roofline reads, in words (the memory limit only matters to the sizing).
 _INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
 
 

@@ -37,6 +37,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 
 from engine.errors import ShardscopeError
+from engine.finite import is_finite_number
 from engine.synth_shapes import (
     MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, _Q_STD, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
 )
@@ -143,7 +144,7 @@ def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> N
 
 
 def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, int]:
-    if isinstance(size_mb, bool) or not isinstance(size_mb, numbers.Real) or not math.isfinite(size_mb):
+    if not is_finite_number(size_mb):
         raise ShardscopeError(f"{where}: size_mb must be a finite number of MB, got {size_mb!r}")
     if size_mb <= 0:
         raise ShardscopeError(f"{where}: size_mb must be positive, got {size_mb:g}")

@@ -2,7 +2,7 @@
 
 What it optimises: each candidate settings is run here (a cold StreamingRun, like
 a sweep row) and its measurement is projected onto the device
-(:func:`engine.run_projection.project_summary`: the run's bytes read per token on
+(:func:`engine.run_projection.projection_for`: the run's bytes read per token on
 the device's SSD, its compute on the device's performance cores). A candidate
 *fits* when its weight budget and the weights the kernel saw resident during the
 run are both within the device's weight budget (app memory limit − KV cache −
@@ -28,7 +28,7 @@ How it searches (not the full grid): **coordinate descent with a result cache.**
 It measures about (sum of the candidate counts) runs per pass instead of their
 product; the price is that it can stop at a point where only changing two knobs
 together would help (knobs that interact, e.g. shard size and depth both eat the
-budget's room). docs/projection-validation.md compares it with the full grid.
+budget's room). docs/projection-validation.md compares it with the full grid (bench/tune_vs_grid.py).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.errors import ShardscopeError
+from engine.finite import is_finite_number
 from engine.knob_ranges import parse_knob
 from engine.knobs import KNOBS, TUNED, describe
 from engine.settings import RunSettings
@@ -62,8 +63,7 @@ __all__ = [
 
 TUNE_KNOBS = TUNED  # in the order the descent visits them
 
-# Each tuned knob's declared candidate list; one declaring none (threads) is filled in
-# by default_candidates() with 1 .. this host's cores.
+# Each tuned knob's declared candidates; threads declares none: default_candidates() uses this host's cores.
 DEFAULT_CANDIDATES: dict[str, list] = {
     key: parse_knob(KNOBS[key].flag, KNOBS[key].tune, key) for key in TUNED if KNOBS[key].tune
 }
@@ -82,21 +82,16 @@ def default_candidates() -> dict[str, list]:
 
 
 def user_profiles_dir() -> Path:
-    """Where user profiles live: $SHARDSCOPE_CONFIG_DIR/profiles, else ~/.config/shardscope/profiles.
+    """Where user profiles live; the same folder the window lists (engine.user_dirs)."""
+    from engine.user_dirs import profiles_dir
 
-    (XDG_CONFIG_HOME replaces ~/.config when set.) Not created until a profile is saved.
-    """
-    override = os.environ.get("SHARDSCOPE_CONFIG_DIR")
-    if override:
-        return Path(override) / "profiles"
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return base / "shardscope" / "profiles"
+    return profiles_dir()
 
 
 def device_weight_budget_mb(device) -> float:
-    """The device's weight budget with the overhead split the planner and iPhone profile use."""
+    """The device's weight budget with the overhead split the sizing and the iPhone profile use."""
     from engine.devices import weight_budget_mb
-    from engine.planner import DEFAULT_OVERHEAD_MB
+    from engine.sizing import DEFAULT_OVERHEAD_MB
 
     return weight_budget_mb(device, **DEFAULT_OVERHEAD_MB)
 
@@ -117,7 +112,7 @@ class Evaluation:
         if self.summary is None or self.error or not self.fits:
             return -math.inf
         value = self.summary.projected_ts
-        return value if isinstance(value, (int, float)) and math.isfinite(value) else -math.inf
+        return value if is_finite_number(value) else -math.inf
 
 
 @dataclass
@@ -160,7 +155,7 @@ def start_settings(device_id: str, base: RunSettings | None = None) -> RunSettin
 
 def _fits(settings: RunSettings, summary: RunSummary, weight_budget: float) -> bool:
     resident = summary.resident_weights_mb
-    measured = isinstance(resident, (int, float)) and not isinstance(resident, bool) and math.isfinite(resident)
+    measured = is_finite_number(resident)
     kernel_ok = not measured or resident <= weight_budget  # NaN: no sample while generating
     return settings.budget_mb <= weight_budget and kernel_ok
 
@@ -279,8 +274,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         if not moved:
             break
     valid = [e for e in cache.values() if math.isfinite(e.score)]
-    # The answer is the best point measured, which is the descent's point unless a
-    # candidate beat it by less than min_gain along the way.
+    # The best point measured: the descent's, unless a candidate beat it by less than min_gain.
     result.best = max(valid, key=lambda e: e.score, default=None)
     return result
 
@@ -335,113 +329,3 @@ def save_tuned_profile(result: TuneResult, name: str, *, directory: str | os.Pat
     save_profile(Profile(name=name.strip(), settings=settings, description=description, device=result.device_id),
                  path)
     return path
-
-
-# ---------------------------------------------------------- tune vs full grid
-def grid_settings(device_id: str, *, model_path: str | None, candidates: dict[str, list],
-                  budget_cap_mb: float | None, n_gen: int, n_ctx: int = 128,
-                  ssd_mb_s: float | None = None) -> tuple[RunSettings, dict[str, list]]:
-    """The base settings and grid a full sweep over the same candidates runs (same budget, start profile)."""
-    from engine.devices import get_device
-
-    device = get_device(device_id)
-    budget = device_weight_budget_mb(device)
-    if budget_cap_mb is not None:
-        budget = min(budget, budget_cap_mb)
-    start = start_settings(device_id)
-    base = start.with_changes(model_path=model_path, budget_mb=int(budget) if float(budget).is_integer() else budget,
-                              n_gen=n_gen, n_ctx=n_ctx,
-                              ssd_mb_s=float(start.ssd_mb_s if ssd_mb_s is None else ssd_mb_s))
-    return base, {k: list(candidates[k]) for k in TUNE_KNOBS}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m engine.tune MODEL --budget-cap-mb N``: auto-tune, then the full grid, compared.
-
-    Prints what docs/projection-validation.md's "Auto-tune vs full grid" section shows:
-    the tune's answer and runs, the grid's best point and runs, their ratio, and the
-    descent replayed on the grid's own measurements (same numbers, no new noise).
-    """
-    import argparse
-    import sys
-    import time
-
-    from engine.csv_out import append_rows
-    from engine.sweep import iter_sweep
-
-    p = argparse.ArgumentParser(prog="python -m engine.tune", description=main.__doc__)
-    p.add_argument("model")
-    p.add_argument("--device", default="iphone-16-pro")
-    p.add_argument("--budget-cap-mb", type=float, default=300)
-    p.add_argument("--tokens", type=int, default=6)
-    p.add_argument("--csv", default=None, help="write every run (tune and grid) here, with a 'search' prefix")
-    args = p.parse_args(argv)
-    cands = default_candidates()
-    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-
-    t0 = time.perf_counter()
-    tune = auto_tune(args.device, model_path=args.model, candidates=cands, budget_cap_mb=args.budget_cap_mb,
-                     n_gen=args.tokens, on_eval=lambda e: say(f"tune  {_knobs_text(e.settings)}: {_score_text(e)}"))
-    tune_s = time.perf_counter() - t0
-    if args.csv:
-        append_rows(args.csv + ".tune.csv", RunSummary.columns(),
-                    [e.summary.row() for e in tune.evaluations if e.summary is not None])
-
-    base, grid = grid_settings(args.device, model_path=args.model, candidates=cands,
-                               budget_cap_mb=args.budget_cap_mb, n_gen=args.tokens)
-    t0 = time.perf_counter()
-    grid_results = {}
-    for r in iter_sweep(base, grid, device=args.device):
-        grid_results[r.settings] = r
-        if r.summary is not None and args.csv:
-            append_rows(args.csv + ".grid.csv", RunSummary.columns(), [r.summary.row()])
-        say(f"grid {r.index + 1}/{r.total} {_knobs_text(r.settings)}: "
-            + (f"projected {r.summary.projected_ts:.3g} tok/s" if r.ok else f"{'skipped' if r.skipped else 'failed'}"))
-    grid_s = time.perf_counter() - t0
-    weight_budget = tune.weight_budget_mb
-    grid_ok = [r for r in grid_results.values() if r.ok and _fits(r.settings, r.summary, weight_budget)]
-    grid_best = max(grid_ok, key=lambda r: r.summary.projected_ts)
-    grid_runs = sum(1 for r in grid_results.values() if not r.skipped)
-
-    def replay(s: RunSettings):
-        r = grid_results.get(s)
-        return r.summary if r is not None and r.ok else None
-
-    replayed = auto_tune(args.device, model_path=args.model, candidates=cands, budget_cap_mb=args.budget_cap_mb,
-                         n_gen=args.tokens, measure=replay)
-    # The tune's pick, measured again by the grid (same settings, another run): how much
-    # of the gap is the pick and how much the noise of one measurement.
-    tb = tune.best
-    tb_in_grid = grid_results.get(tb.settings) if tb else None
-
-    def row(label, settings, projected, measured, runs, seconds):
-        return (f"| {label} | {describe(settings, TUNED)} | {projected:.3g} | {measured:.3g} | {runs} | "
-                + (f"{seconds / 60:.1f} min |" if seconds else "– |"))
-
-    print(f"model {args.model}, device {args.device}, budget {tune.budget_mb:g} MB (cap), {args.tokens} tokens "
-          f"per run, emulated SSD {base.ssd_mb_s:g} MB/s while measuring\n")
-    print("| search | best settings | projected tok/s | measured tok/s here | runs | wall time |")
-    print("|---|---|---:|---:|---:|---:|")
-    print(row("auto-tune (coordinate descent)", tb.settings, tb.summary.projected_ts, tb.summary.avg_ts,
-              tune.runs, tune_s))
-    print(row(f"full grid ({tune.grid_size} combinations, {grid_runs} runnable)", grid_best.settings,
-              grid_best.summary.projected_ts, grid_best.summary.avg_ts, grid_runs, grid_s))
-    rb = replayed.best
-    print(row("descent replayed on the grid's measurements", rb.settings, rb.summary.projected_ts,
-              rb.summary.avg_ts, replayed.runs, 0))
-    print()
-    print(f"ratio auto-tune / grid best (projected tok/s): {tb.summary.projected_ts / grid_best.summary.projected_ts:.2f}"
-          f" with {tune.runs / grid_runs:.0%} of the runs ({tune.runs} vs {grid_runs})")
-    print(f"ratio replayed descent / grid best: {rb.summary.projected_ts / grid_best.summary.projected_ts:.2f} "
-          f"with {replayed.runs} runs")
-    if tb_in_grid is not None and tb_in_grid.ok:
-        print(f"the tune's pick as measured by the grid run: projected {tb_in_grid.summary.projected_ts:.3g} tok/s "
-              f"(ratio to grid best {tb_in_grid.summary.projected_ts / grid_best.summary.projected_ts:.2f})")
-    ranked = sorted(grid_ok, key=lambda r: -r.summary.projected_ts)
-    print("\ngrid top 5: " + "; ".join(f"{_knobs_text(r.settings)} → {r.summary.projected_ts:.3g}"
-                                        for r in ranked[:5]))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

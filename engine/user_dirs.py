@@ -1,4 +1,4 @@
-"""Per-user cache directory (no Qt here: the GUI uses QStandardPaths for config)."""
+"""Per-user folders: the cache, and the one config folder the CLI and the window share."""
 
 from __future__ import annotations
 
@@ -27,3 +27,8 @@ def config_dir() -> Path:
     if override:
         return Path(override)
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "shardscope"
+
+
+def profiles_dir() -> Path:
+    """User profiles: <config>/profiles, where ``tune --save-profile`` writes and the window lists."""
+    return config_dir() / "profiles"

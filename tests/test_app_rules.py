@@ -61,3 +61,19 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
     assert collect_garbage_on_gui_thread() is first  # one per application
     assert not gc.isenabled()  # no collection can start on a worker thread
     assert first.timer.isActive()
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin", "win32"])
+def test_the_window_lists_profiles_where_the_cli_saves_them(tmp_path, monkeypatch, platform):
+    from app.config_paths import default_config_dir, profiles_dir
+    from engine.profile_file import Profile, save_profile
+    from engine.tune import user_profiles_dir
+
+    monkeypatch.delenv("SHARDSCOPE_CONFIG_DIR", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr("sys.platform", platform)
+    cli_dir = user_profiles_dir()  # where `tune --save-profile` writes
+    save_profile(Profile(name="Tuned", settings=RunSettings(budget_mb=640)), cli_dir / "tuned.toml")
+    window_dir = profiles_dir(default_config_dir())
+    assert window_dir == cli_dir
+    assert [p.name for p in ProfileStore(window_dir).refresh()[0] if not p.builtin] == ["Tuned"]

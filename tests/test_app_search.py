@@ -17,21 +17,14 @@ from PySide6.QtCore import QPoint, Qt
 
 from app.sweep_dialog import SweepDialog
 from app.tune_dialog import TuneDialog
+from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from engine.csv_out import read_rows
 from engine.profile_file import load_profile
 from engine.projection import BOUNDS
 from engine.settings import RunSettings
-from test_app_window import engine_ready, make_window, stop_and_wait, wait_for
 from widgets import format_number
 
 KNOBS = ("budget_mb", "shard_mb", "prefetch_depth", "threads", "policy", "ssd_mb_s")
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = make_window(qtbot, tmp_path / "config")
-    yield w
-    w.close()
 
 
 def knobs_of(settings: RunSettings) -> dict:

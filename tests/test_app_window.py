@@ -18,6 +18,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 
 from app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
+from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from engine.csv_out import TIMELINE_COLUMNS, read_rows
 from engine.settings import RunSettings
 from engine.shard_plan import MIB
@@ -27,46 +28,10 @@ from widgets import format_number
 CURVES = ("rss", "weights", "other", "ssd", "hit", "toks")
 
 
-def make_window(qtbot, config_dir: Path, **kw) -> MainWindow:
-    window = MainWindow(config_dir=config_dir, **kw)
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: window.model_info is not None, timeout=20_000)
-    return window
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = make_window(qtbot, tmp_path / "config")
-    yield w
-    w.close()
-
-
 def open_and_wait(qtbot, window: MainWindow, path: str) -> None:
     with qtbot.waitSignal(window.model_opened, timeout=20_000):
         window.open_model(path)
     assert window.model_info.path == str(Path(path).resolve()) or window.model_info.path == path
-
-
-def wait_for(qtbot, window: MainWindow, condition, timeout: int) -> None:
-    """qtbot.waitUntil, but a timeout says what the window was doing (error, rounds, status)."""
-    try:
-        qtbot.waitUntil(condition, timeout=timeout)
-    except Exception as exc:
-        state = (f"last_error={window.last_error!r}, running={window.is_running()}, "
-                 f"summaries={len(window.summaries)}, status={window.statusBar().currentMessage()!r}, "
-                 f"last_sample_phase={getattr(window.last_sample, 'phase', None)!r}")
-        raise AssertionError(f"{exc}: {state}") from None
-
-
-def stop_and_wait(qtbot, window: MainWindow) -> None:
-    window.stop_run()
-    qtbot.waitUntil(lambda: not window.is_running(), timeout=5_000)
-
-
-def engine_ready(window: MainWindow) -> bool:
-    w = window.worker
-    return w is not None and w.run is not None and w.run.controller is not None and w.run.session is not None
 
 
 def same_number(shown: str, value) -> bool:
@@ -194,6 +159,7 @@ def test_live_changes_reach_the_engine_and_are_marked(qtbot, window, synthetic_m
     assert window.last_error is None
 
 
+@pytest.mark.timing
 def test_close_during_generation_stops_the_worker_within_two_seconds(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=64))

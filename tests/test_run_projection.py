@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conftest import blank_summary
 from engine.devices import MIB, get_device
 from engine.errors import ShardscopeError
 from engine.projection import project_from_bandwidth
@@ -20,15 +21,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _summary(**values) -> RunSummary:
-    """A RunSummary with every field zero/empty except the ones given (robust to new columns)."""
-    filled = {}
-    for f in dataclasses.fields(RunSummary):
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        filled[f.name] = "" if f.type in (str, "str") else 0
-    filled.update(model_filename="hand.gguf", load_mechanism="test", evict_mechanism="test")
-    filled.update(values)
-    return RunSummary(**filled)
+    return blank_summary(**{"model_filename": "hand.gguf", "load_mechanism": "test", "evict_mechanism": "test",
+                            **values})
 
 
 def test_measurement_from_summary_arithmetic():
@@ -138,6 +132,7 @@ def test_plan_prints_the_1_56_tb_example():
                           "--layers", "61", "--globals-bytes", "2.35e9"), "below the minimum")
 
 
+@pytest.mark.timing
 def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
     """The validation of docs/projection-validation.md, short: lru, depth 1, budget ½ model.
 
@@ -149,7 +144,7 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
     """
     import statistics
 
-    from engine.run_projection import validate_on_emulated_ssd
+    from bench.projection_validation import validate_on_emulated_ssd
 
     size_mb = os.path.getsize(synthetic_model) / MIB
     rows = validate_on_emulated_ssd(synthetic_model, [150, 300], budget_mb=int(size_mb / 2), shard_mb=32,
@@ -161,3 +156,14 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
         assert r.loader_mb_s <= r.ssd_mb_s * 1.15  # the limiter does not let the disk run faster
         assert abs(r.error_pct) < 25, rows
     assert statistics.median(abs(r.error_pct) for r in rows) < 15, rows
+
+
+def test_projection_is_a_value_the_caller_attaches():
+    from engine.run_projection import fill_device_columns, projection_for
+
+    s = _summary(model_size_mb=1024, read_mb_per_token=1024, avg_ts=0.5, n_threads=2)
+    before = dataclasses.replace(s)
+    p = projection_for(s, "iphone-16-pro")
+    assert s == before  # projecting leaves the summary alone
+    fill_device_columns(s, "iphone-16-pro", p)
+    assert (s.device, s.projected_ts, s.projected_bound) == ("iphone-16-pro", round(p.tokens_per_s, 4), p.bound)

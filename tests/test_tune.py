@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 
 import pytest
 
+from conftest import blank_summary
 from engine.errors import ShardscopeError
 from engine.profile_file import load_profile
 from engine.settings import RunSettings
@@ -20,14 +20,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _fake_summary(settings: RunSettings, projected: float, resident_mb: float = 100.0) -> RunSummary:
-    values = {}
-    for f in dataclasses.fields(RunSummary):
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            values[f.name] = "" if f.type in (str, "str") else 0
-    values.update(model_filename="fake.gguf", avg_ts=projected / 2, resident_weights_mb=resident_mb,
-                  budget_mb=settings.budget_mb, device="iphone-16-pro", projected_ts=projected,
-                  projected_bound="ssd")
-    return RunSummary(**values)
+    return blank_summary(model_filename="fake.gguf", avg_ts=projected / 2, resident_weights_mb=resident_mb,
+                         budget_mb=settings.budget_mb, device="iphone-16-pro", projected_ts=projected,
+                         projected_bound="ssd")
 
 
 CANDIDATES = {"policy": ["pinned", "lru"], "shard_mb": [8, 16, 32, 64, 128], "prefetch_depth": [0, 1, 2, 3, 4],

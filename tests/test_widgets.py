@@ -82,6 +82,7 @@ def test_curve_added_mid_run_has_gap_history(qtbot) -> None:
     assert np.isnan(y[:10]).all() and y[10] == 5.0
 
 
+@pytest.mark.timing
 def test_append_is_cheap(qtbot) -> None:
     chart = make_chart(qtbot)
     sample = {"rss": 1.0, "resident": 2.0, "read": 3.0, "tps": 4.0}

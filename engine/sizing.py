@@ -1,7 +1,7 @@
-"""What-if planner: how would a model too big to run here stream on a device?
+"""What-if sizing: how would a model too big to run here stream on a device?
 
-It answers from a model's size alone (:func:`plan_from_numbers`) or from a GGUF
-header (:func:`plan_from_gguf_header`): how many bytes one token touches, how many of
+It answers from a model's size alone (:func:`size_from_numbers`) or from a GGUF
+header (:func:`size_from_gguf_header`): how many bytes one token touches, how many of
 those fit in the device's memory budget, how many must come from the SSD every
 token, and what the roofline in :mod:`engine.projection` makes of that.
 
@@ -50,14 +50,15 @@ from pathlib import Path
 
 from engine.devices import MIB, Device, get_device, weight_budget_mb
 from engine.errors import ShardscopeError
+from engine.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
 from engine.projection import Projection, RunMeasurement, project_from_bandwidth
 
 __all__ = [
-    "PlanInput",
-    "PlanResult",
-    "plan_from_numbers",
-    "plan_from_gguf_header",
-    "format_plan",
+    "SizingInput",
+    "SizingResult",
+    "size_from_numbers",
+    "size_from_gguf_header",
+    "format_sizing",
     "DEFAULT_OVERHEAD_MB",
     "DEFAULT_VOCAB",
     "POLICIES",
@@ -65,22 +66,17 @@ __all__ = [
 
 POLICIES = ("pinned", "lru")
 
-# What the app holds besides weights when no budget is given. Same split as the
-# built-in iPhone run profile (profiles/iphone-16-pro.toml): 3072 - 1024 = 2048 MB.
+# What the app holds besides weights when no budget is given: profiles/iphone-16-pro.toml's split.
 DEFAULT_OVERHEAD_MB = {"kv_cache_mb": 256.0, "compute_buffers_mb": 256.0, "runtime_mb": 512.0}
 
-# When neither globals_fraction nor globals_bytes is given, the globals (token
-# embeddings + output head) are estimated as 2 x vocab x hidden parameters, with
-# hidden ~ sqrt(active params per layer / 12) because a transformer layer holds about
-# 12 x hidden^2 parameters (4 h^2 attention + 8 h^2 FFN). Checks against real models:
-# Llama-3-8B 1.17B estimated vs 1.05B real, Llama-3-70B 2.19B vs 2.10B, Kimi K2
-# 1.71B vs 2.35B (its vocabulary is 164k). Capped at half the bytes a token touches.
+# Unknown globals = 2 x vocab x hidden, hidden = sqrt(params per layer / 12) (a layer is ~12 h^2);
+# how close that lands on real models is in docs/decisions.md.
 DEFAULT_VOCAB = 128_000
 
 
 # ---------------------------------------------------------------------- inputs
 @dataclass(frozen=True)
-class PlanInput:
+class SizingInput:
     """A model described by numbers only.
 
     ``active_params``: parameters one token uses (MoE); None means dense (= total).
@@ -126,13 +122,13 @@ class _Shape:
 
 # --------------------------------------------------------------------- results
 @dataclass(frozen=True)
-class PlanResult:
-    """Everything the planner worked out, in bytes and seconds, plus how it got there.
+class SizingResult:
+    """Everything the sizing worked out, in bytes and seconds, plus how it got there.
 
     ``resident_bytes`` = globals + pinned cache (memory kept across tokens);
     ``staging_bytes`` = the layer buffers streaming needs on top (within the budget);
     ``hit_rate`` = share of per-token layer bytes served from memory instead of disk.
-    ``assumptions`` lists every number the planner had to assume.
+    ``assumptions`` lists every number the sizing had to assume.
     """
 
     model: str
@@ -220,7 +216,7 @@ def _params(n: float) -> str:
     return f"{n:.0f}"
 
 
-def format_plan(result: PlanResult) -> str:
+def format_sizing(result: SizingResult) -> str:
     """The multi-line text ``shardscope plan`` prints: numbers, then how they were got."""
     r = result
     p = r.projection
@@ -290,17 +286,11 @@ def format_plan(result: PlanResult) -> str:
 
 # ---------------------------------------------------------------- validation
 def _number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShardscopeError(f"plan: '{key}' must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise ShardscopeError(f"plan: '{key}' must be finite, got {value!r}")
-    if positive and (value < 0 or (value == 0 and not allow_zero)):
-        need = "0 or more" if allow_zero else "a positive number"
-        raise ShardscopeError(f"plan: '{key}' must be {need}, got {value!r}")
-    return float(value)
+    sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
+    return finite_number(value, "plan", key, sign=sign)
 
 
-def _shape_from_numbers(inp: PlanInput) -> _Shape:
+def _shape_from_numbers(inp: SizingInput) -> _Shape:
     total = _number(inp.total_params, "total_params")
     bits = _number(inp.bits_per_weight, "bits_per_weight")
     if bits > 32:
@@ -368,7 +358,7 @@ def _shape_from_numbers(inp: PlanInput) -> _Shape:
 
 
 # ------------------------------------------------------------------ the plan
-def _plan(
+def _size(
     shape: _Shape,
     device: Device | str,
     *,
@@ -377,7 +367,7 @@ def _plan(
     prefetch: bool,
     compute_s_per_token: float,
     ssd_mb_s: float | None,
-) -> PlanResult:
+) -> SizingResult:
     if isinstance(device, str):
         device = get_device(device)
     if policy not in POLICIES:
@@ -469,7 +459,7 @@ def _plan(
             else f"reads {_bytes(streamed)} per token from the SSD, {_mib(resident)} resident"
         )
     )
-    return PlanResult(
+    return SizingResult(
         model=shape.label,
         device_id=device.id,
         device_name=device.name,
@@ -503,8 +493,8 @@ def _plan(
     )
 
 
-def plan_from_numbers(
-    inp: PlanInput,
+def size_from_numbers(
+    inp: SizingInput,
     device: Device | str,
     budget_mb: float | None = None,
     policy: str = "pinned",
@@ -512,14 +502,14 @@ def plan_from_numbers(
     *,
     compute_s_per_token: float = 0.0,
     ssd_mb_s: float | None = None,
-) -> PlanResult:
+) -> SizingResult:
     """Plan a model given by its size (see the module doc for every formula).
 
     ``budget_mb`` None takes the device's app limit minus :data:`DEFAULT_OVERHEAD_MB`.
     ``ssd_mb_s`` replaces the device's disk for a what-if (marked unverified).
     Refuses sizes no model has and budgets below the minimum, saying the minimum.
     """
-    return _plan(
+    return _size(
         _shape_from_numbers(inp),
         device,
         budget_mb=budget_mb,
@@ -610,7 +600,7 @@ def _shape_from_gguf(path: str | Path) -> _Shape:
     )
 
 
-def plan_from_gguf_header(
+def size_from_gguf_header(
     path: str | Path,
     device: Device | str,
     budget_mb: float | None = None,
@@ -619,13 +609,13 @@ def plan_from_gguf_header(
     *,
     compute_s_per_token: float = 0.0,
     ssd_mb_s: float | None = None,
-) -> PlanResult:
+) -> SizingResult:
     """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
 
     Reads only the header and tensor table (engine.gguf_layout), never the weights,
     so planning a 1.5 TB model costs milliseconds. All parts of a split model are read.
     """
-    return _plan(
+    return _size(
         _shape_from_gguf(path),
         device,
         budget_mb=budget_mb,

@@ -1,4 +1,4 @@
-"""Device presets and the what-if planner, checked against arithmetic done by hand."""
+"""Device presets and the what-if sizing, checked against arithmetic done by hand."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from engine.devices import (
     weight_budget_mb,
 )
 from engine.errors import ShardscopeError
-from engine.planner import PlanInput, format_plan, plan_from_gguf_header, plan_from_numbers
+from engine.sizing import SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
 
 IPHONE_TOML = DEVICES_DIR / "iphone-16-pro.toml"
 
@@ -118,12 +118,12 @@ def test_duplicate_ids_in_a_folder_are_refused(tmp_path):
         builtin_devices(tmp_path)
 
 
-# ---------------------------------------------------------- planner: numbers
-DENSE = PlanInput(total_params=8e9, active_params=None, bits_per_weight=4, n_layers=32, globals_bytes=0.5e9)
+# ---------------------------------------------------------- sizing: numbers
+DENSE = SizingInput(total_params=8e9, active_params=None, bits_per_weight=4, n_layers=32, globals_bytes=0.5e9)
 
 
 def test_dense_pinned_arithmetic():
-    r = plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="pinned", prefetch=True)
+    r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="pinned", prefetch=True)
     # W = 8e9 x 4 / 8 = 4e9 bytes; layers = (4e9 - 0.5e9) / 32 = 109.375e6 bytes each.
     assert r.weight_bytes == pytest.approx(4e9)
     assert r.bytes_per_layer == pytest.approx(109.375e6)
@@ -146,7 +146,7 @@ def test_dense_pinned_arithmetic():
 
 
 def test_dense_lru_reads_every_layer_byte():
-    r = plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="lru")
+    r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="lru")
     # Cyclic scan larger than the cache: all 3.5e9 layer bytes each token; 3.5e9 / 860e6.
     assert r.streamed_bytes_per_token == pytest.approx(3.5e9)
     assert r.s_per_token == pytest.approx(4.069767442)
@@ -154,7 +154,7 @@ def test_dense_lru_reads_every_layer_byte():
 
 
 def test_no_prefetch_needs_one_layer_and_adds_times():
-    r = plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, prefetch=False)
+    r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, prefetch=False)
     assert r.min_budget_bytes == pytest.approx(0.5e9 + 109.375e6)
     # cache = 2,147,483,648 - 609,375,000 = 1,538,108,648; streamed = 3.5e9 - that = 1,961,891,352.
     assert r.streamed_bytes_per_token == pytest.approx(1_961_891_352)
@@ -164,7 +164,7 @@ def test_no_prefetch_needs_one_layer_and_adds_times():
 
 
 def test_model_that_fits_streams_nothing():
-    r = plan_from_numbers(DENSE, "laptop-16gb", budget_mb=8192)
+    r = size_from_numbers(DENSE, "laptop-16gb", budget_mb=8192)
     assert r.fits_in_memory
     assert r.streamed_bytes_per_token == 0
     assert r.resident_bytes == pytest.approx(4e9)
@@ -173,14 +173,14 @@ def test_model_that_fits_streams_nothing():
 
 
 def test_default_budget_is_limit_minus_documented_overhead():
-    r = plan_from_numbers(DENSE, "iphone-16-pro")
+    r = size_from_numbers(DENSE, "iphone-16-pro")
     assert r.budget_mb == 2048  # 3072 - 256 KV - 256 compute - 512 runtime
     assert any("1024 MiB" in a for a in r.assumptions)
 
 
 def test_moe_pinned_arithmetic():
-    inp = PlanInput(total_params=100e9, active_params=10e9, bits_per_weight=8, n_layers=10, globals_bytes=1e9)
-    r = plan_from_numbers(inp, get_device("iphone-16-pro").with_extended_limit(), budget_mb=4000)
+    inp = SizingInput(total_params=100e9, active_params=10e9, bits_per_weight=8, n_layers=10, globals_bytes=1e9)
+    r = size_from_numbers(inp, get_device("iphone-16-pro").with_extended_limit(), budget_mb=4000)
     # W = 100e9, A = 10e9, G = 1e9; layer bytes 99e9 of which a token touches 9e9: f = 9/99.
     assert r.is_moe
     assert r.active_bytes_per_token == pytest.approx(10e9)
@@ -194,7 +194,7 @@ def test_moe_pinned_arithmetic():
 
 
 def test_ssd_what_if():
-    r = plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="lru", ssd_mb_s=1750)
+    r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="lru", ssd_mb_s=1750)
     assert r.s_per_token == pytest.approx(2.0)  # 3.5e9 / 1750e6
     assert r.ssd_mb_s == 1750 and "ssd_read_mb_s" in r.unverified
 
@@ -208,62 +208,62 @@ def test_dense_1_56_tb_is_half_an_hour_per_token_at_usb_speed():
 
 
 def test_worked_example_numbers_in_docs():
-    """docs/planner-example.md quotes these; if the arithmetic changes, update the doc."""
-    inp = PlanInput(total_params=1.56e12, active_params=48e9, bits_per_weight=8, n_layers=61,
+    """docs/sizing-example.md quotes these; if the arithmetic changes, update the doc."""
+    inp = SizingInput(total_params=1.56e12, active_params=48e9, bits_per_weight=8, n_layers=61,
                     globals_bytes=2.35e9, name="1.56 TB MoE (1.56T params, 48B active, 8-bit)")
     iphone = get_device("iphone-16-pro")
     with pytest.raises(ShardscopeError, match="below the minimum of 3,669 MiB"):
-        plan_from_numbers(inp, iphone)
-    r = plan_from_numbers(inp, iphone.with_extended_limit())
+        size_from_numbers(inp, iphone)
+    r = size_from_numbers(inp, iphone.with_extended_limit())
     assert r.budget_mb == 5120
     assert r.streamed_bytes_per_token == pytest.approx(45.61e9, rel=1e-3)
     assert r.s_per_token == pytest.approx(53.03, rel=1e-3)
     assert r.bound == "ssd"
-    laptop = plan_from_numbers(inp, "laptop-16gb")
+    laptop = size_from_numbers(inp, "laptop-16gb")
     assert laptop.s_per_token == pytest.approx(15.14, rel=1e-3)
 
 
 @pytest.mark.parametrize(
     "inp, expected",
     [
-        (PlanInput(1e9, 2e9, 4, 10), "'active_params' .* exceeds 'total_params'"),
-        (PlanInput(-1e9, None, 4, 10), "'total_params' must be a positive number"),
-        (PlanInput(0, None, 4, 10), "'total_params' must be a positive number"),
-        (PlanInput(1e9, -1, 4, 10), "'active_params' must be a positive number"),
-        (PlanInput(1e9, None, 4, 0), "'n_layers' must be at least 1"),
-        (PlanInput(1e9, None, 4, 2.5), "'n_layers' must be a whole number"),
-        (PlanInput(1e9, None, 0, 10), "'bits_per_weight' must be a positive number"),
-        (PlanInput(1e9, None, 33, 10), "'bits_per_weight' must be at most 32"),
-        (PlanInput(1e9, None, 4, 10, globals_bytes=-1), "'globals_bytes' must be 0 or more"),
-        (PlanInput(1e9, None, 4, 10, globals_bytes=1e9), "globals .* must be smaller"),
-        (PlanInput(1e9, None, 4, 10, globals_fraction=1.5), "'globals_fraction' must be below 1"),
-        (PlanInput(1e9, None, 4, 10, globals_fraction=0.1, globals_bytes=1), "not both"),
+        (SizingInput(1e9, 2e9, 4, 10), "'active_params' .* exceeds 'total_params'"),
+        (SizingInput(-1e9, None, 4, 10), "'total_params' must be a positive number"),
+        (SizingInput(0, None, 4, 10), "'total_params' must be a positive number"),
+        (SizingInput(1e9, -1, 4, 10), "'active_params' must be a positive number"),
+        (SizingInput(1e9, None, 4, 0), "'n_layers' must be at least 1"),
+        (SizingInput(1e9, None, 4, 2.5), "'n_layers' must be a whole number"),
+        (SizingInput(1e9, None, 0, 10), "'bits_per_weight' must be a positive number"),
+        (SizingInput(1e9, None, 33, 10), "'bits_per_weight' must be at most 32"),
+        (SizingInput(1e9, None, 4, 10, globals_bytes=-1), "'globals_bytes' must be 0 or more"),
+        (SizingInput(1e9, None, 4, 10, globals_bytes=1e9), "globals .* must be smaller"),
+        (SizingInput(1e9, None, 4, 10, globals_fraction=1.5), "'globals_fraction' must be below 1"),
+        (SizingInput(1e9, None, 4, 10, globals_fraction=0.1, globals_bytes=1), "not both"),
     ],
 )
 def test_nonsense_inputs_are_refused(inp, expected):
     with pytest.raises(ShardscopeError, match=expected):
-        plan_from_numbers(inp, "iphone-16-pro")
+        size_from_numbers(inp, "iphone-16-pro")
 
 
 def test_budget_below_minimum_says_the_minimum():
     with pytest.raises(ShardscopeError) as info:
-        plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=500)
+        size_from_numbers(DENSE, "iphone-16-pro", budget_mb=500)
     # 718.75e6 bytes / 2^20 = 685.5 MiB
     assert "below the minimum of 685 MiB" in str(info.value)
 
 
 def test_budget_above_device_limit_and_bad_policy_are_refused():
     with pytest.raises(ShardscopeError, match="exceeds the app memory limit"):
-        plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=4000)
+        size_from_numbers(DENSE, "iphone-16-pro", budget_mb=4000)
     with pytest.raises(ShardscopeError, match="'policy' must be one of pinned, lru"):
-        plan_from_numbers(DENSE, "iphone-16-pro", policy="fifo")
+        size_from_numbers(DENSE, "iphone-16-pro", policy="fifo")
     with pytest.raises(ShardscopeError, match="unknown device"):
-        plan_from_numbers(DENSE, "nokia-3310")
+        size_from_numbers(DENSE, "nokia-3310")
 
 
-def test_format_plan_shows_the_working():
-    r = plan_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048)
-    text = format_plan(r)
+def test_format_sizing_shows_the_working():
+    r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048)
+    text = format_sizing(r)
     assert text.startswith("Plan: ")
     for needle in ("SSD 860 MB/s (unverified)", "minimum", "streamed", "ssd-bound", "2.41 s", "assumptions"):
         assert needle in text
@@ -271,7 +271,7 @@ def test_format_plan_shows_the_working():
     assert "iPhone 16 Pro" in r.summary and "2.41 s per token" in r.summary
 
 
-# ------------------------------------------------------------- planner: GGUF
+# ------------------------------------------------------------- sizing: GGUF
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
 
@@ -298,7 +298,7 @@ def _write_gguf(path: Path, *, experts: bool, counts: bool = True, layers: int =
 def test_gguf_dense_header(tmp_path):
     path = _write_gguf(tmp_path / "dense.gguf", experts=False)
     # budget of 20,000 bytes: globals 8192 + 2 x 12288 = 32,768 needed... so use 40,000.
-    r = plan_from_gguf_header(path, "iphone-16-pro", budget_mb=40_000 / MIB, policy="pinned")
+    r = size_from_gguf_header(path, "iphone-16-pro", budget_mb=40_000 / MIB, policy="pinned")
     assert r.weight_bytes == 8192 + 3 * 12288
     assert r.globals_bytes == 8192
     assert r.n_layers == 3
@@ -311,7 +311,7 @@ def test_gguf_dense_header(tmp_path):
 
 def test_gguf_moe_header_uses_expert_counts(tmp_path):
     path = _write_gguf(tmp_path / "moe.gguf", experts=True)
-    r = plan_from_gguf_header(path, "iphone-16-pro", budget_mb=40_000 / MIB)
+    r = size_from_gguf_header(path, "iphone-16-pro", budget_mb=40_000 / MIB)
     # Per layer: 4096 dense + 16384 experts, of which 2/8 are touched: 4096 + 4096 = 8192.
     assert r.is_moe
     assert r.weight_bytes == 8192 + 3 * (4096 + 16384)
@@ -325,7 +325,7 @@ def test_gguf_moe_header_uses_expert_counts(tmp_path):
 
 def test_gguf_moe_without_counts_is_pessimistic(tmp_path):
     path = _write_gguf(tmp_path / "moe.gguf", experts=True, counts=False)
-    r = plan_from_gguf_header(path, "iphone-16-pro")
+    r = size_from_gguf_header(path, "iphone-16-pro")
     assert r.active_bytes_per_token == r.weight_bytes
     assert any("expert_count" in a for a in r.assumptions)
 
@@ -333,17 +333,28 @@ def test_gguf_moe_without_counts_is_pessimistic(tmp_path):
 def test_gguf_errors_name_the_file(tmp_path):
     missing = tmp_path / "missing.gguf"
     with pytest.raises(ShardscopeError, match=re.escape(str(missing))):
-        plan_from_gguf_header(missing, "iphone-16-pro")
+        size_from_gguf_header(missing, "iphone-16-pro")
     not_gguf = tmp_path / "notes.gguf"
     not_gguf.write_bytes(b"hello, this is not a model" * 10)
     with pytest.raises(ShardscopeError, match=re.escape(str(not_gguf)) + ".*not a GGUF file"):
-        plan_from_gguf_header(not_gguf, "iphone-16-pro")
+        size_from_gguf_header(not_gguf, "iphone-16-pro")
 
 
 def test_gguf_split_parts_are_summed_and_missing_parts_named(tmp_path):
     first = _write_gguf(tmp_path / "big-00001-of-00002.gguf", experts=False)
     with pytest.raises(ShardscopeError, match="big-00002-of-00002.gguf is missing"):
-        plan_from_gguf_header(first, "iphone-16-pro")
+        size_from_gguf_header(first, "iphone-16-pro")
     _write_gguf(tmp_path / "big-00002-of-00002.gguf", experts=False, layers=0)  # globals only
-    r = plan_from_gguf_header(first, "iphone-16-pro")
+    r = size_from_gguf_header(first, "iphone-16-pro")
     assert r.weight_bytes == 2 * 8192 + 3 * 12288
+
+
+def test_plan_stays_an_alias_of_size():
+    import subprocess
+    import sys
+
+    args = ["--device", "iphone-16-pro", "--total-params", "8e9", "--bits", "4", "--layers", "32",
+            "--globals-bytes", "0.5e9", "--budget-mb", "2048"]
+    out = [subprocess.run([sys.executable, "-m", "engine.cli", name, *args], capture_output=True, text=True,
+                          check=True).stdout for name in ("size", "plan")]
+    assert out[0] == out[1] and out[0].startswith("Plan: ")
