@@ -39,6 +39,7 @@ import numpy as np
 from engine.errors import ShardscopeError
 from engine.finite import is_finite_number
 from engine.synth_shapes import (
+    attention_tensors, edge_tensors,
     MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, _Q_STD, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
 )
 from engine.synth_vocab import SynthVocab, build_vocab
@@ -91,30 +92,18 @@ def _plan(size_mb: float, n_layers: int, vocab: SynthVocab, where: str) -> _Shap
 
 def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
     e, f, kv, n = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers
-    # Weights of std 1/sqrt(fan_in) keep every activation near unit scale; the two
-    # projections back into the residual stream are scaled down by sqrt(2 n_layers)
-    # so the residual stays bounded however deep the model is.
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
-    out = [_Tensor("token_embd.weight", n_vocab, e, True, 1.0)]
+    head, tail = edge_tensors(n_vocab, e)
+    out = list(head)
     for i in range(n):
         p = f"blk.{i}."
-        out += [
-            _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
-            _Tensor(p + "attn_q.weight", e, e, True, s_e),
-            _Tensor(p + "attn_k.weight", kv, e, True, s_e),
-            _Tensor(p + "attn_v.weight", kv, e, True, s_e),
-            _Tensor(p + "attn_output.weight", e, e, True, s_e * s_res),
-            _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
+        out += attention_tensors(p, e, kv, n) + [
             _Tensor(p + "ffn_gate.weight", f, e, True, s_e),
             _Tensor(p + "ffn_up.weight", f, e, True, s_e),
             _Tensor(p + "ffn_down.weight", e, f, True, 2.0 * s_f * s_res),
         ]
-    out += [
-        _Tensor("output_norm.weight", 1, e, False, 0.0),
-        _Tensor("output.weight", n_vocab, e, True, 2.0 * s_e),
-    ]
-    return out
+    return out + tail
 
 
 def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:

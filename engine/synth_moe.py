@@ -26,7 +26,7 @@ import numbers
 from dataclasses import dataclass
 
 from engine.errors import ShardscopeError
-from engine.synth_shapes import (HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
+from engine.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS
@@ -144,16 +144,11 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
     e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
-    out = [_Tensor("token_embd.weight", n_vocab, e, True, 1.0)]
+    head, tail = edge_tensors(n_vocab, e)
+    out = list(head)
     for i in range(n):
         p = f"blk.{i}."
-        out += [
-            _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
-            _Tensor(p + "attn_q.weight", e, e, True, s_e),
-            _Tensor(p + "attn_k.weight", kv, e, True, s_e),
-            _Tensor(p + "attn_v.weight", kv, e, True, s_e),
-            _Tensor(p + "attn_output.weight", e, e, True, s_e * s_res),
-            _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
+        out += attention_tensors(p, e, kv, n) + [
             # Router logits of unit scale: picks then depend on the token, not on noise.
             _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True,
                     row_scale=router_scale(spec, i)),
@@ -171,11 +166,7 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
             _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
             _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_f * s_res, n_expert=x),
         ]
-    out += [
-        _Tensor("output_norm.weight", 1, e, False, 0.0),
-        _Tensor("output.weight", n_vocab, e, True, 2.0 * s_e),
-    ]
-    return out
+    return out + tail
 
 
 def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:

@@ -120,3 +120,28 @@ def _header_bytes(n_layers: int, vocab: SynthVocab, tensors_per_layer: int = len
     kv = 4096 + tokens + 8 * vocab.n_vocab
     infos = (n_layers * tensors_per_layer + 3) * (8 + 40 + 4 + 24 + 4 + 8)
     return _pad(24 + kv + infos)
+
+
+def attention_tensors(prefix: str, n_embd: int, n_embd_kv: int, n_layers: int) -> list[_Tensor]:
+    """A layer's norms and attention, the same in dense and MoE synthetic models.
+
+    Weights of std 1/sqrt(fan_in) keep activations near unit scale; the projection back
+    into the residual stream is scaled down by sqrt(2 n_layers) so depth cannot blow it up.
+    """
+    s_e, s_res = 1.0 / math.sqrt(n_embd), 1.0 / math.sqrt(2.0 * n_layers)
+    return [
+        _Tensor(prefix + "attn_norm.weight", 1, n_embd, False, 0.0),
+        _Tensor(prefix + "attn_q.weight", n_embd, n_embd, True, s_e),
+        _Tensor(prefix + "attn_k.weight", n_embd_kv, n_embd, True, s_e),
+        _Tensor(prefix + "attn_v.weight", n_embd_kv, n_embd, True, s_e),
+        _Tensor(prefix + "attn_output.weight", n_embd, n_embd, True, s_e * s_res),
+        _Tensor(prefix + "ffn_norm.weight", 1, n_embd, False, 0.0),
+    ]
+
+
+def edge_tensors(n_vocab: int, n_embd: int) -> tuple[list[_Tensor], list[_Tensor]]:
+    """The globals before the first layer and after the last one."""
+    s_e = 1.0 / math.sqrt(n_embd)
+    return ([_Tensor("token_embd.weight", n_vocab, n_embd, True, 1.0)],
+            [_Tensor("output_norm.weight", 1, n_embd, False, 0.0),
+             _Tensor("output.weight", n_vocab, n_embd, True, 2.0 * s_e)])
