@@ -20,7 +20,8 @@ from typing import Callable
 import psutil
 
 from engine import memory_calls
-from engine.shard_plan import MIB
+from engine.token_rate import Tally, tokens_per_second, windowed_fraction
+from engine.units import MIB, mb_per_s
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,10 @@ class MetricsSample:
     rss_mb: float
     resident_weights_mb: float  # kernel: mincore over the model's mapping
     other_rss_mb: float  # KV cache, compute buffers, Python, Qt: RSS − weights
-    ssd_mb_s: float  # kernel: read_bytes delta of this process
+    ssd_mb_s: float  # 10^6 B/s, kernel: read_bytes delta of this process
     read_mb_total: float  # since the run started
-    hit_rate: float  # % over the last second of layer accesses (NaN before any)
-    tok_s: float
+    hit_rate: float  # % of layer accesses over the last second, or the last whole token when slower (NaN before any)
+    tok_s: float  # over the last few tokens, held between them (NaN before the first)
     n_tokens: int
     budget_mb: float
     accounted_weights_mb: float  # the controller's own books, for cross-checks
@@ -58,14 +59,12 @@ class TokenClock:
         self.durations.append(duration_s)
         self.n_tokens += 1
 
-    def rate(self, now: float, window_s: float = 2.0) -> float:
-        recent = [t for t in list(self.times) if now - t <= window_s]
-        if len(recent) >= 2 and recent[-1] > recent[0]:
-            return (len(recent) - 1) / (recent[-1] - recent[0])
-        if self.durations and recent:
-            last = self.durations[-1]
-            return 1.0 / last if last > 0 else 0.0
-        return 0.0
+    def rate(self, now: float, window_s: float = 1.0) -> float:
+        """tok/s over the last few tokens; bends down only while a token runs late."""
+        durations = list(self.durations)  # one copy under the GIL: the decode thread appends
+        times = list(self.times)
+        in_flight = now - times[-1] if self.phase == "generating" and times else None
+        return tokens_per_second(durations, in_flight_s=in_flight, window_s=window_s)
 
 
 def process_read_bytes(proc: psutil.Process) -> int:
@@ -90,6 +89,7 @@ class MetricsSampler:
         self._t0 = time.perf_counter()
         self._read0 = process_read_bytes(self._proc)
         self._history: deque = deque(maxlen=self.window + 1)
+        self._token_marks: deque = deque(maxlen=2)  # hit tallies as tokens finished
         self._last_hit_rate = math.nan
         self.samples_taken = 0
 
@@ -130,13 +130,16 @@ class MetricsSampler:
         snap = self.controller.snapshot() if self.controller else None
         hits = snap.counters.hits if snap else 0
         misses = snap.counters.misses if snap else 0
-        self._history.append((now, read_total, hits, misses))
-        t_old, read_old, hits_old, misses_old = self._history[0]
-        dt = now - t_old
-        ssd = (read_total - read_old) / MIB / dt if dt > 0 else 0.0
-        accesses = (hits - hits_old) + (misses - misses_old)
-        if accesses > 0:
-            self._last_hit_rate = 100.0 * (hits - hits_old) / accesses
+        n_tokens = self.clock.n_tokens
+        tally = Tally(now, n_tokens, hits, hits + misses)
+        if not self._token_marks or self._token_marks[-1].n_tokens != n_tokens:
+            self._token_marks.append(tally)
+        self._history.append((now, read_total, tally))
+        t_old, read_old, tally_old = self._history[0]
+        ssd = mb_per_s(read_total - read_old, now - t_old)
+        hit = windowed_fraction(tally_old, tally, self._token_marks)
+        if not math.isnan(hit):
+            self._last_hit_rate = 100.0 * hit
         weights_b = weights if weights is not None else 0
         sample = MetricsSample(
             t_s=now - self._t0,
@@ -147,7 +150,7 @@ class MetricsSampler:
             read_mb_total=read_total / MIB,
             hit_rate=self._last_hit_rate,
             tok_s=self.clock.rate(now),
-            n_tokens=self.clock.n_tokens,
+            n_tokens=n_tokens,
             budget_mb=(snap.budget_bytes / MIB) if snap else math.nan,
             accounted_weights_mb=(snap.resident_bytes / MIB) if snap else math.nan,
             hits=hits,

@@ -29,6 +29,7 @@ from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_re
 from engine.residency import ResidencyController, require_budget
 from engine.settings import RunSettings, validate
 from engine.shard_plan import MIB, ShardPlan, plan_shards
+from engine.units import mb_per_s
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunSummary:
     resident_weights_mb: float  # peak of the model's bytes in RAM while generating (mincore)
     read_mb_per_token: float  # /proc/self/io read_bytes per decoded token
     streamed_mb_per_token: float  # what the controller loaded per decoded token
-    ssd_mb_s: float  # read_bytes over decode time
+    ssd_mb_s: float  # 10^6 B/s: read_bytes over decode time
     hit_rate: float  # % of layer-shard accesses found resident, decoded tokens only
     hits: int
     misses: int
@@ -326,7 +327,7 @@ class StreamingRun:
             resident_weights_mb=round(max(x.resident_weights_mb for x in gen_samples), 1) if gen_samples else math.nan,
             read_mb_per_token=round((end_read - read0) / MIB / per_tok, 2),
             streamed_mb_per_token=round((snap.counters.loaded_bytes - loaded0) / MIB / per_tok, 2),
-            ssd_mb_s=round((end_read - read0) / MIB / decode_s, 1) if decode_s > 0 else 0.0,
+            ssd_mb_s=round(mb_per_s(end_read - read0, decode_s), 1),
             hit_rate=round(100.0 * hits / accesses, 2) if accesses else math.nan,
             hits=hits,
             misses=misses,
