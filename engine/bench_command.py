@@ -17,10 +17,19 @@ def attach_projection(summary: RunSummary, device_id: str | None) -> None:
 
 
 def run_bench(settings: RunSettings, *, csv_path: str | None = None, timeline_path: str | None = None,
-              device: str | None = None, on_sample=None) -> tuple[RunSummary, str]:
-    with StreamingRun(settings, on_sample=on_sample) as run:
-        summary = run.run()
-        samples = list(run.samples)
+              device: str | None = None, on_sample=None, on_verify=None) -> tuple[RunSummary, str]:
+    """``on_verify``: run with every figure paired to an independent source (engine/verify.py)
+    and hand it the VerifyReport."""
+    if on_verify is not None:
+        from engine.verify import verified_run
+
+        report, samples = verified_run(settings, on_sample=on_sample)
+        summary = report.summary
+        on_verify(report)
+    else:
+        with StreamingRun(settings, on_sample=on_sample) as run:
+            summary = run.run()
+            samples = list(run.samples)
     attach_projection(summary, device)
     if csv_path:
         append_rows(csv_path, RunSummary.columns(), [summary.row()])

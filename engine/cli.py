@@ -94,10 +94,17 @@ def cmd_bench(args) -> int:
     from engine.bench_command import run_bench
 
     settings = settings_from_args(args)
-    summary, text = run_bench(settings, csv_path=args.csv, timeline_path=args.timeline, device=args.device)
+    reports = []
+    summary, text = run_bench(settings, csv_path=args.csv, timeline_path=args.timeline, device=args.device,
+                              on_verify=reports.append if getattr(args, "verify", False) else None)
     if not args.quiet:
         print(f"text       {text!r}")
     _print_summary(summary)
+    if reports:
+        from engine.verify import format_report
+
+        print("\n".join(format_report(reports[0])))
+        return 0 if reports[0].ok else 1
     return 0
 
 
@@ -127,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeline", help="write the 10 Hz samples to this CSV")
     bench.add_argument("--device", help="project tok/s onto this device (e.g. iphone-16-pro)")
     bench.add_argument("--quiet", action="store_true")
+    bench.add_argument("--verify", action="store_true",
+                       help="print each figure next to an independent source (another process's /proc "
+                            "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=_positive_float, required=True)

@@ -83,6 +83,7 @@ class MetricsSampler:
         self.interval_s = interval_s
         self.window = max(1, int(round(window_s / interval_s)))
         self._subscribers: list[Callable[[MetricsSample], None]] = []
+        self._before: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = psutil.Process()
@@ -95,6 +96,11 @@ class MetricsSampler:
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
         self._subscribers.append(callback)
+
+    def before_each_sample(self, callback: Callable[[], None]) -> None:
+        """Called on this thread right before each sample reads the kernel: cross-checks
+        bracket every sample between two outside readings (engine/verify.py)."""
+        self._before.append(callback)
 
     def start(self) -> None:
         """Start sampling; the time and read baselines were taken at construction."""
@@ -119,6 +125,8 @@ class MetricsSampler:
             self._stop.wait(delay)
 
     def sample(self) -> MetricsSample:
+        for callback in list(self._before):
+            callback()
         now = time.perf_counter()
         rss = self._proc.memory_info().rss
         # mincore, not the mapping's Rss in /proc/self/smaps: reading smaps walks and
