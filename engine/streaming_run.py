@@ -57,7 +57,7 @@ class RunSummary:
     resident_weights_mb: float  # peak of the model's bytes in RAM while generating (mincore)
     read_mb_per_token: float  # /proc/self/io read_bytes per decoded token
     streamed_mb_per_token: float  # what the controller loaded per decoded token
-    ssd_mb_s: float  # 10^6 B/s: read_bytes over decode time
+    ssd_mb_s: float  # 10^6 B/s: read_bytes over the decode phase's wall time
     hit_rate: float  # % of layer-shard accesses found resident, decoded tokens only
     hits: int
     misses: int
@@ -268,6 +268,7 @@ class StreamingRun:
             if index == 0:
                 c = self.controller.snapshot().counters
                 marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.hits, c.misses, c.wait_s)
+                marks["first_t"] = now
                 self._phase("generating")
             else:
                 self.clock.record(now, dt)
@@ -289,6 +290,7 @@ class StreamingRun:
         if self.controller.error:
             raise ShardscopeError(self.controller.error)
         end_read = process_read_bytes(proc)
+        end_t = time.perf_counter()
         snap = self.controller.snapshot()
         # Steady-state figures count decoded tokens only: the prompt pass computes
         # several tokens per layer, which gives prefetch time no phone decode has.
@@ -327,7 +329,9 @@ class StreamingRun:
             resident_weights_mb=round(max(x.resident_weights_mb for x in gen_samples), 1) if gen_samples else math.nan,
             read_mb_per_token=round((end_read - read0) / MIB / per_tok, 2),
             streamed_mb_per_token=round((snap.counters.loaded_bytes - loaded0) / MIB / per_tok, 2),
-            ssd_mb_s=round(mb_per_s(end_read - read0, decode_s), 1),
+            # Over wall time, not decode time: a budget cut replays the context between
+            # tokens, and its reads must not be divided by time that leaves it out.
+            ssd_mb_s=round(mb_per_s(end_read - read0, end_t - marks.get("first_t", end_t)), 1),
             hit_rate=round(100.0 * hits / accesses, 2) if accesses else math.nan,
             hits=hits,
             misses=misses,
