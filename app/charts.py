@@ -39,10 +39,10 @@ def build_run_chart() -> LiveChart:
     chart.add_curve("memory", "weights", "weights", COLORS["weights"], fill_to_zero=True)
     chart.add_curve("memory", "other", "other", COLORS["other"])
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
-    chart.add_plot("ssd", "SSD reads (kernel read_bytes; MB/s = 10⁶ B/s, as the emulated SSD)", "MB/s")
+    chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], fill_to_zero=True)
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
-    chart.add_plot("hit", "Cache hits (no disk read) and on time (no stall), per second or per token", "%")
+    chart.add_plot("hit", "Cache hits and on time (last s, or last token)", "%")
     chart.add_curve("hit", "hit", "cache hit rate", COLORS["hit"])
     chart.add_curve("hit", "ontime", "on time", COLORS["ontime"])
     chart.add_plot("toks", "Tokens per second", "tok/s")
@@ -51,6 +51,8 @@ def build_run_chart() -> LiveChart:
     chart.setMinimumWidth(360)
     for key in PLOTS:
         keep_top_clear(chart.plot_item(key))
+    for key in ("memory", "ssd", "toks"):
+        chart.scale_from_zero(key)  # 0.01 tok/s is a line, not the floor of a 0-1 axis
     hit = chart.plot_item("hit")
     hit.enableAutoRange(y=False)  # a percentage: a fixed axis, not 99.6-100.4 at a steady 100 %
     hit.setYRange(0, 125, padding=0)
