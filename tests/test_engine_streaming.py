@@ -89,11 +89,13 @@ def test_pinned_hits_pinned_fraction_and_lru_thrashes(synthetic_model):
 
 def test_ssd_emulation_limits_throughput(synthetic_model):
     size_mb = os.path.getsize(synthetic_model) / MIB
-    summary, _ = _run(synthetic_model, budget_mb=int(size_mb / 2), shard_mb=32, n_gen=4,
-                      prefetch_depth=1, policy="lru", ssd_mb_s=300)
+    # 100 MB/s: loading a token's ~320 MB takes ~3 s, far longer than computing it even
+    # on a loaded machine, so the emulated disk stays the bottleneck and its rate shows.
+    summary, _ = _run(synthetic_model, budget_mb=int(size_mb / 2), shard_mb=32, n_gen=3,
+                      prefetch_depth=1, policy="lru", ssd_mb_s=100)
     # 10^6 B/s on both sides. Above: the limiter (+ readahead past a shard). Below: a
-    # run that read nothing fails; the emulated disk idles only while layers compute.
-    assert 0.5 * 300 <= summary.ssd_mb_s <= 300 * 1.1
+    # run that read nothing fails (docs/cross-checks.md has what it measured).
+    assert 0.6 * 100 <= summary.ssd_mb_s <= 100 * 1.1
     assert not math.isnan(summary.hit_rate)
 
 
