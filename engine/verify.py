@@ -146,6 +146,15 @@ def _bracket(engine: float, a: float, b: float, floor: float = 0.0) -> float:
     return _rel(engine, lo if engine < lo else hi, floor)
 
 
+def _above(engine: float, a: float, b: float) -> float:
+    """How far the engine's value lies above a subset counted before (a) and after (b)
+    it: negative only when it is below both readings, 0 inside them."""
+    lo, hi = min(a, b), max(a, b)
+    if engine < lo:
+        return _rel(engine, lo)
+    return max(0.0, _rel(engine, hi))
+
+
 @dataclass
 class _Pair:
     """An engine sample between two outside readings (``before`` is None for the first)."""
@@ -334,7 +343,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     excess = max((e - max(a, b) for e, a, b in smaps), default=0.0)
     checks.append(Check("resident_weights_mb vs mapped (timeline)", "smaps Rss of the mapping, another process",
                         smaps[-1][0] if smaps else math.nan, smaps[-1][2] if smaps else math.nan,
-                        [_rel(e, max(a, b)) for e, a, b in smaps], "MiB", relation="≥",
+                        [_above(e, a, b) for e, a, b in smaps], "MiB", relation="≥",
                         allowance_mb=allowance_mb, excess_mb=excess, min_share=LEVEL_SHARE,
                         note=(f"cached, not yet mapped: ≤ {allowance_mb:.0f} MiB allowed (loads in flight "
                               f"+ readahead), {excess:.0f} MiB seen") if smaps else "smaps not readable"))

@@ -16,7 +16,7 @@ import pytest
 
 from engine.settings import RunSettings
 from engine.shard_plan import MIB
-from engine.verify import TOLERANCE, Check, _bracket, format_report, verified_run
+from engine.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
 
 PROMPT = "The history of the printing press begins"
 N_GEN = 25  # the first token is the prompt pass: 24 decoded tokens
@@ -70,6 +70,12 @@ def test_bracket_is_zero_between_the_two_outside_readings_and_relative_outside()
     assert _bracket(105.0, 100.0, 110.0) == 0.0
     assert _bracket(121.0, 110.0, 100.0) == pytest.approx(0.1)
     assert _bracket(90.0, 100.0, 110.0) == pytest.approx(-0.1)
+
+
+def test_above_a_subset_is_measured_from_the_readings_around_it():
+    assert _above(100.0, 90.0, 110.0) == 0.0  # a shard left between the two smaps readings
+    assert _above(121.0, 100.0, 110.0) == pytest.approx(0.1)
+    assert _above(90.0, 100.0, 110.0) == pytest.approx(-0.1)
 
 
 def test_a_check_fails_on_one_bad_point_unless_it_is_a_level_series():
