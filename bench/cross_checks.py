@@ -48,20 +48,22 @@ def main() -> None:
                 key = "tok/s after the cut (llama.cpp's counters restart)" if c.figure.startswith("tok/s, the") \
                     else c.figure
                 row = rows.setdefault(key, {"source": c.source, "diffs": [], "worst": [], "ok": True,
-                                            "relation": c.relation, "runs": 0})
+                                            "relation": c.relation, "runs": 0, "within": 0})
                 row["diffs"] += c.diffs
+                row["within"] += round(c.share * len(c.diffs)) if c.diffs else 0
                 if c.diffs:
                     row["worst"].append(c.worst)
                 row["ok"] &= c.ok
                 row["runs"] += 1
     print(f"\n{args.repeats} x (lru, pinned, pinned with a mid-run cut), {args.tokens} tokens, "
           f"{Path(model).name}, shard {shard:g} MiB, prefetch depth 2, n_threads {args.threads}\n")
-    print("| figure | independent source | rel. | median diff | worst diff | points | all runs pass |")
+    print("| figure | independent source | rel. | median diff | worst diff | points within 5 % | all runs pass |")
     print("|---|---|---|---|---|---|---|")
     for figure, row in rows.items():
         med = f"{statistics.median(row['diffs']):+.1%}" if row["diffs"] else "n/a"
         worst = f"{max(row['worst'], key=abs):+.1%}" if row["worst"] else "n/a"
-        print(f"| {figure} | {row['source']} | {row['relation']} | {med} | {worst} | {len(row['diffs'])} "
+        print(f"| {figure} | {row['source']} | {row['relation']} | {med} | {worst} | "
+              f"{row['within']} of {len(row['diffs'])} "
               f"| {'yes' if row['ok'] else 'NO'} ({row['runs']} runs) |")
 
 

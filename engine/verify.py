@@ -5,8 +5,9 @@ independent sources: a second process (engine/outside_watch.py) reading this
 process's /proc/<pid>/io, /status and /smaps and the model's page-cache residency
 through its own mapping; /proc/diskstats for the backing device (device-wide, so
 only a bound on a shared machine); llama.cpp's own perf counters
-(``llama_perf_context``). Each outside reading is taken right after the engine's
-sample it is paired with, so the two differ only by what happened in between.
+(``llama_perf_context``). Every timeline sample sits between two outside readings
+taken just before and just after it, so a difference is either the engine's or
+something that moved in between, and the report says which share of points agree.
 """
 
 from __future__ import annotations
@@ -210,12 +211,12 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
 
     run = StreamingRun(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
     with run:
+        run.load()
+        m = run.mapping
+        if m is None:
+            raise ShardscopeError("--verify needs Linux: no /proc mapping of the model to check against")
         watcher = OutsideWatcher(os.getpid(), run.model_path)
         try:
-            run.load()
-            m = run.mapping
-            if m is None:
-                raise ShardscopeError("--verify needs Linux: no /proc mapping of the model to check against")
             watcher.set_mapping(m.start, m.end, m.file_offset)
             hooked_at_start = run.session.hook_active
             summary = run.run()
