@@ -42,7 +42,7 @@ def build_run_chart() -> LiveChart:
     chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], fill_to_zero=True)
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
-    chart.add_plot("hit", "Cache hits and on time (last s, or last token)", "%")
+    chart.add_plot("hit", "Cache hits, on time (per s or token)", "%")
     chart.add_curve("hit", "hit", "cache hit rate", COLORS["hit"])
     chart.add_curve("hit", "ontime", "on time", COLORS["ontime"])
     chart.add_plot("toks", "Tokens per second", "tok/s")
