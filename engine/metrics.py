@@ -52,7 +52,15 @@ class TokenClock:
     times: deque = field(default_factory=lambda: deque(maxlen=4096))
     durations: deque = field(default_factory=lambda: deque(maxlen=4096))
     n_tokens: int = 0
+    phase_since: float = 0.0  # when ``phase`` last changed (set with it, below)
     phase: str = "idle"
+
+    def __setattr__(self, name, value):
+        # A new round's first token is not late because the prompt pass came before it:
+        # the in-flight time counts from the later of the last token and the phase change.
+        if name == "phase":
+            object.__setattr__(self, "phase_since", time.perf_counter())
+        object.__setattr__(self, name, value)
 
     def record(self, t: float, duration_s: float) -> None:
         self.times.append(t)
@@ -63,7 +71,10 @@ class TokenClock:
         """tok/s over the last few tokens; bends down only while a token runs late."""
         durations = list(self.durations)  # one copy under the GIL: the decode thread appends
         times = list(self.times)
-        in_flight = now - times[-1] if self.phase == "generating" and times else None
+        in_flight = None
+        if self.phase == "generating" and times:
+            started = max(times[-1], self.phase_since if self.phase_since <= now else times[-1])
+            in_flight = now - started
         return tokens_per_second(durations, in_flight_s=in_flight, window_s=window_s)
 
 
