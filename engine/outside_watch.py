@@ -112,22 +112,8 @@ class _PageCache:
         return (n_pages - bytes(vec).count(0)) * page
 
 
-def _wake_fast() -> None:
-    """Answer within a millisecond on a busy machine: a reading taken 20 ms after the
-    engine's sample (a normal-priority wake-up on 2 loaded cores) pairs it with another
-    moment. Real-time priority where allowed; it sleeps between requests."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except (OSError, AttributeError):
-        try:
-            os.nice(-10)
-        except OSError:
-            pass
-
-
 def main(argv: list[str]) -> int:
     pid, path = int(argv[1]), argv[2]
-    _wake_fast()
     disk = _disk_of(path)
     cache = _PageCache(path)
     map_start = None
