@@ -64,6 +64,21 @@ def test_figures_hold_after_a_mid_run_budget_cut(synthetic_model):
     assert any(c.figure.startswith("tok/s, the ") for c in report.checks)  # llama.cpp counts after the cut
 
 
+def test_bench_verify_prints_each_pair_and_exits_0(synthetic_model):
+    import subprocess
+    import sys
+
+    size_mb = os.path.getsize(synthetic_model) / MIB
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "bench", "--verify", "--quiet", "--model",
+                           synthetic_model, "--budget-mb", str(int(size_mb / 2)), "--shard-mb", "32",
+                           "--prefetch-depth", "2", "--policy", "lru", "--tokens", str(N_GEN)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for figure in FIGURES:
+        assert figure in proc.stdout, figure
+    assert "pairs within 5%" in proc.stdout.splitlines()[-1]
+
+
 # ---- the comparison rules themselves (milliseconds) -----------------------------------
 
 def test_bracket_is_zero_between_the_two_outside_readings_and_relative_outside():
