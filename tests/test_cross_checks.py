@@ -93,12 +93,15 @@ def test_above_a_subset_is_measured_from_the_readings_around_it():
     assert _above(90.0, 100.0, 110.0) == pytest.approx(-0.1)
 
 
-def test_a_check_fails_on_one_bad_point_unless_it_is_a_level_series():
+def test_a_check_fails_on_one_bad_point_unless_it_is_a_level_within_its_allowance():
     exact = Check("x", "src", 1.0, 1.0, [0.0, 0.0, 0.2])
     assert not exact.ok
-    level = Check("x", "src", 1.0, 1.0, [0.0] * 19 + [0.2], min_share=0.9)
+    level = Check("x", "src", 1.0, 1.0, [0.0] * 19 + [0.2], allowance_mb=30.0, excess_mb=20.0)
     assert level.ok and level.worst == pytest.approx(0.2)
-    assert not Check("x", "src", 1.0, 1.0, [0.0] * 8 + [0.2] * 2, min_share=0.9).ok
+    assert not Check("x", "src", 1.0, 1.0, [0.0] * 19 + [0.2], allowance_mb=30.0, excess_mb=40.0).ok
+    assert not Check("x", "src", 1.0, 1.0, [0.2] * 3, allowance_mb=30.0, excess_mb=10.0).ok  # median off
+    peak = Check("p", "src", 1.0, 1.0, [-0.1], allowance_mb=30.0, excess_mb=10.0, single_instant=True)
+    assert peak.ok
     assert not Check("x", "src", 1.0, 1.0, []).ok  # nothing compared, and no reason given
     assert Check("x", "src", math.nan, math.nan, [], note="nothing read").ok
 
