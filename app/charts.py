@@ -1,7 +1,8 @@
 """The run's four strip charts on one time axis, and what each sample puts on them.
 
 One place says which MetricsSample field feeds which curve, so the window, the
-export and the tests agree on "the hit-rate curve is ``cache_hit_rate``".
+export and the tests agree on "the hit-rate curve is ``cache_hit_rate``". Units are
+the project's (engine/units.py): memory MiB, bandwidth 10^6 B/s, rates in %.
 
 Layout choices come from looking at the window: the largest curve (RSS) auto-
 ranges to the very top of its plot, right under the legend and the change
@@ -19,34 +20,39 @@ from widgets import LiveChart, format_number
 # Resident weights use the shard map's "resident" green on purpose: same meaning.
 COLORS = {
     "rss": "#555d66", "weights": "#3a9d5d", "other": "#d9822b", "budget": "#d62728",
-    "ssd": "#1f77b4", "emulated": "#e377c2", "hit": "#2f6fdb", "toks": "#9467bd", "projected": "#8c564b",
+    "ssd": "#1f77b4", "emulated": "#e377c2", "hit": "#2f6fdb", "ontime": "#17becf", "toks": "#9467bd",
+    "projected": "#8c564b",
 }
 PLOTS = ("memory", "ssd", "hit", "toks")
 # curve key -> MetricsSample field
 CURVE_FIELDS = {
     "rss": "rss_mb", "weights": "resident_weights_mb", "other": "other_rss_mb",
-    "ssd": "ssd_mb_s", "hit": "cache_hit_rate", "toks": "tok_s",
+    "ssd": "ssd_mb_s", "hit": "cache_hit_rate", "ontime": "on_time_rate", "toks": "tok_s",
 }
+FRACTION_CURVES = ("hit", "ontime")  # fields are fractions 0..1, the axis is %
 
 
 def build_run_chart() -> LiveChart:
     chart = LiveChart(capacity=6000, refresh_hz=12.0)  # 10 minutes at the sampler's 10 Hz
-    chart.add_plot("memory", "Memory (other = KV cache, buffers, app)", "MB")
+    chart.add_plot("memory", "Memory (other = KV cache, buffers, app)", "MiB")
     chart.add_curve("memory", "rss", "RSS", COLORS["rss"])
     chart.add_curve("memory", "weights", "weights", COLORS["weights"], fill_to_zero=True)
     chart.add_curve("memory", "other", "other", COLORS["other"])
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
-    chart.add_plot("ssd", "SSD reads (kernel read_bytes)", "MB/s")
+    chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], fill_to_zero=True)
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
-    chart.add_plot("hit", "Cache hit rate (last second)", "%")
-    chart.add_curve("hit", "hit", "hit rate", COLORS["hit"])
+    chart.add_plot("hit", "Cache hits, on time (per s or token)", "%")
+    chart.add_curve("hit", "hit", "cache hit rate", COLORS["hit"])
+    chart.add_curve("hit", "ontime", "on time", COLORS["ontime"])
     chart.add_plot("toks", "Tokens per second", "tok/s")
     chart.add_curve("toks", "toks", "tok/s", COLORS["toks"])
     chart.add_level_line("toks", "projected", "projected", COLORS["projected"])
     chart.setMinimumWidth(360)
     for key in PLOTS:
         keep_top_clear(chart.plot_item(key))
+    for key in ("memory", "ssd", "toks"):
+        chart.scale_from_zero(key)  # 0.01 tok/s is a line, not the floor of a 0-1 axis
     hit = chart.plot_item("hit")
     hit.enableAutoRange(y=False)  # a percentage: a fixed axis, not 99.6-100.4 at a steady 100 %
     hit.setYRange(0, 125, padding=0)
@@ -71,7 +77,14 @@ def keep_top_clear(item) -> None:
 
 
 def sample_values(s: MetricsSample) -> dict[str, float]:
-    return {curve: getattr(s, field) for curve, field in CURVE_FIELDS.items()}
+    """Chart values of one sample; a rate measured as "n/a" (None) is a gap, not 0."""
+    values = {}
+    for curve, field in CURVE_FIELDS.items():
+        value = getattr(s, field, None)
+        if value is None:
+            value = math.nan
+        values[curve] = 100.0 * value if curve in FRACTION_CURVES else value
+    return values
 
 
 def set_projection(chart: LiveChart, tok_s: float | None, label: str) -> None:

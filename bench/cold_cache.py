@@ -12,8 +12,7 @@ import time
 import numpy as np
 
 from engine import memory_calls
-
-MIB = 1024 * 1024
+from engine.units import MB_S, MIB
 
 
 def cached_fraction(path: str) -> float:
@@ -37,7 +36,7 @@ def drop_from_cache(path: str) -> float:
 
 
 def cold_read_mb_s(path: str, chunk: int = 8 * MIB) -> float:
-    """Sequential read of the whole file from a cold cache, in MiB/s."""
+    """Sequential read of the whole file from a cold cache, in 10^6 B/s."""
     left = drop_from_cache(path)
     if left > 0.02:
         raise RuntimeError(f"{path}: {left:.0%} still cached after eviction; cannot measure cold")
@@ -51,11 +50,11 @@ def cold_read_mb_s(path: str, chunk: int = 8 * MIB) -> float:
         os.close(fd)
     elapsed = time.perf_counter() - start
     drop_from_cache(path)
-    return total / MIB / elapsed
+    return total / MB_S / elapsed
 
 
 def cold_populate_mb_s(path: str, chunk: int = 32 * MIB) -> float:
-    """Cold read through a mapping with MADV_POPULATE_READ — the loader's own way."""
+    """Cold read through a mapping with MADV_POPULATE_READ, in 10^6 B/s."""
     left = drop_from_cache(path)
     if left > 0.02:
         raise RuntimeError(f"{path}: {left:.0%} still cached after eviction; cannot measure cold")
@@ -68,7 +67,7 @@ def cold_populate_mb_s(path: str, chunk: int = 32 * MIB) -> float:
     size = view.size
     del view
     drop_from_cache(path)
-    return size / MIB / elapsed
+    return size / MB_S / elapsed
 
 
 def disk_bound_mb_s(path: str) -> tuple[float, dict]:

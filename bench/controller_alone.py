@@ -21,12 +21,13 @@ from bench.cold_cache import drop_from_cache
 from engine import memory_calls
 from engine.layout_cache import load_layout
 from engine.residency import ResidencyController
-from engine.shard_plan import MIB, plan_shards
+from engine.shard_plan import plan_shards
+from engine.units import MB_S
 
 
 def controller_alone_mb_s(model: str, budget_mb: int, depth: int, shard_mb: int, policy: str,
                           layer_compute_s: float, tokens: int = 8) -> float:
-    """MiB/s the controller streams with sleeps in place of compute (steady state)."""
+    """10^6 B/s the controller streams with sleeps in place of compute (steady state)."""
     plan = plan_shards(load_layout(model), shard_mb)
     drop_from_cache(model)
     fd = os.open(model, os.O_RDONLY)
@@ -53,7 +54,7 @@ def controller_alone_mb_s(model: str, budget_mb: int, depth: int, shard_mb: int,
                 controller.on_layer(layer)
                 time.sleep(layer_compute_s)
         elapsed = time.perf_counter() - start
-        return (controller.snapshot().counters.loaded_bytes - before) / MIB / elapsed
+        return (controller.snapshot().counters.loaded_bytes - before) / MB_S / elapsed
     finally:
         if controller is not None:
             controller.close()

@@ -1,4 +1,5 @@
-"""Drive the real workbench window from a bench script (offscreen unless DISPLAY is set).
+"""Drive the real workbench window from a bench script (offscreen unless DISPLAY is set;
+bench/virtual_display.py starts an Xvfb first where one is installed).
 
 Shared by the GUI benches: open a window on a model, start a continuous run with
 given settings, pump the event loop for a while, stop cleanly.
@@ -8,13 +9,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 
 if not os.environ.get("DISPLAY"):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine.settings import RunSettings  # noqa: E402
@@ -25,12 +25,23 @@ def application() -> QApplication:
 
 
 def pump(app: QApplication, seconds: float, until=None) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        app.processEvents()
-        if until is not None and until():
-            return
-        time.sleep(0.002)
+    """Run Qt's own event loop (as the app's exec() would, not a processEvents poll)
+    until ``until()`` holds or ``seconds`` pass."""
+    if until is not None and until():
+        return
+    loop = QEventLoop()
+    deadline = QTimer()
+    deadline.setSingleShot(True)
+    deadline.timeout.connect(loop.quit)
+    deadline.start(int(seconds * 1000))
+    check = QTimer()
+    if until is not None:
+        check.setInterval(5)
+        check.timeout.connect(lambda: loop.quit() if until() else None)
+        check.start()
+    loop.exec()
+    check.stop()
+    deadline.stop()
 
 
 class StallProbe:

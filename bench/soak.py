@@ -21,6 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 
+from bench.virtual_display import start_display  # noqa: E402
+
+DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
+
 from bench.bench_models import synthetic_model  # noqa: E402
 from bench.gui_session import open_window, pump, stop  # noqa: E402
 from engine.settings import RunSettings  # noqa: E402
@@ -66,6 +70,7 @@ def main() -> None:
     final = sum(r[1] for r in after_first[-window_rows:]) / window_rows
     peak = max(r[1] for r in after_first)
     growth = 100.0 * (final - base) / base
+    print(DISPLAY_LINE)
     print(f"model {Path(model).name} ({size_mb:.0f} MB), budget {settings.budget_mb} MB, "
           f"{rows[-1][3]} rounds of {args.tokens} tokens, errors: {errors or 'none'}")
     print(f"soak {rows[-1][0]:.1f} min: RSS growth after the first minute {growth:.1f} % "

@@ -30,23 +30,31 @@ def _open_run(settings: RunSettings, trace_path: str | None, on_sample):
 
 
 def run_bench(settings: RunSettings, *, csv_path: str | None = None, timeline_path: str | None = None,
-              device: str | None = None, on_sample=None, trace_path: str | None = None) -> tuple[RunSummary, str]:
+              device: str | None = None, on_sample=None, trace_path: str | None = None,
+              on_verify=None) -> tuple[RunSummary, str]:
     summary = run_repetitions(settings, 1, csv_path=csv_path, timeline_path=timeline_path, device=device,
-                              on_sample=on_sample, trace_path=trace_path)[-1]
+                              on_sample=on_sample, trace_path=trace_path, on_verify=on_verify)[-1]
     return summary, summary.text
 
 
 def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: str | None = None,
                     timeline_path: str | None = None, device: str | None = None,
-                    on_sample=None, trace_path: str | None = None) -> list[RunSummary]:
+                    on_sample=None, trace_path: str | None = None, on_verify=None) -> list[RunSummary]:
     """``repetitions`` rounds of one loaded run (llama-bench's ``-r``): one summary each.
 
     Like llama-bench's repetitions the model stays loaded between them; each round
     restarts the context from the prompt, the weights stay as streaming left them.
     Expert runs have one round each, so their repetitions are fresh cold runs.
+    ``on_verify`` (engine/verify.py) gets the VerifyReport of a verified first round.
     """
     summaries: list[RunSummary] = []
     samples: list = []
+    if on_verify is not None:  # one run, every figure paired with an independent source
+        from engine.verify import verified_run
+
+        report, samples = verified_run(settings, on_sample=on_sample)
+        summaries.append(report.summary)
+        on_verify(report)
     while len(summaries) < repetitions:
         with _open_run(settings, trace_path, on_sample) as run:
             if isinstance(run, StreamingRun):

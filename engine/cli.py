@@ -72,14 +72,22 @@ def cmd_bench(args) -> int:
 
     settings = settings_from_args(args)
     started = utc_now()
+    reports = []
     summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
-                                device=args.device, trace_path=args.trace)
+                                device=args.device, trace_path=args.trace,
+                                on_verify=reports.append if args.verify else None)
     human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
     with contextlib.redirect_stdout(human):
         if not args.quiet:
             print(f"text       {summaries[-1].text!r}")
         _print_summary(summaries[-1])
     print_rows(settings, [(summaries, started)], args.output)
+    if reports:  # last, so the verdict is the last line a reader sees
+        from engine.verify import format_report
+
+        print("\n".join(format_report(reports[0])), file=human)
+    if reports and not reports[0].ok:
+        return 1
     return 0
 
 
@@ -180,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quiet", action="store_true")
     add_output_arguments(bench)
     bench.add_argument("--trace", help="MoE: write the routing trace (JSON lines) here, for shardscope replay")
+    bench.add_argument("--verify", action="store_true",
+                       help="print each figure next to an independent source (another process's /proc "
+                            "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=positive_float, required=True)

@@ -21,7 +21,8 @@ from typing import Callable
 import psutil
 
 from engine import memory_calls
-from engine.shard_plan import MIB
+from engine.token_rate import Tally, tokens_per_second, windowed_fraction
+from engine.units import MIB, mb_per_s
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,12 @@ class MetricsSample:
     rss_mb: float
     resident_weights_mb: float  # kernel: mincore over the model's mapping
     other_rss_mb: float  # KV cache, compute buffers, Python, Qt: RSS − weights
-    ssd_mb_s: float  # kernel: read_bytes delta of this process
+    ssd_mb_s: float  # 10^6 B/s, kernel: read_bytes delta of this process
     read_mb_total: float  # since the run started
-    cache_hit_rate: float  # fraction of layer-shard accesses with no disk read, last second (NaN before any)
-    on_time_rate: float  # fraction resident when compute arrived, last second (NaN before any)
-    tok_s: float
+    cache_hit_rate: float  # fraction of layer-shard accesses with no disk read (NaN before any)
+    on_time_rate: float  # fraction resident when compute arrived (NaN before any)
+    # Both over the last second, or the last whole token when tokens are slower.
+    tok_s: float  # over the last few tokens, held between them (NaN before the first)
     n_tokens: int
     budget_mb: float
     accounted_weights_mb: float  # the controller's own books, for cross-checks
@@ -55,21 +57,30 @@ class TokenClock:
     times: deque = field(default_factory=lambda: deque(maxlen=4096))
     durations: deque = field(default_factory=lambda: deque(maxlen=4096))
     n_tokens: int = 0
+    phase_since: float = 0.0  # when ``phase`` last changed (set with it, below)
     phase: str = "idle"
+
+    def __setattr__(self, name, value):
+        # A new round's first token is not late because the prompt pass came before it:
+        # the in-flight time counts from the later of the last token and the phase change.
+        if name == "phase":
+            object.__setattr__(self, "phase_since", time.perf_counter())
+        object.__setattr__(self, name, value)
 
     def record(self, t: float, duration_s: float) -> None:
         self.times.append(t)
         self.durations.append(duration_s)
         self.n_tokens += 1
 
-    def rate(self, now: float, window_s: float = 2.0) -> float:
-        recent = [t for t in list(self.times) if now - t <= window_s]
-        if len(recent) >= 2 and recent[-1] > recent[0]:
-            return (len(recent) - 1) / (recent[-1] - recent[0])
-        if self.durations and recent:
-            last = self.durations[-1]
-            return 1.0 / last if last > 0 else 0.0
-        return 0.0
+    def rate(self, now: float, window_s: float = 1.0) -> float:
+        """tok/s over the last few tokens; bends down only while a token runs late."""
+        durations = list(self.durations)  # one copy under the GIL: the decode thread appends
+        times = list(self.times)
+        in_flight = None
+        if self.phase == "generating" and times:
+            started = max(times[-1], self.phase_since if self.phase_since <= now else times[-1])
+            in_flight = now - started
+        return tokens_per_second(durations, in_flight_s=in_flight, window_s=window_s)
 
 
 def process_read_bytes(proc: psutil.Process) -> int:
@@ -88,17 +99,24 @@ class MetricsSampler:
         self.interval_s = interval_s
         self.window = max(1, int(round(window_s / interval_s)))
         self._subscribers: list[Callable[[MetricsSample], None]] = []
+        self._before: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._proc = psutil.Process()
         self._t0 = time.perf_counter()
         self._read0 = process_read_bytes(self._proc)
         self._history: deque = deque(maxlen=self.window + 1)
+        self._token_marks: deque = deque(maxlen=2)  # (cache, on-time) tallies as tokens finished
         self._last_rates = (math.nan, math.nan)  # held while no layer is accessed
         self.samples_taken = 0
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
         self._subscribers.append(callback)
+
+    def before_each_sample(self, callback: Callable[[], None]) -> None:
+        """Called on this thread right before each sample reads the kernel: cross-checks
+        bracket every sample between two outside readings (engine/verify.py)."""
+        self._before.append(callback)
 
     def start(self) -> None:
         """Start sampling; the time and read baselines were taken at construction."""
@@ -123,6 +141,8 @@ class MetricsSampler:
             self._stop.wait(delay)
 
     def sample(self) -> MetricsSample:
+        for callback in list(self._before):
+            callback()
         now = time.perf_counter()
         rss = self._proc.memory_info().rss
         # mincore, not the mapping's Rss in /proc/self/smaps: reading smaps walks and
@@ -135,13 +155,16 @@ class MetricsSampler:
         c = snap.counters if snap else None
         hits, misses = (c.cache_hits, c.cache_misses) if c else (0, 0)
         on_time, stalls = (c.on_time, c.stalls) if c else (0, 0)
-        self._history.append((now, read_total, hits, misses, on_time))
-        t_old, read_old, hits_old, misses_old, on_time_old = self._history[0]
-        dt = now - t_old
-        ssd = (read_total - read_old) / MIB / dt if dt > 0 else 0.0
-        accesses = (hits - hits_old) + (misses - misses_old)
-        if accesses > 0:
-            self._last_rates = ((hits - hits_old) / accesses, (on_time - on_time_old) / accesses)
+        n_tokens = self.clock.n_tokens
+        tallies = (Tally(now, n_tokens, hits, hits + misses), Tally(now, n_tokens, on_time, hits + misses))
+        if not self._token_marks or self._token_marks[-1][0].n_tokens != n_tokens:
+            self._token_marks.append(tallies)
+        self._history.append((now, read_total, tallies))
+        t_old, read_old, tallies_old = self._history[0]
+        ssd = mb_per_s(read_total - read_old, now - t_old)
+        rates = tuple(windowed_fraction(old, new, [marks[i] for marks in self._token_marks])
+                      for i, (old, new) in enumerate(zip(tallies_old, tallies)))
+        self._last_rates = tuple(held if math.isnan(rate) else rate for rate, held in zip(rates, self._last_rates))
         weights_b = weights if weights is not None else 0
         sample = MetricsSample(
             t_s=now - self._t0,
@@ -153,7 +176,7 @@ class MetricsSampler:
             cache_hit_rate=self._last_rates[0],
             on_time_rate=self._last_rates[1],
             tok_s=self.clock.rate(now),
-            n_tokens=self.clock.n_tokens,
+            n_tokens=n_tokens,
             budget_mb=(snap.budget_bytes / MIB) if snap else math.nan,
             accounted_weights_mb=(snap.resident_bytes / MIB) if snap else math.nan,
             cache_hits=hits,

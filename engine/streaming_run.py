@@ -30,6 +30,7 @@ from engine.residency import ResidencyController, require_budget
 from engine.knobs import LIVE, changed
 from engine.settings import RunSettings, validate
 from engine.shard_plan import MIB, ShardPlan, plan_shards
+from engine.units import mb_per_s
 
 
 @dataclass
@@ -57,7 +58,7 @@ class RunSummary:
     resident_weights_mb: float  # peak of the model's bytes in RAM while generating (mincore)
     read_mb_per_token: float  # /proc/self/io read_bytes per decoded token
     streamed_mb_per_token: float  # what the controller loaded per decoded token
-    ssd_mb_s: float  # read_bytes over decode time
+    ssd_mb_s: float  # 10^6 B/s: read_bytes over the decode phase's wall time
     cache_hit_rate: float  # fraction of layer-shard accesses with no disk read, decoded tokens only
     on_time_rate: float  # fraction of them resident when compute arrived (the rest stalled)
     cache_hits: int
@@ -280,6 +281,7 @@ class StreamingRun:
                 c = self.controller.snapshot().counters
                 marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.cache_hits, c.cache_misses,
                                   c.stalls, c.wait_s)
+                marks["first_t"] = now
                 self._phase("generating")
             else:
                 self.clock.record(now, dt)
@@ -301,6 +303,7 @@ class StreamingRun:
         if self.controller.error:
             raise ShardscopeError(self.controller.error)
         end_read = process_read_bytes(proc)
+        end_t = time.perf_counter()
         snap = self.controller.snapshot()
         # Steady-state figures count decoded tokens only: the prompt pass computes
         # several tokens per layer, which gives prefetch time no phone decode has.
@@ -339,7 +342,9 @@ class StreamingRun:
             resident_weights_mb=round(max(x.resident_weights_mb for x in gen_samples), 1) if gen_samples else math.nan,
             read_mb_per_token=round((end_read - read0) / MIB / per_tok, 2),
             streamed_mb_per_token=round((snap.counters.loaded_bytes - loaded0) / MIB / per_tok, 2),
-            ssd_mb_s=round((end_read - read0) / MIB / decode_s, 1) if decode_s > 0 else 0.0,
+            # Over wall time, not decode time: a budget cut replays the context between
+            # tokens, and its reads must not be divided by time that leaves it out.
+            ssd_mb_s=round(mb_per_s(end_read - read0, end_t - marks.get("first_t", end_t)), 1),
             cache_hit_rate=round(hits / accesses, 4) if accesses else math.nan,
             on_time_rate=round((accesses - stalls) / accesses, 4) if accesses else math.nan,
             cache_hits=hits,

@@ -147,6 +147,9 @@ def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(STREAMING)
     window.start_run()
+    # Close once the worker says it is loading (llama.cpp mapping the file), not before
+    # the run even started: that is the moment a hang would come from.
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("loading"), timeout=20_000)
     started = time.perf_counter()
     window.close()  # the run is still loading the model
     assert time.perf_counter() - started < 5.0

@@ -64,8 +64,9 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     for curve, field in (("weights", "resident_weights_mb"), ("other", "other_rss_mb"), ("rss", "rss_mb"),
                          ("ssd", "ssd_mb_s"), ("toks", "tok_s")):
         assert window.chart.curve_data(curve)[1][-1] == pytest.approx(getattr(s, field)), curve
-    hit = window.chart.curve_data("hit")[1][-1]
-    assert (math.isnan(hit) and math.isnan(s.cache_hit_rate)) or hit == pytest.approx(s.cache_hit_rate)
+    for curve, field in (("hit", "cache_hit_rate"), ("ontime", "on_time_rate")):  # fractions drawn in %
+        drawn = window.chart.curve_data(curve)[1][-1]
+        assert (math.isnan(drawn) and math.isnan(getattr(s, field))) or drawn == pytest.approx(100 * getattr(s, field))
     assert window.shard_map.states() == list(s.shard_states)
     assert window.chart.level_line("budget").value() == pytest.approx(s.budget_mb) == 200  # the demo budget
     assert window.chart.level_line("emulated").isVisible()  # iPhone preset emulates 860 MB/s

@@ -1,4 +1,4 @@
-"""Bad input to ``shardscope bench``: one clear line, exit code ≠ 0, never a traceback."""
+"""Bad input to ``shardscope bench``: one clear line, exit code 2 (as the README says), never a traceback."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def _assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    assert proc.returncode != 0
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, proc.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 
-import psutil
 import pytest
 
 from engine import memory_calls
@@ -18,13 +17,9 @@ PROMPT = "The history of the printing press begins"
 
 def _run(model, **kw):
     settings = RunSettings(model_path=model, prompt=PROMPT, n_ctx=128, **kw)
-    proc = psutil.Process()
     with StreamingRun(settings) as run:
-        run.load()  # llama.cpp's load reads the file once; the run's reads start after
-        read_before = proc.io_counters().read_bytes
         summary = run.run()
         checks = {
-            "kernel_read_mb": (proc.io_counters().read_bytes - read_before) / MIB,
             "samples": list(run.samples),
             "plan": run.plan,
             "mincore_mb": _mapping_mincore_mb(run),
@@ -88,18 +83,19 @@ def test_pinned_hits_pinned_fraction_and_lru_thrashes(synthetic_model):
     lru, _ = _run(synthetic_model, policy="lru", **common)
     assert lru.cache_hit_rate < 0.10
     assert pinned.avg_ts > lru.avg_ts
-    # the chart's numbers against the kernel's counters
-    last = checks["samples"][-1]
-    assert last.read_mb_total == pytest.approx(checks["kernel_read_mb"], rel=0.05)
-    assert last.resident_weights_mb == pytest.approx(checks["mincore_mb"], rel=0.05)
-    assert last.resident_weights_mb == pytest.approx(checks["smaps_rss_mb"], rel=0.05)  # independent counter
+    # The figures themselves are checked against sources the engine does not compute
+    # (another process's /proc readings, llama.cpp's counters) in test_cross_checks.py.
 
 
 def test_ssd_emulation_limits_throughput(synthetic_model):
     size_mb = os.path.getsize(synthetic_model) / MIB
-    summary, _ = _run(synthetic_model, budget_mb=int(size_mb / 2), shard_mb=32, n_gen=4,
-                      prefetch_depth=1, policy="lru", ssd_mb_s=300)
-    assert summary.ssd_mb_s <= 300 * 1.1
+    # 100 MB/s: loading a token's ~320 MB takes ~3 s, far longer than computing it even
+    # on a loaded machine, so the emulated disk stays the bottleneck and its rate shows.
+    summary, _ = _run(synthetic_model, budget_mb=int(size_mb / 2), shard_mb=32, n_gen=3,
+                      prefetch_depth=1, policy="lru", ssd_mb_s=100)
+    # 10^6 B/s on both sides. Above: the limiter (+ readahead past a shard). Below: a
+    # run that read nothing fails (docs/cross-checks.md has what it measured).
+    assert 0.6 * 100 <= summary.ssd_mb_s <= 100 * 1.1
     assert not math.isnan(summary.cache_hit_rate)
 
 

@@ -54,8 +54,7 @@ def test_demo_streams_headless(bundled_model):
     with StreamingRun(settings.with_changes(model_path=bundled_model, n_gen=6, n_ctx=128)) as run:
         summary = run.run()
     assert summary.streamed_mb_per_token > 0  # the controller loaded shards for every token
-    rate = getattr(summary, "cache_hit_rate", None)
-    rate = summary.hit_rate / 100 if rate is None else rate
+    rate = summary.cache_hit_rate
     assert not math.isnan(rate) and 0 < rate < 1
 
 

@@ -44,6 +44,7 @@ class _Plot:
     item: pg.PlotItem
     units: str
     curve_keys: list[str] = field(default_factory=list)
+    from_zero: float = 0.0  # > 0: Y runs from 0 to this many times the visible top (see scale_from_zero)
 
 
 @dataclass
@@ -196,6 +197,18 @@ class LiveChart(pg.GraphicsLayoutWidget):
         level.line.setVisible(True)
         level.line.label.setVisible(True)
 
+    def scale_from_zero(self, plot_key: str, headroom: float = 1.33) -> None:
+        """Y from 0 to ``headroom`` × the highest visible value (curves and shown levels).
+
+        pyqtgraph's auto-range pads a flat line by ±0.5 in data units: a steady 0.01 tok/s
+        then draws on the floor of a 0–1 axis, as if it were zero. Scaling to the data's
+        own top keeps a slow but steady rate a visible line at any magnitude.
+        """
+        plot = self._plot(plot_key)
+        plot.from_zero = float(headroom)
+        plot.item.getViewBox().enableAutoRange(y=False)
+        self._dirty = True
+
     def set_grid(self, visible: bool) -> None:
         """Off by default: pyqtgraph replays grid lines through a QPicture on every
         frame, which measured 2-3x the cost of the whole rest of a redraw."""
@@ -321,11 +334,25 @@ class LiveChart(pg.GraphicsLayoutWidget):
         t = self._t[start : self._end].copy()
         for key, curve in self._curves.items():
             curve.setData(t, self._y[key][start : self._end].copy())
+        lo = -math.inf
         if self._following and self._len and self._plots:
             newest = float(t[-1])
             lo = max(float(t[0]), newest - self.follow_seconds)
             first = next(iter(self._plots.values())).item
             first.setXRange(lo, lo + self.follow_seconds, padding=0)
+        self._scale_from_zero(t, start, lo)
+
+    def _scale_from_zero(self, t: np.ndarray, start: int, t_lo: float) -> None:
+        visible = t >= t_lo
+        for plot in self._plots.values():
+            if plot.from_zero <= 0:
+                continue
+            tops = [np.nanmax(v) for v in (self._y[k][start : self._end][visible] for k in plot.curve_keys)
+                    if v.size and not np.isnan(v).all()]
+            tops += [lv.line.value() for lv in self._levels.values()
+                     if lv.plot_key in self._plots and self._plots[lv.plot_key] is plot and lv.line.isVisible()]
+            top = max((x for x in tops if math.isfinite(x)), default=0.0)
+            plot.item.setYRange(0.0, top * plot.from_zero if top > 0 else 1.0, padding=0)
 
     def _on_user_moved_view(self, *_: object) -> None:
         self._following = False

@@ -1,0 +1,117 @@
+"""Every figure a run charts or writes, against a source the engine does not compute.
+
+The sources: a second process reading this one's /proc/<pid>/io, /status and /smaps
+and the model's page cache through its own mapping (engine/outside_watch.py);
+/proc/diskstats of the backing device; llama.cpp's own perf counters. Runs are long
+enough to mean something (24 decoded tokens), under both policies with prefetch
+depth 2, and after a mid-run budget cut. docs/cross-checks.md has the measured table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from engine.settings import RunSettings
+from engine.shard_plan import MIB
+from engine.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
+
+PROMPT = "The history of the printing press begins"
+N_GEN = 25  # the first token is the prompt pass: 24 decoded tokens
+
+FIGURES = ("read_mb_per_token (CSV)", "ssd_mb_s (CSV)", "read_mb_total (timeline)",
+           "ssd_mb_s (timeline, 1 s window)", "resident_weights_mb (timeline)",
+           "resident_weights_mb vs mapped (timeline)", "resident_weights_mb (CSV, peak)",
+           "rss_mb (timeline)", "ttft_ms (CSV)")
+
+
+def _settings(model: str, **kw) -> RunSettings:
+    size_mb = os.path.getsize(model) / MIB
+    base = dict(model_path=model, prompt=PROMPT, n_ctx=128, n_gen=N_GEN, shard_mb=32, prefetch_depth=2,
+                budget_mb=int(size_mb / 2), threads=2)
+    base.update(kw)
+    return RunSettings(**base)
+
+
+def _assert_all_pairs_agree(report) -> None:
+    text = "\n".join(format_report(report))
+    print(text)  # pytest -s shows the pairs; docs/cross-checks.md records them
+    assert report.summary.n_gen - 1 >= 24
+    found = {c.figure for c in report.checks}
+    assert set(FIGURES) <= found, f"missing pairs: {set(FIGURES) - found}"
+    assert report.ok, text
+
+
+@pytest.mark.parametrize("policy", ["lru", "pinned"])
+def test_every_figure_matches_an_independent_source(synthetic_model, policy):
+    report, _ = verified_run(_settings(synthetic_model, policy=policy))
+    _assert_all_pairs_agree(report)
+    assert "avg_ts (CSV)" in {c.figure for c in report.checks}
+    assert report.check("decoded tokens").diffs == [0.0]  # llama.cpp decoded exactly our tokens
+    assert report.check("read_mb_per_token (CSV)").engine > 0.3 * report.summary.model_size_mb  # it streamed
+    disk = [c for c in report.checks if c.source.startswith("/proc/diskstats")]
+    assert not disk or disk[0].ok  # the device read at least what we say we read
+
+
+def test_figures_hold_after_a_mid_run_budget_cut(synthetic_model):
+    size_mb = os.path.getsize(synthetic_model) / MIB
+    settings = _settings(synthetic_model, policy="pinned", budget_mb=4096, n_gen=N_GEN + 4)
+    report, _ = verified_run(settings, cut_budget_mb=int(size_mb / 2), cut_at_token=4)
+    _assert_all_pairs_agree(report)
+    assert report.summary.budget_mb == int(size_mb / 2)
+    assert any(c.figure.startswith("tok/s, the ") for c in report.checks)  # llama.cpp counts after the cut
+
+
+def test_bench_verify_prints_each_pair_and_exits_0(synthetic_model):
+    import subprocess
+    import sys
+
+    size_mb = os.path.getsize(synthetic_model) / MIB
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "bench", "--verify", "--quiet", "--model",
+                           synthetic_model, "--budget-mb", str(int(size_mb / 2)), "--shard-mb", "32",
+                           "--prefetch-depth", "2", "--policy", "lru", "--tokens", str(N_GEN)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for figure in FIGURES:
+        assert figure in proc.stdout, figure
+    assert "pairs within 5%" in proc.stdout.splitlines()[-1]
+
+
+# ---- the comparison rules themselves (milliseconds) -----------------------------------
+
+def test_bracket_is_zero_between_the_two_outside_readings_and_relative_outside():
+    assert _bracket(105.0, 100.0, 110.0) == 0.0
+    assert _bracket(121.0, 110.0, 100.0) == pytest.approx(0.1)
+    assert _bracket(90.0, 100.0, 110.0) == pytest.approx(-0.1)
+
+
+def test_above_a_subset_is_measured_from_the_readings_around_it():
+    assert _above(100.0, 90.0, 110.0) == 0.0  # a shard left between the two smaps readings
+    assert _above(121.0, 100.0, 110.0) == pytest.approx(0.1)
+    assert _above(90.0, 100.0, 110.0) == pytest.approx(-0.1)
+
+
+def test_a_check_fails_on_one_bad_point_unless_it_is_a_level_within_its_allowance():
+    exact = Check("x", "src", 1.0, 1.0, [0.0, 0.0, 0.2])
+    assert not exact.ok
+    level = Check("x", "src", 1.0, 1.0, [0.0] * 19 + [0.2], allowance_mb=30.0, excess_mb=20.0)
+    assert level.ok and level.worst == pytest.approx(0.2)
+    assert not Check("x", "src", 1.0, 1.0, [0.0] * 19 + [0.2], allowance_mb=30.0, excess_mb=40.0).ok
+    assert not Check("x", "src", 1.0, 1.0, [0.2] * 3, allowance_mb=30.0, excess_mb=10.0).ok  # median off
+    peak = Check("p", "src", 1.0, 1.0, [-0.1], allowance_mb=30.0, excess_mb=10.0, single_instant=True)
+    assert peak.ok
+    assert not Check("x", "src", 1.0, 1.0, []).ok  # nothing compared, and no reason given
+    assert Check("x", "src", math.nan, math.nan, [], note="nothing read").ok
+
+
+def test_bounds_go_one_way():
+    device = Check("read", "/proc/diskstats", 100.0, 300.0, [-0.66], relation="≤")
+    assert device.ok  # other processes read from the device too
+    assert not Check("read", "/proc/diskstats", 110.0, 100.0, [0.1], relation="≤").ok
+    mapped = Check("w", "smaps", 120.0, 100.0, [0.2], relation="≥", allowance_mb=30.0, excess_mb=20.0)
+    assert mapped.ok
+    assert not Check("w", "smaps", 90.0, 100.0, [-0.1], relation="≥", allowance_mb=30.0).ok
+    assert not Check("w", "smaps", 200.0, 100.0, [1.0], relation="≥", allowance_mb=30.0, excess_mb=100.0).ok
+    assert TOLERANCE == 0.05
