@@ -155,3 +155,14 @@ def test_emulated_ssd_caps_expert_loads(small_moe):
     assert summary.emulated_ssd_mb_s == rate
     assert summary.expert_misses > 0 and summary.read_mb_per_token > 0
     assert 0 < summary.ssd_mb_s <= rate * 1.05
+
+
+def test_sweep_varies_the_expert_knobs_of_an_moe(small_moe):
+    from engine.sweep import iter_sweep
+
+    grid = {"expert_policy": ["lru", "hot"], "expert_speculation": [False, True]}
+    results = list(iter_sweep(_settings(small_moe, n_gen=3), grid))
+    assert [r.error for r in results] == [None] * 4
+    got = [(r.summary.expert_policy, r.summary.expert_speculation) for r in results]
+    assert got == [("lru", False), ("lru", True), ("hot", False), ("hot", True)]
+    assert all(r.summary.policy == "experts" for r in results)
