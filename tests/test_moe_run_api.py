@@ -46,7 +46,7 @@ def test_open_run_picks_the_run_kind(small_moe, bundled_model):
     assert is_moe(_settings(small_moe)) and not is_moe(RunSettings(model_path=bundled_model))
     with open_run(_settings(small_moe)) as run:
         assert isinstance(run, ExpertRun)
-        assert (run.moe.n_expert, run.moe.n_expert_used) == (16, 4)
+        assert (run.moe.n_layers, run.moe.n_expert, run.moe.n_expert_used) == (3, 16, 4)
         assert run.moe.dense_bytes + run.moe.expert_bytes <= os.path.getsize(small_moe)
     with open_run(_settings(small_moe, budget_mb=400)) as run:  # fits: layer streaming as for dense models
         assert isinstance(run, StreamingRun)
