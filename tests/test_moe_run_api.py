@@ -166,3 +166,15 @@ def test_sweep_varies_the_expert_knobs_of_an_moe(small_moe):
     got = [(r.summary.expert_policy, r.summary.expert_speculation) for r in results]
     assert got == [("lru", False), ("lru", True), ("hot", False), ("hot", True)]
     assert all(r.summary.policy == "experts" for r in results)
+
+
+def test_stop_mid_round_ends_the_run_cleanly(small_moe):
+    """The window's Stop: the decode ends at the next token, the summary says stopped, nothing raises."""
+    def on_token(index, run):
+        if index == 2:
+            run.stop()
+
+    with ExpertRun(_settings(small_moe, n_gen=20), on_token=on_token) as run:
+        summary = run.run(continuous=True)
+        assert run.stopping
+    assert summary.stopped and summary.n_gen <= 4
