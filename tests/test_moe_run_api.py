@@ -50,6 +50,8 @@ def test_open_run_picks_the_run_kind(small_moe, bundled_model):
         assert run.moe.dense_bytes + run.moe.expert_bytes <= os.path.getsize(small_moe)
     with open_run(_settings(small_moe, budget_mb=400)) as run:  # fits: layer streaming as for dense models
         assert isinstance(run, StreamingRun)
+        assert run.apply(run.settings.with_changes(budget_mb=300)) == "live"
+        assert run.apply(run.settings.with_changes(budget_mb=60)) == "restart"  # open_run: expert streaming now
     with open_run(RunSettings(model_path=bundled_model, budget_mb=400)) as run:
         assert isinstance(run, StreamingRun)
 
