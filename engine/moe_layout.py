@@ -27,6 +27,9 @@ EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.(" + "|".join(EXPERT_TENSORS) + r")\.weight$")
 
 
+MIB = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class MoeLayout:
     """Expert units and dense ranges of one MoE file (absolute file offsets, exact)."""
@@ -50,6 +53,11 @@ class MoeLayout:
         return sum(per for _, per in self.expert_tensors[layer])
 
     @property
+    def n_layers(self) -> int:
+        """Layers with routed experts: the rows of the expert map (ExpertView)."""
+        return len(self.layers)
+
+    @property
     def expert_bytes(self) -> int:
         return sum(self.unit_bytes(layer) * self.n_expert for layer in self.layers)
 
@@ -64,6 +72,11 @@ class MoeLayout:
 
 def _key(layout: ModelLayout, name: str):
     return layout.metadata.get(f"{layout.architecture}.{name}")
+
+
+def streams_experts(moe: MoeLayout | None, budget_mb: float) -> bool:
+    """An MoE model over its budget streams experts (ExpertRun); anything else streams layers."""
+    return moe is not None and moe.total_bytes > budget_mb * MIB
 
 
 def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
@@ -114,4 +127,4 @@ def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
                      total_bytes=layout.weight_bytes, routers=routers)
 
 
-__all__ = ["MoeLayout", "read_moe_layout", "EXPERT_TENSORS"]
+__all__ = ["MoeLayout", "read_moe_layout", "streams_experts", "EXPERT_TENSORS"]

@@ -172,6 +172,8 @@ class StreamingRun:
             keys = changed(old, new)
             if any(k not in LIVE for k in keys):
                 return "restart"
+            if "budget_mb" in keys and self._run_kind_changes(old, new):
+                return "restart"
             require_budget(self.plan, new.budget_mb, new.prefetch_depth)
             self.settings = new
             c = self.controller
@@ -195,6 +197,13 @@ class StreamingRun:
                 if "budget_mb" in keys and self.plan.host_bytes > new.budget_mb * MIB:
                     self.session.request_layer_hook()
             return "live"
+
+    def _run_kind_changes(self, old: RunSettings, new: RunSettings) -> bool:
+        """An MoE model whose new budget no longer holds it streams experts instead: a new run (open_run)."""
+        from engine.moe_layout import read_moe_layout, streams_experts
+
+        moe = read_moe_layout(load_layout(self.model_path))
+        return streams_experts(moe, new.budget_mb) != streams_experts(moe, old.budget_mb)
 
     # ------------------------------------------------------------ the run
     def _phase(self, name: str) -> None:
