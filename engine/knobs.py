@@ -114,10 +114,10 @@ class RunSettings:
     # MoE expert streaming (engine.expert_run): read only the experts the router picks.
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
-        tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
+        slider=(0, 4096, 1), tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
         "lru", label="Expert policy", short="expert policy", choices=("lru", "lfu", "hot"),
-        flag="--expert-policy", in_window=False,
+        flag="--expert-policy",
         tip="Which cached experts make room: least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(
         False, label="Expert speculation", short="speculation", flag="--expert-speculation",
