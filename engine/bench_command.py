@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine.errors import ShardscopeError
 from engine.csv_out import TIMELINE_COLUMNS, append_rows, timeline_rows, write_rows
+from engine.run_factory import open_run
 from engine.settings import RunSettings
-from engine.streaming_run import RunSummary, StreamingRun
+from engine.streaming_run import RunSummary
 
 
 def attach_projection(summary: RunSummary, device_id: str | None) -> None:
@@ -15,18 +15,6 @@ def attach_projection(summary: RunSummary, device_id: str | None) -> None:
     from engine.run_projection import project_summary
 
     project_summary(summary, device_id)
-
-
-def _open_run(settings: RunSettings, trace_path: str | None, on_sample):
-    """Expert streaming for MoE models that exceed the budget (or when a trace is asked for)."""
-    from engine.expert_run import ExpertRun, moe_layout_for
-
-    moe = moe_layout_for(settings)  # refuses malformed MoE files before llama.cpp can abort on them
-    if moe is not None and (trace_path or moe.total_bytes > settings.budget_mb * 2**20):
-        return ExpertRun(settings, trace_path=trace_path, on_sample=on_sample)
-    if trace_path:
-        raise ShardscopeError(f"--trace {trace_path}: {settings.model_path or 'the model'} has no experts to trace")
-    return StreamingRun(settings, on_sample=on_sample)
 
 
 def run_bench(settings: RunSettings, *, csv_path: str | None = None, timeline_path: str | None = None,
@@ -43,21 +31,18 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
 
     Like llama-bench's repetitions the model stays loaded between them; each round
     restarts the context from the prompt, the weights stay as streaming left them.
-    Expert runs have one round each, so their repetitions are fresh cold runs.
+    Expert runs keep their expert cache between rounds the same way.
     """
     summaries: list[RunSummary] = []
     samples: list = []
     while len(summaries) < repetitions:
-        with _open_run(settings, trace_path, on_sample) as run:
-            if isinstance(run, StreamingRun):
-                def keep(summary: RunSummary) -> None:
-                    summaries.append(summary)
-                    if len(summaries) >= repetitions:
-                        run.stop()
+        with open_run(settings, trace_path=trace_path, on_sample=on_sample) as run:
+            def keep(summary: RunSummary) -> None:
+                summaries.append(summary)
+                if len(summaries) >= repetitions:
+                    run.stop()
 
-                run.run(continuous=repetitions > 1, on_summary=keep)
-            else:
-                summaries.append(run.run())
+            run.run(continuous=repetitions > 1, on_summary=keep)
             samples.extend(run.samples)
     for summary in summaries:
         attach_projection(summary, device)

@@ -2,8 +2,10 @@
 
 The MoE counterpart of StreamingRun (same summary row, sampler and timeline, plus the
 expert columns): dense weights stay resident, routed experts stream through an expert
-cache under the rest of the budget (engine/expert_streaming.py). bench_command picks
-it for MoE models that do not fit their budget, or when a routing trace is asked for.
+cache under the rest of the budget (engine/expert_streaming.py). engine/run_factory.py
+picks it for MoE models that do not fit their budget, or when a routing trace is asked for.
+It has StreamingRun's surface (continuous rounds, stop, apply, samples) so the window,
+bench, sweep and tune drive either alike.
 """
 
 from __future__ import annotations
@@ -13,21 +15,25 @@ import os
 import statistics
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import psutil
 
 from engine import memory_calls
 from engine.bundled_model import resolve_model_path
 from engine.errors import ShardscopeError
-from engine.expert_streaming import ExpertStreamer, min_cache_bytes
+from engine.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
+from engine.expert_view import ExpertView
 from engine.file_guard import ModelFileGuard
 from engine.layout_cache import load_layout
 from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from engine.knobs import changed
 from engine.moe_layout import MoeLayout, read_moe_layout
-from engine.routing_trace import TraceHeader, TraceWriter
+from engine.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from engine.settings import RunSettings, validate
 from engine.streaming_run import RunSummary, _peak_rss_bytes, _reset_peak_rss
 
@@ -82,9 +88,6 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     if settings.n_gpu_layers:
         raise ShardscopeError(f"--n-gpu-layers {settings.n_gpu_layers}: expert streaming of {name} runs on the CPU "
                               f"only (run with 0)")
-    if settings.ssd_mb_s:
-        raise ShardscopeError(f"--ssd-mb-s {settings.ssd_mb_s:g}: SSD emulation is not available for expert streaming "
-                              f"of {name} yet (run without it)")
     if cache < floor:
         raise ShardscopeError(
             f"budget {settings.budget_mb:g} MB leaves {max(cache, 0) / MIB:.0f} MB for experts of {name}; the minimum "
@@ -92,6 +95,11 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
             f"{', plus a layer of guesses' if settings.expert_speculation else ''}), i.e. --budget-mb "
             f"{math.ceil((dense + floor) / MIB)}")
     return cache
+
+
+# What an expert run takes between tokens; the dense-streaming knobs do not apply to it (no shards).
+LIVE_KEYS = frozenset({"budget_mb", "expert_cache_mb", "expert_policy", "expert_speculation", "threads", "ssd_mb_s",
+                       "shard_mb", "prefetch_depth", "policy"})
 
 
 class ExpertRun:
@@ -108,7 +116,11 @@ class ExpertRun:
         self.trace_path = trace_path
         self.on_token = on_token
         self.clock = TokenClock()
-        self.samples: list[MetricsSample] = []
+        # Bounded like StreamingRun's: a window session can run for hours.
+        self.samples: deque[MetricsSample] = deque(maxlen=6000)
+        self._apply_lock = threading.Lock()
+        self._pending: RunSettings | None = None  # a live change waiting for the next token boundary
+        self._token_base = 0  # tokens of earlier rounds, so trace tokens stay distinct across rounds
         self._on_sample = on_sample
         self._sample_interval = sample_interval_s
         self.session = None
@@ -119,6 +131,7 @@ class ExpertRun:
         self._fd: int | None = None
         self._trace: TraceWriter | None = None
         self._stop = threading.Event()
+        self._started = False
         self.tokens: list[int] = []
         self.per_token: list[dict] = []  # decoded tokens: read bytes (kernel) vs loaded expert bytes
 
@@ -126,6 +139,69 @@ class ExpertRun:
         self._stop.set()
         if self.streamer:
             self.streamer.stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def apply(self, new: RunSettings) -> str:
+        """Like StreamingRun.apply: "live" (taken at the next token boundary) or "restart".
+
+        The whole new set is checked once (validation, then the expert cache against the
+        budget) before anything moves; a refusal raises ShardscopeError and changes nothing.
+        """
+        new = validate(new)
+        with self._apply_lock:
+            keys = changed(self.settings, new)
+            if any(k not in LIVE_KEYS for k in keys):
+                return "restart"
+            cache_bytes_for(self.moe, new)  # refuses, naming the flag
+            if self.streamer is None or self.session is None:
+                self._take(new)
+            else:
+                self._pending = new
+            return "live"
+
+    def _take(self, new: RunSettings) -> None:
+        """Move the running streamer to ``new`` (decode thread between tokens, or before the run)."""
+        old, self.settings = self.settings, new
+        self.cache_bytes = cache_bytes_for(self.moe, new)
+        st = self.streamer
+        if st is not None:
+            if new.expert_policy != old.expert_policy:
+                st.set_policy(new.expert_policy)
+            if new.expert_speculation != old.expert_speculation:
+                st.set_speculation(new.expert_speculation)
+            st.set_cache_bytes(self.cache_bytes, int(new.budget_mb * MIB))
+            st.limiter.mb_s = new.ssd_mb_s
+        if self.session is not None and new.threads != old.threads:
+            self.session.set_threads(new.threads)
+
+    def _take_pending(self) -> None:
+        with self._apply_lock:
+            new, self._pending = self._pending, None
+            if new is not None:
+                self._take(new)
+
+    # ------------------------------------------------------------ what the window reads
+    def expert_view(self) -> ExpertView:
+        """The expert map's state now (a copy; cheap enough to poll at 10 Hz)."""
+        layers = tuple(self.moe.layers)
+        if self.streamer is None:
+            shape = (len(layers), self.moe.n_expert)
+            return ExpertView(np.zeros(shape, np.uint8), np.zeros(shape, bool), np.zeros(shape, np.int64),
+                              HEAT_WINDOW, None, layers)
+        states, picked, heat, row = self.streamer.view_arrays()
+        return ExpertView(states, picked, heat, HEAT_WINDOW, row, layers)
+
+    def routing_records(self) -> RoutingTrace:
+        """This session's routing so far (also without --trace), as engine/replay.py takes it."""
+        records = tuple(self.streamer.records) if self.streamer is not None else ()
+        return RoutingTrace(self._trace_header(), records)
+
+    def _trace_header(self) -> TraceHeader:
+        return TraceHeader(Path(self.model_path).name, self.moe.n_expert, self.moe.n_expert_used,
+                           {layer: self.moe.unit_bytes(layer) for layer in self.moe.layers})
 
     def load(self) -> None:
         from engine.llama_session import LlamaSession
@@ -143,12 +219,10 @@ class ExpertRun:
         if self.mapping is None:
             raise ShardscopeError(f"{self.model_path}: no file mapping found; expert streaming needs Linux mmap")
         if self.trace_path:
-            self._trace = TraceWriter(self.trace_path, TraceHeader(
-                Path(self.model_path).name, self.moe.n_expert, self.moe.n_expert_used,
-                {layer: self.moe.unit_bytes(layer) for layer in self.moe.layers}))
+            self._trace = TraceWriter(self.trace_path, self._trace_header())
         self.streamer = ExpertStreamer(self.moe, self.mapping, self._fd, budget_bytes=int(s.budget_mb * MIB),
                                        cache_bytes=self.cache_bytes, policy=s.expert_policy,
-                                       speculation=s.expert_speculation, trace=self._trace)
+                                       speculation=s.expert_speculation, trace=self._trace, ssd_mb_s=s.ssd_mb_s)
 
     def _on_norm(self, layer: int, row) -> None:
         if self.streamer is not None:
@@ -163,18 +237,31 @@ class ExpertRun:
             return False
         return streamer.on_topk(layer, ids)
 
-    def run(self) -> ExpertRunSummary:
+    def run(self, continuous: bool = False,
+            on_summary: Callable[[ExpertRunSummary], None] | None = None) -> ExpertRunSummary:
+        """Load (unless loaded), generate ``n_gen`` tokens, return the summary.
+
+        ``continuous`` repeats rounds (the context restarts from the prompt, the expert
+        cache stays as the last round left it) until ``stop()``, each summary to ``on_summary``.
+        """
         if self.session is None:
             self.load()
         self.clock.phase = "cold start"
-        self.streamer.start()
+        if not self._started:
+            self.streamer.start()
+            self._started = True
         self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval)
         self.sampler.subscribe(self.samples.append)
         if self._on_sample:
             self.sampler.subscribe(self._on_sample)
         self.sampler.start()
         try:
-            summary = self._round()
+            while True:
+                summary = self._round()
+                if on_summary:
+                    on_summary(summary)
+                if not continuous or self._stop.is_set():
+                    break
         except BaseException:
             if self._trace is not None:
                 self._trace.discard()
@@ -189,12 +276,17 @@ class ExpertRun:
         return summary
 
     def _round(self) -> ExpertRunSummary:
+        self._take_pending()
         s = self.settings
         proc = psutil.Process()
         streamer = self.streamer
         _reset_peak_rss()
         marks: dict = {}
         last = {}
+        self.per_token = []
+        streamer.begin_prompt()
+        base = self._token_base
+        streamer.token = base
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = time.perf_counter()
@@ -210,7 +302,8 @@ class ExpertRun:
                                        "misses": c.misses - c0.misses, "hits": c.hits - c0.hits,
                                        "wait_s": c.wait_s - c0.wait_s, "dt": dt})
             last["at"] = (read, c)
-            streamer.token = index + 1
+            self._take_pending()
+            streamer.token = base + index + 1
             if self.on_token:
                 self.on_token(index, self)
 
@@ -227,6 +320,7 @@ class ExpertRun:
                 raise
             raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
         self.tokens = list(result.tokens)
+        self._token_base = base + len(result.tokens) + 1
         end_read, c = process_read_bytes(proc), streamer.snapshot_counters()
         read0, c0 = marks.get("first", (end_read, c))
         n = len(result.token_s)
@@ -243,7 +337,7 @@ class ExpertRun:
             model_size_mb=round(os.path.getsize(self.model_path) / MIB, 2),
             n_layers=len(self.moe.layers), n_shards=0, n_threads=s.threads, n_gpu_layers=0,
             n_gpu_layers_requested=s.n_gpu_layers, shard_mb=0.0, prefetch_depth=0,
-            budget_mb=s.budget_mb, policy="experts", emulated_ssd_mb_s=0.0,
+            budget_mb=s.budget_mb, policy="experts", emulated_ssd_mb_s=s.ssd_mb_s,
             n_prompt=result.prompt_tokens, n_gen=len(result.tokens),
             ttft_ms=round(result.ttft_s * 1000, 2),
             avg_ts=round(n / decode_s, 3) if decode_s > 0 else 0.0,
@@ -302,4 +396,4 @@ class ExpertRun:
         self.close()
 
 
-__all__ = ["ExpertRun", "ExpertRunSummary", "moe_layout_for", "cache_bytes_for"]
+__all__ = ["ExpertRun", "ExpertRunSummary", "LIVE_KEYS", "moe_layout_for", "cache_bytes_for"]

@@ -29,7 +29,7 @@ import ctypes
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -40,11 +40,14 @@ from engine.expert_cache import ExpertCache, Unit, hot_reserve_bytes
 from engine.moe_layout import MoeLayout
 from engine.residency import ResidencyCounters, ResidencySnapshot
 from engine.routing_trace import TraceRecord
+from engine.ssd_rate_limiter import SsdRateLimiter
 
 PAGE = memory_calls.PAGE
 MIB = 1024 * 1024
 WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
 MADV_RANDOM = 1
+HEAT_WINDOW = 64  # decoded tokens the expert view's heat counts over
+MAX_RECORDS = 500_000  # routing records kept in memory (a long window session stays bounded)
 POSIX_FADV_WILLNEED = 3
 LOAD_MECHANISM = "FADV_WILLNEED (≤ 8 MiB calls) + MADV_POPULATE_READ, MADV_RANDOM mapping"
 
@@ -79,7 +82,8 @@ def _inward(start: int, end: int) -> tuple[int, int] | None:
 
 class ExpertStreamer:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, *, budget_bytes: int,
-                 cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 4, trace=None):
+                 cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 4, trace=None,
+                 ssd_mb_s: float = 0.0):
         self.moe = moe
         self.mapping = mapping
         self.fd = fd
@@ -91,7 +95,7 @@ class ExpertStreamer:
         self.counters = ExpertCounters()
         self.load_mechanism = LOAD_MECHANISM
         self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED"
-        self.ssd_mb_s = 0.0
+        self.limiter = SsdRateLimiter(ssd_mb_s)
         self.token = 0
         self.in_prompt = True
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
@@ -104,6 +108,20 @@ class ExpertStreamer:
         self._error: str | None = None
         self._stopped = False
         self._pool = ThreadPoolExecutor(max(1, n_loaders), thread_name_prefix="shardscope-expert-loader")
+        # The window reads the cache from its own thread: cache and load books change under this lock.
+        self._state_lock = threading.RLock()
+        self.records: deque[TraceRecord] = deque(maxlen=MAX_RECORDS)
+        self._row = {layer: i for i, layer in enumerate(moe.layers)}
+        self.heat = np.zeros((len(moe.layers), moe.n_expert), dtype=np.int64)
+        self._heat_tokens: deque[list[tuple[int, tuple[int, ...]]]] = deque()
+        self._picks_token = -1
+        self._heat_prompt = True
+        self._picks: list[tuple[int, tuple[int, ...]]] = []
+        self.current_layer: int | None = None
+
+    @property
+    def ssd_mb_s(self) -> float:
+        return self.limiter.mb_s
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -119,6 +137,7 @@ class ExpertStreamer:
             else:
                 merged.append([lo, hi])
         for lo, hi in merged:
+            self.limiter.throttle(hi - lo)
             self._read_range(lo, hi)
             self.counters.dense_loaded_bytes += hi - lo
         if self.speculation:
@@ -145,6 +164,69 @@ class ExpertStreamer:
         """Stop the loader threads: a populate after the model is freed fails (ENOMEM)."""
         self._stopped = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------ live changes (decode thread, between tokens)
+    def set_cache_bytes(self, cache_bytes: int, budget_bytes: int) -> None:
+        """Grow or shrink the expert cache; a shrink evicts (really) what no longer fits."""
+        with self._state_lock:
+            self.budget_bytes = budget_bytes
+            self.cache.capacity_bytes = int(cache_bytes)
+            self._repin()
+            for victim in self.cache.make_room(0, protected=set()):
+                self._evict_unit(victim)
+
+    def set_policy(self, policy: str) -> None:
+        with self._state_lock:
+            self.cache.policy = policy
+            self._repin()
+
+    def set_speculation(self, on: bool) -> None:
+        with self._state_lock:
+            if on and not self._routers:
+                self._routers = self._router_views()
+            self.speculation = on
+            self._guessed.clear()
+
+    def _repin(self) -> None:
+        """``hot`` pins by the counts so far (within the current size); other policies pin nothing."""
+        self.cache.pinned = frozenset()
+        if self.cache.policy == "hot" and not self.in_prompt:
+            self.cache.set_hot(dict(self.cache.counts), hot_reserve_bytes(self.unit_bytes, self.moe.n_expert_used))
+
+    def begin_prompt(self) -> None:
+        """A new round restarts from the prompt: its pass loads the union of its tokens' picks again."""
+        self.in_prompt = True
+
+    # ------------------------------------------------------------ the window's view
+    def view_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
+        """(states, picked, heat, current row) copied under the lock; codes as widgets/shard_map.py."""
+        states = np.zeros((len(self.moe.layers), self.moe.n_expert), dtype=np.uint8)
+        picked = np.zeros(states.shape, dtype=bool)
+        with self._state_lock:
+            for (layer, expert) in self.cache.resident:
+                states[self._row[layer], expert] = 3 if (layer, expert) in self.cache.pinned else 2
+            for (layer, expert), future in self._loads.items():
+                if not future.done() and (layer, expert) in self.cache.resident:
+                    states[self._row[layer], expert] = 1
+            for layer, experts in self._picks:
+                picked[self._row[layer], list(experts)] = True
+            heat = self.heat.copy()
+            current = self.current_layer
+        return states, picked, heat, (self._row[current] if current is not None else None)
+
+    def _note_picks(self, layer: int, picks: tuple[int, ...], prompt: bool) -> None:
+        """The current token's picks and the heat over the last HEAT_WINDOW decoded tokens."""
+        self.current_layer = layer
+        if self.token != self._picks_token:
+            if self._picks and self._picks_token >= 0 and not self._heat_prompt:
+                self._heat_tokens.append(self._picks)
+                while len(self._heat_tokens) > HEAT_WINDOW:
+                    for old_layer, old in self._heat_tokens.popleft():
+                        self.heat[self._row[old_layer], list(old)] -= 1
+            self._picks, self._picks_token, self._heat_prompt = [], self.token, prompt
+        self._picks.append((layer, picks))
+        if not prompt:
+            self.heat[self._row[layer], list(picks)] += 1
 
     @property
     def error(self) -> str | None:
@@ -184,21 +266,23 @@ class ExpertStreamer:
         picks = tuple(dict.fromkeys(flat))
         weights = Counter(flat) if prompt else None
         started = time.perf_counter()
-        try:
-            access = self.cache.access(layer, picks, weights)
-        except ValueError as exc:  # the cache minimum is checked up front; this is a bug guard
-            self._error = f"{self.moe.path}: expert cache too small ({exc})"
-            return False
-        guessed = self._guessed.pop(layer, set())
-        late_units = [u for u in access.hits if u in self._loads and not self._loads[u].done()]
-        pending = [self._loads[u] for u in late_units]
-        late = len(pending)
-        hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
-        for victim in access.evicted:
-            self._evict_unit(victim)
-        futures = [self._submit(unit) for unit in access.misses]
-        if self.speculation and not prompt:
-            self._speculate(layer, picks)
+        with self._state_lock:
+            try:
+                access = self.cache.access(layer, picks, weights)
+            except ValueError as exc:  # the cache minimum is checked up front; this is a bug guard
+                self._error = f"{self.moe.path}: expert cache too small ({exc})"
+                return False
+            guessed = self._guessed.pop(layer, set())
+            late_units = [u for u in access.hits if u in self._loads and not self._loads[u].done()]
+            pending = [self._loads[u] for u in late_units]
+            late = len(pending)
+            hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
+            for victim in access.evicted:
+                self._evict_unit(victim)
+            futures = [self._submit(unit) for unit in access.misses]
+            if self.speculation and not prompt:
+                self._speculate(layer, picks)
+            self._note_picks(layer, picks, prompt)
         try:
             for future in futures + pending:
                 future.result()
@@ -213,9 +297,11 @@ class ExpertStreamer:
             c.spec_correct += len(guessed & set(picks))
             c.spec_hidden += hidden
             c.wait_s += waited
+        counts = tuple(weights[e] for e in picks) if prompt else ()
+        record = TraceRecord(self.token, layer, picks, counts, prompt)
+        self.records.append(record)
         if self.trace is not None:
-            counts = tuple(weights[e] for e in picks) if prompt else ()
-            self.trace.write(TraceRecord(self.token, layer, picks, counts, prompt))
+            self.trace.write(record)
         if not prompt:
             self._previous[layer] = picks
         return not self._stopped
@@ -259,6 +345,7 @@ class ExpertStreamer:
 
     def _load_unit(self, unit: Unit) -> None:
         layer, expert = unit
+        self.limiter.throttle(self.unit_bytes[layer])  # the emulated SSD: bytes no faster than its rate
         for start, end in self.moe.unit_ranges(layer, expert):
             self._read_range(*_outward(start, end))
         with self._lock:

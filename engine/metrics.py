@@ -46,6 +46,11 @@ class MetricsSample:
     current_layer_pos: int | None = None
     emulated_ssd_mb_s: float = 0.0
     phase: str = ""
+    # Expert runs only (NaN for dense runs), over the same recent window as the rates above:
+    expert_hit_rate: float = math.nan  # picked experts resident when their router picked them
+    dense_mb_per_token: float = math.nan  # dense bytes streamed per decoded token
+    expert_mb_per_token: float = math.nan  # expert bytes loaded per decoded token
+    spec_accuracy: float = math.nan  # guessed experts their layer then picked (NaN: no guesses)
 
 
 @dataclass
@@ -95,6 +100,10 @@ class MetricsSampler:
         self._read0 = process_read_bytes(self._proc)
         self._history: deque = deque(maxlen=self.window + 1)
         self._last_rates = (math.nan, math.nan)  # held while no layer is accessed
+        # Expert streamers expose their own counters; the window's expert charts read these.
+        self._expert_counters = getattr(controller, "snapshot_counters", None)
+        self._expert_history: deque = deque(maxlen=self.window + 1)
+        self._last_expert = (math.nan, math.nan, math.nan, math.nan)
         self.samples_taken = 0
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
@@ -122,6 +131,25 @@ class MetricsSampler:
                 delay = 0
             self._stop.wait(delay)
 
+    def _expert_rates(self) -> tuple[float, float, float, float]:
+        """(hit rate, dense MB/token, expert MB/token, speculation accuracy) over the recent window."""
+        c = self._expert_counters()
+        self._expert_history.append((self.clock.n_tokens, c))
+        n_old, old = self._expert_history[0]
+        hit, dense, expert, spec = self._last_expert
+        accesses = (c.hits - old.hits) + (c.misses - old.misses)
+        if accesses > 0:
+            hit = (c.hits - old.hits) / accesses
+        tokens = self.clock.n_tokens - n_old
+        if tokens > 0:
+            dense = (c.dense_loaded_bytes - old.dense_loaded_bytes) / MIB / tokens
+            expert = (c.loaded_bytes - old.loaded_bytes) / MIB / tokens
+        issued = c.spec_issued - old.spec_issued
+        if issued > 0:
+            spec = (c.spec_correct - old.spec_correct) / issued
+        self._last_expert = (hit, dense, expert, spec)
+        return self._last_expert
+
     def sample(self) -> MetricsSample:
         now = time.perf_counter()
         rss = self._proc.memory_info().rss
@@ -143,6 +171,7 @@ class MetricsSampler:
         if accesses > 0:
             self._last_rates = ((hits - hits_old) / accesses, (on_time - on_time_old) / accesses)
         weights_b = weights if weights is not None else 0
+        expert = self._expert_rates() if self._expert_counters is not None else self._last_expert
         sample = MetricsSample(
             t_s=now - self._t0,
             rss_mb=rss / MIB,
@@ -164,6 +193,10 @@ class MetricsSampler:
             current_layer_pos=snap.current_layer_pos if snap else None,
             emulated_ssd_mb_s=self.controller.ssd_mb_s if self.controller else 0.0,
             phase=self.clock.phase,
+            expert_hit_rate=expert[0],
+            dense_mb_per_token=expert[1],
+            expert_mb_per_token=expert[2],
+            spec_accuracy=expert[3],
         )
         self.samples_taken += 1
         for callback in list(self._subscribers):

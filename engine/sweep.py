@@ -94,9 +94,9 @@ def _run_one(settings: RunSettings, device: str | None,
              should_stop: Callable[[], bool] | None) -> tuple[RunSummary, bool]:
     """A cold run; raises ShardscopeError. Returns (summary, stopped)."""
     from engine.bench_command import attach_projection
-    from engine.streaming_run import StreamingRun
+    from engine.run_factory import open_run
 
-    with StreamingRun(settings) as run:
+    with open_run(settings) as run:
         done = threading.Event()
 
         def watch() -> None:

@@ -1,0 +1,36 @@
+"""Which run a settings gets: expert streaming for MoE models over their budget, else layer streaming.
+
+Bench, sweep, tune and the app worker all open runs here, so an MoE model behaves the
+same in each of them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.errors import ShardscopeError
+from engine.settings import RunSettings
+
+
+def is_moe(settings: RunSettings) -> bool:
+    """Whether the model has routed experts (cheap: the layout cache; malformed MoE files are refused)."""
+    from engine.expert_run import moe_layout_for
+
+    return moe_layout_for(settings) is not None
+
+
+def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_path: str | None = None,
+             sample_interval_s: float = 0.1):
+    """A StreamingRun, or an ExpertRun for an MoE model that exceeds the budget (or when a trace is asked for)."""
+    from engine.expert_run import ExpertRun, moe_layout_for
+    from engine.streaming_run import StreamingRun
+
+    moe = moe_layout_for(settings)  # refuses malformed MoE files before llama.cpp can abort on them
+    if moe is not None and (trace_path or moe.total_bytes > settings.budget_mb * 2**20):
+        return ExpertRun(settings, trace_path=trace_path, on_sample=on_sample, sample_interval_s=sample_interval_s)
+    if trace_path:
+        raise ShardscopeError(f"--trace {trace_path}: {settings.model_path or 'the model'} has no experts to trace")
+    return StreamingRun(settings, on_sample=on_sample, sample_interval_s=sample_interval_s)
+
+
+__all__ = ["open_run", "is_moe"]
