@@ -39,11 +39,11 @@ class WindowExperts:
 
     def _show_expert_cache(self) -> None:
         """Mark the cache size in use: the knob, or (0) what the budget leaves after dense weights."""
-        moe = self.expert_panel.moe
-        if moe is None:
-            return
-        s = self.current_settings()
-        cache = s.expert_cache_mb or max(0.0, s.budget_mb - moe.dense_bytes / MIB)
+        moe, s = self.expert_panel.moe, self.current_settings()
+        if s.expert_cache_mb:
+            cache = float(s.expert_cache_mb)
+        else:
+            cache = max(0.0, s.budget_mb - moe.dense_bytes / MIB) if moe is not None else None
         self.expert_panel.set_current_cache(cache)
         self.expert_panel.set_projection_inputs(self.last_round, self.device_id(), s.expert_policy)
 
