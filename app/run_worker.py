@@ -137,7 +137,7 @@ class RunWorker(QObject):
                     self.run = run
                 try:
                     self.run_started.emit(index, getattr(run, "plan", None) or run.moe, run.settings)
-                    run.run(continuous=True, on_summary=lambda s, i=index: self.summary.emit(i, s))
+                    run.run(continuous=True, on_summary=self._on_summary(index, run))
                 except Exception:
                     if not run.stopping:
                         raise
@@ -153,6 +153,18 @@ class RunWorker(QObject):
             self.failed.emit(describe_exception(exc, self.settings.model_path))
         finally:
             self.finished.emit()
+
+
+    def _on_summary(self, index: int, run):
+        """A round's summary; an ExpertRun streams no token pieces, so its round's text
+        is shown whole when the round ends."""
+        if isinstance(run, StreamingRun):
+            return lambda s: self.summary.emit(index, s)
+
+        def emit(s) -> None:
+            self.token.emit(index, 0, s.text, 0.0)
+            self.summary.emit(index, s)
+        return emit
 
 
 class RunThread:

@@ -34,6 +34,11 @@ class WindowExperts:
             self.expert_panel.hide()
             return
         self.expert_panel.show_layout(moe)
+        if self.expert_panel.isHidden():
+            # Room for the expert column comes from the right column, not the charts.
+            sizes = self.splitter.sizes()
+            right = max(self.run_view.minimumWidth(), sizes[3] - 380)
+            self.splitter.setSizes([sizes[0], max(360, sum(sizes) - sizes[0] - 380 - right), 380, right])
         self.expert_panel.show()
         self._show_expert_cache()
 
