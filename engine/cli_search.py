@@ -366,6 +366,12 @@ def _register_sizing(sub) -> None:
                    help="compute time per token on the device, if measured (default: not modelled)")
     p.add_argument("--extended-limit", action="store_true",
                    help="use the device's larger memory limit (entitlement), when it has one")
+    p.add_argument("--expert-hit-rate", type=finite_float_arg, default=None,
+                   help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
+    p.add_argument("--trace", help="MoE: replay this routing trace (bench --trace) for the expert hit rate, with a "
+                                   "cache of the same share of the experts as the device's")
+    p.add_argument("--expert-policy", default="lru", choices=("lru", "lfu", "hot"),
+                   help="MoE: the expert cache policy the --trace replay uses (default lru)")
     p.set_defaults(func=cmd_size)
 
 
@@ -385,8 +391,18 @@ def cmd_size(args) -> int:
     device = get_device(args.device)
     if args.extended_limit:
         device = device.with_extended_limit()
+    if args.expert_hit_rate is not None and args.trace:
+        raise ShardscopeError("plan: give --expert-hit-rate or --trace, not both")
+    if args.expert_hit_rate is not None and not 0 <= args.expert_hit_rate <= 1:
+        raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
+    trace = None
+    if args.trace:
+        from engine.routing_trace import read_trace
+
+        trace = read_trace(args.trace)
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
-                  compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s)
+                  compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
+                  expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
     if args.gguf:
         result = size_from_gguf_header(args.gguf, device, **common)
     else:

@@ -28,6 +28,8 @@ __all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values"]
 # RunSettings field → value kind: "int" whole numbers, "num" any number, "str" one of the knob's choices.
 KNOBS: dict[str, str] = {key: _REGISTRY[key].sweep for key in SWEPT}
 
+_BOOLS = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+
 MAX_VALUES = 1000  # a sweep of more runs than this is a typo, not a plan
 
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
@@ -95,7 +97,11 @@ def parse_knob(flag: str, text: str, key: str) -> list:
         item = raw.strip()
         if not item:
             raise ShardscopeError(f"{flag}: empty item in {text!r} (two commas, or a comma at an end)")
-        if kind == "str":
+        if kind == "bool":
+            if item.lower() not in _BOOLS:
+                raise ShardscopeError(f"{flag}: unknown value {item!r} (choose from on, off)")
+            values.append(_BOOLS[item.lower()])
+        elif kind == "str":
             if item not in spec.choices:
                 raise ShardscopeError(f"{flag}: unknown value {item!r} (choose from {', '.join(spec.choices)})")
             values.append(item)
@@ -113,4 +119,5 @@ def parse_knob(flag: str, text: str, key: str) -> list:
 
 def format_values(values: list) -> str:
     """The inverse for messages: "16,64,256"."""
-    return ",".join(v if isinstance(v, str) else f"{v:g}" for v in values)
+    return ",".join(v if isinstance(v, str) else ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
+                    for v in values)

@@ -32,7 +32,7 @@ class Knob:
     tip: str = ""
     flag: str | None = None  # the bench CLI flag; None: no flag
     help: str | None = None
-    sweep: str | None = None  # list kind for sweep/tune: "int", "num" (int when whole) or "str"
+    sweep: str | None = None  # list kind for sweep/tune: "int", "num" (int when whole), "str" or "bool" (on,off)
     sweep_rank: int = 0  # order the sweep varies knobs in (last fastest)
     tune: str | None = None  # auto-tune's candidate list on the CLI; None: not tuned
     tune_rank: int = 0  # order coordinate descent visits knobs in
@@ -53,6 +53,8 @@ class Knob:
         """"64 MB", "off", "lru": one value as settings-as-text shows it."""
         if self.off and not value:
             return self.off
+        if isinstance(value, bool):
+            return "on" if value else "off"
         shown = value if isinstance(value, str) else f"{value:g}"
         return f"{shown} {self.unit}".rstrip()
 
@@ -112,15 +114,19 @@ class RunSettings:
                               flag="--temperature", help="0: greedy")
     seed: int = knob(0, label="Seed", short="seed", low=0, high=2**31 - 1, flag="--seed")
     # MoE expert streaming (engine.expert_run): read only the experts the router picks.
+    # Dense models ignore them (a sweep or tune varies them only for MoE models); all three are live.
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
-        slider=(0, 4096, 1), tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
+        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, slider=(0, 4096, 1),
+        tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
         "lru", label="Expert policy", short="expert policy", choices=("lru", "lfu", "hot"),
-        flag="--expert-policy",
+        flag="--expert-policy", sweep="str", sweep_rank=9, tune="lru,lfu,hot", tune_rank=6,
+        live=True,
         tip="Which cached experts make room: least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(
-        False, label="Expert speculation", short="speculation", flag="--expert-speculation",
+        False, label="Expert speculation", short="speculation", flag="--expert-speculation", sweep="bool",
+        sweep_rank=10, tune="off,on", tune_rank=7, live=True,
         tip="Prefetch the experts the router is predicted to pick for the next layer")
 
     def with_changes(self, **changes) -> "RunSettings":
@@ -149,5 +155,7 @@ def describe(values, keys=None) -> str:
     for key in keys if keys is not None else SWEPT:
         spec = KNOBS[key]
         source = spec.reported_as if spec.reported_as and not isinstance(values, RunSettings) else key
+        if not hasattr(values, source):  # a dense run's summary has no expert columns
+            continue
         parts.append(f"{spec.brief} {spec.text(getattr(values, source))}")
     return ", ".join(parts)

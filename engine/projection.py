@@ -45,6 +45,7 @@ __all__ = [
     "project",
     "project_from_bandwidth",
     "compute_factor_for",
+    "moe_ssd_bytes_per_token",
     "BOUNDS",
     "inputs_provenance",
 ]
@@ -153,6 +154,18 @@ def project_from_bandwidth(
         terms=terms,
         overlapped=m.prefetch,
     )
+
+
+def moe_ssd_bytes_per_token(dense_streamed_bytes: float, used_expert_bytes: float, expert_hit_rate: float) -> float:
+    """A MoE token's disk bytes: the dense bytes it streams plus the picked experts the cache missed.
+
+    ``used_expert_bytes`` is the bytes of the experts one token picks (all layers):
+    n_expert_used / n_expert of the routed-expert bytes.
+    """
+    hit = finite_number(expert_hit_rate, "projection", "expert_hit_rate", sign=ZERO_OR_MORE)
+    if hit > 1:
+        raise ShardscopeError(f"projection: 'expert_hit_rate' must be between 0 and 1, got {hit:g}")
+    return dense_streamed_bytes + (1.0 - hit) * used_expert_bytes
 
 
 def compute_factor_for(measurement: RunMeasurement, device: Device) -> float:

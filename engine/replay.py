@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from engine.errors import ShardscopeError
 from engine.expert_cache import POLICIES, ExpertCache, hot_reserve_bytes
-from engine.routing_trace import RoutingTrace
+from engine.routing_trace import RoutingTrace, read_trace
 
 MIB = 1024 * 1024
 
@@ -77,6 +77,25 @@ def replay(trace: RoutingTrace, cache_mb: list[float], policies: list[str], wher
     return [replay_one(trace, policy, int(mb * MIB), mb) for policy in policies for mb in cache_mb]
 
 
+def cacheability(records_or_path, sizes_mb: list[float], policies: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """The cacheability curve: per policy, (cache MiB, expert hit rate 0..1) at each size.
+
+    ``records_or_path`` is a RoutingTrace (ExpertRun.routing_records()) or a trace file;
+    the numbers are replay()'s, i.e. what ``shardscope replay`` prints. Sizes below one
+    layer's picks are refused like there.
+    """
+    if isinstance(records_or_path, RoutingTrace):
+        trace, where = records_or_path, "the session's trace"
+    else:
+        trace, where = read_trace(records_or_path), str(records_or_path)
+    if not trace.records:
+        raise ShardscopeError(f"{where}: no routing records yet")
+    curve: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
+    for row in replay(trace, list(sizes_mb), list(policies), where=where):
+        curve[row.policy].append((row.cache_mb, row.expert_hit_rate))
+    return curve
+
+
 def format_rows(rows: list[ReplayRow], model: str) -> str:
     """A llama-bench-style markdown table: one row per replayed (policy, cache size)."""
     head = ["model", "policy", "cache_mb", "hit_rate", "expert_mb/token", "tokens"]
@@ -88,4 +107,4 @@ def format_rows(rows: list[ReplayRow], model: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ReplayRow", "replay", "replay_one", "format_rows", "min_cache_bytes"]
+__all__ = ["ReplayRow", "replay", "replay_one", "cacheability", "format_rows", "min_cache_bytes"]

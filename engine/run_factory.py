@@ -19,6 +19,25 @@ def is_moe(settings: RunSettings) -> bool:
     return moe_layout_for(settings) is not None
 
 
+def streams_experts(settings: RunSettings) -> bool:
+    """Whether open_run would stream experts (an MoE model over its budget) rather than layers."""
+    from engine.expert_run import moe_layout_for
+
+    moe = moe_layout_for(settings)
+    return moe is not None and moe.total_bytes > settings.budget_mb * 2**20
+
+
+def check_run(settings: RunSettings) -> None:
+    """Refuse (ShardscopeError) what open_run's run would refuse before loading anything."""
+    from engine.expert_run import cache_bytes_for, moe_layout_for
+    from engine.streaming_run import prepare_plan
+
+    if streams_experts(settings):
+        cache_bytes_for(moe_layout_for(settings), settings)
+    else:
+        prepare_plan(settings)
+
+
 def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_path: str | None = None,
              sample_interval_s: float = 0.1):
     """A StreamingRun, or an ExpertRun for an MoE model that exceeds the budget (or when a trace is asked for)."""
@@ -33,4 +52,4 @@ def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_
     return StreamingRun(settings, on_sample=on_sample, sample_interval_s=sample_interval_s)
 
 
-__all__ = ["open_run", "is_moe"]
+__all__ = ["open_run", "is_moe", "streams_experts", "check_run"]

@@ -12,9 +12,10 @@ one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
   A dense model touches every weight once per token; whatever did not come from the
   disk for this token came from memory: the globals, the pinned shards *and* the
   LRU shards that happened to still be resident. (globals_mb + pinned_mb would miss
-  the last group, so it undercounts LRU runs.) For a MoE only the active experts are
-  touched, so this overcounts the DRAM term there, which errs towards a slower
-  projection; the DRAM term is rarely the bound anyway (60 GB/s vs < 1 GB/s SSD).
+  the last group, so it undercounts LRU runs.) An expert run (ExpertRunSummary)
+  touches only the dense bytes and its picked experts: there the model size is
+  replaced by dense + n_expert_used / n_expert of the expert bytes. Its reads are
+  on demand (prefetch_depth 0), so the projection adds the SSD term to the compute.
 * ``compute_s_per_token`` = 1 / avg_ts − wait_ms_per_token / 1000, floored at
   1 µs: the decode time per token minus the time the decode thread sat blocked
   waiting for a shard load. What is left is the time llama.cpp spent computing
@@ -64,6 +65,9 @@ def measurement_from_summary(summary) -> RunMeasurement:
         )
     read = max(0.0, _number(summary, "read_mb_per_token")) * MIB
     total = max(0.0, _number(summary, "model_size_mb")) * MIB
+    if getattr(summary, "n_expert", 0):  # an expert run touches the dense bytes and its picked experts only
+        dense = max(0.0, _number(summary, "globals_mb")) * MIB
+        total = dense + (total - dense) * summary.n_expert_used / summary.n_expert
     wait_s = max(0.0, _number(summary, "wait_ms_per_token")) / 1000.0
     compute = max(1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
     threads = int(summary.n_threads)

@@ -28,6 +28,12 @@ The arithmetic, every step of it in bytes (units: see :mod:`engine.devices`)::
             fit, so LRU evicts every byte before it is used again:
             streamed = D + f x E (everything a token touches except the globals)
 
+    expert hit rate h given (measured by an expert run, or replayed from a routing
+    trace at the same share of the expert bytes): the expert cache serves a share h
+    of the picked experts, whatever the policy; dense bytes are pinned first:
+            streamed = (D - D_pinned) + (1 - h) x f x E
+            and misses are waited for (reads do not overlap compute)
+
     s/token = roofline(ssd = streamed / ssd_bw, dram = (A - streamed) / dram_bw,
                        compute = compute_s_per_token, 0 unless given)
 
@@ -51,7 +57,7 @@ from pathlib import Path
 from engine.devices import MIB, Device, get_device, weight_budget_mb
 from engine.errors import ShardscopeError
 from engine.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
-from engine.projection import Projection, RunMeasurement, project_from_bandwidth
+from engine.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
 
 __all__ = [
     "SizingInput",
@@ -367,6 +373,9 @@ def _size(
     prefetch: bool,
     compute_s_per_token: float,
     ssd_mb_s: float | None,
+    expert_hit_rate: float | None = None,
+    expert_trace=None,
+    expert_policy: str = "lru",
 ) -> SizingResult:
     if isinstance(device, str):
         device = get_device(device)
@@ -410,7 +419,7 @@ def _size(
     minimum = G + staging
 
     if W <= budget:
-        fits, resident, staging, streamed = True, W, 0.0, 0.0
+        fits, resident, staging, streamed, overlap = True, W, 0.0, 0.0, prefetch
     elif budget < minimum:
         raise ShardscopeError(
             f"plan: budget {budget_mb:,.0f} MiB is below the minimum of {_mib(minimum)} for "
@@ -420,7 +429,20 @@ def _size(
     else:
         fits = False
         cache = budget - minimum
-        if policy == "pinned":
+        overlap = prefetch
+        if shape.is_moe and (expert_hit_rate is not None or expert_trace is not None):
+            d_pinned = min(cache, D)
+            e_cached = min(cache - d_pinned, E)
+            hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, e_cached / E)
+            streamed = moe_ssd_bytes_per_token(D - d_pinned, f * E, hit)
+            resident = G + d_pinned + e_cached
+            overlap = False
+            assumptions.append(
+                f"expert hit rate {hit:.1%} ({source}) on {_mib(e_cached)} of expert cache "
+                f"({e_cached / E:.3%} of the experts): per token {_bytes(D - d_pinned)} dense streamed + "
+                f"(1 - {hit:.3g}) x {_bytes(f * E)} of picked experts; misses are waited for, "
+                "so reads do not overlap compute")
+        elif policy == "pinned":
             d_pinned = min(cache, D)
             e_pinned = min(cache - d_pinned, E)
             streamed = (D - d_pinned) + f * (E - e_pinned)
@@ -435,13 +457,18 @@ def _size(
             )
     touched_layers = A - G
     hit_rate = 1.0 - streamed / touched_layers if touched_layers > 0 else 1.0
+    if shape.is_moe and not fits and expert_hit_rate is None and expert_trace is None:
+        assumptions.append(
+            f"expert hit rate not given: the cache serves picked experts only by its share of them "
+            f"(uniform routing, {hit_rate:.2%} of a token's layer bytes); pass --expert-hit-rate or --trace "
+            "for a measured or replayed one")
 
     measurement = RunMeasurement(
         ssd_bytes_per_token=streamed,
         resident_bytes_per_token=A - streamed,
         compute_s_per_token=compute,
         host_threads=1,
-        prefetch=prefetch,
+        prefetch=overlap,
     )
     projection = project_from_bandwidth(
         measurement, ssd_mb_s=device.ssd_read_mb_s, dram_mb_s=device.dram_mb_s
@@ -502,6 +529,9 @@ def size_from_numbers(
     *,
     compute_s_per_token: float = 0.0,
     ssd_mb_s: float | None = None,
+    expert_hit_rate: float | None = None,
+    expert_trace=None,
+    expert_policy: str = "lru",
 ) -> SizingResult:
     """Plan a model given by its size (see the module doc for every formula).
 
@@ -517,7 +547,36 @@ def size_from_numbers(
         prefetch=prefetch,
         compute_s_per_token=compute_s_per_token,
         ssd_mb_s=ssd_mb_s,
+        expert_hit_rate=expert_hit_rate,
+        expert_trace=expert_trace,
+        expert_policy=expert_policy,
     )
+
+
+def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[float, str]:
+    """The expert hit rate to plan with, and where it came from.
+
+    A routing trace is replayed with a cache holding the same share of its model's
+    expert bytes as the device's cache holds of the planned model's.
+    """
+    if given is not None:
+        hit = _number(given, "expert_hit_rate", allow_zero=True)
+        if hit > 1:
+            raise ShardscopeError(f"plan: --expert-hit-rate must be between 0 and 1, got {hit:g}")
+        return hit, "given"
+    from engine.replay import min_cache_bytes, replay_one
+
+    header = trace.header
+    traced_experts = header.n_expert * sum(header.unit_bytes.values())
+    cache = int(share * traced_experts)
+    floor = min_cache_bytes(trace)
+    if cache < floor:
+        raise ShardscopeError(
+            f"plan: the device's expert cache is {share:.3%} of the experts; replayed on the trace's model that is "
+            f"{cache / MIB:.2f} MiB, below the {floor / MIB:.2f} MiB one layer's picks need there (trace a "
+            "model with smaller experts, or pass --expert-hit-rate)")
+    row = replay_one(trace, policy, cache)
+    return row.expert_hit_rate, f"replayed from the trace of {header.model or 'a run'}, {policy}, {row.n_tokens} tokens"
 
 
 # ---------------------------------------------------------------- from GGUF
@@ -609,6 +668,9 @@ def size_from_gguf_header(
     *,
     compute_s_per_token: float = 0.0,
     ssd_mb_s: float | None = None,
+    expert_hit_rate: float | None = None,
+    expert_trace=None,
+    expert_policy: str = "lru",
 ) -> SizingResult:
     """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
 
@@ -623,4 +685,7 @@ def size_from_gguf_header(
         prefetch=prefetch,
         compute_s_per_token=compute_s_per_token,
         ssd_mb_s=ssd_mb_s,
+        expert_hit_rate=expert_hit_rate,
+        expert_trace=expert_trace,
+        expert_policy=expert_policy,
     )

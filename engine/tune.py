@@ -81,6 +81,17 @@ def default_candidates() -> dict[str, list]:
     return {**DEFAULT_CANDIDATES, "threads": list(range(1, cores + 1))}
 
 
+EXPERT_KNOBS = ("expert_cache_mb", "expert_policy", "expert_speculation")
+LAYER_KNOBS = ("policy", "shard_mb", "prefetch_depth")  # shard streaming only: an expert run has no shards
+
+
+def searched_candidates(cands: dict[str, list], experts: bool, given: dict[str, list]) -> dict[str, list]:
+    """Drop default candidates of knobs the run kind ignores (expert knobs for layer streaming and the
+    other way round), so no run measures a knob that cannot change it; lists other than the defaults stay."""
+    idle = LAYER_KNOBS if experts else EXPERT_KNOBS
+    return {k: (v if k in given or k not in idle else v[:1]) for k, v in cands.items()}
+
+
 def user_profiles_dir() -> Path:
     """Where user profiles live; the same folder the window lists (engine.user_dirs)."""
     from engine.user_dirs import profiles_dir
@@ -183,7 +194,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
     from engine.bundled_model import resolve_model_path
     from engine.devices import get_device
     from engine.layout_cache import load_layout
-    from engine.streaming_run import prepare_plan
+    from engine.run_factory import check_run, streams_experts
 
     device = get_device(device_id)
     weight_budget = device_weight_budget_mb(device)
@@ -204,6 +215,10 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
     budget = int(budget) if float(budget).is_integer() else budget
     if measure is None:
         load_layout(resolve_model_path(model_path))  # a bad model file is refused before any run
+    # An injected ``measure`` replays a layer-streaming grid.
+    experts = measure is None and streams_experts(RunSettings(model_path=model_path, budget_mb=budget))
+    given = {k: v for k, v in (candidates or {}).items() if v != DEFAULT_CANDIDATES.get(k)}
+    cands = searched_candidates(cands, experts, given)
     start = start_settings(device_id)
     start = start.with_changes(
         model_path=model_path, budget_mb=budget, n_gen=n_gen, n_ctx=n_ctx,
@@ -222,7 +237,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         ev = None
         if measure is None:
             try:
-                prepare_plan(settings)  # refused combinations cost no run
+                check_run(settings)  # refused combinations cost no run
             except ShardscopeError as exc:
                 ev = Evaluation(settings, None, str(exc))
         if ev is None:

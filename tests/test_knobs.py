@@ -22,8 +22,10 @@ MOE = ("expert_cache_mb", "expert_policy", "expert_speculation")
 def test_every_field_is_a_declared_knob_and_every_range_comes_from_it():
     assert list(KNOBS) == list(RunSettings.__dataclass_fields__)
     assert all(RANGES[k] == (KNOBS[k].low, KNOBS[k].high) for k in RANGES)
-    assert set(LIVE) == {"budget_mb", "prefetch_depth", "policy", "ssd_mb_s", "threads"}
-    assert SWEPT == ("shard_mb", "prefetch_depth", "threads", "n_gpu_layers", "budget_mb", "policy", "ssd_mb_s")
+    assert set(LIVE) == {"budget_mb", "prefetch_depth", "policy", "ssd_mb_s", "threads",
+                         "expert_cache_mb", "expert_policy", "expert_speculation"}
+    assert SWEPT == ("shard_mb", "prefetch_depth", "threads", "n_gpu_layers", "budget_mb", "policy", "ssd_mb_s",
+                     "expert_cache_mb", "expert_policy", "expert_speculation")
 
 
 def test_moe_knobs_are_flags_and_profile_keys():
@@ -67,3 +69,22 @@ def test_apply_answers_live_or_restart_and_refuses_changing_nothing(bundled_mode
         assert run.settings == live
     finally:
         run.close()
+
+
+def test_expert_knobs_take_sweep_and_tune_lists():
+    from engine.knob_ranges import format_values, parse_knob
+    from engine.tune import DEFAULT_CANDIDATES, searched_candidates
+
+    assert parse_knob("--expert-speculation", "off,on", "expert_speculation") == [False, True]
+    assert parse_knob("--expert-policy", "lru,hot", "expert_policy") == ["lru", "hot"]
+    assert parse_knob("--expert-cache-mb", "50-100+50", "expert_cache_mb") == [50, 100]
+    assert format_values([False, True]) == "off,on"
+    with pytest.raises(ShardscopeError, match="--expert-speculation: unknown value 'maybe'"):
+        parse_knob("--expert-speculation", "maybe", "expert_speculation")
+    # A dense model's tune does not spend runs on expert knobs, an expert run's not on shard knobs.
+    dense = searched_candidates(DEFAULT_CANDIDATES, experts=False, given={})
+    assert dense["expert_policy"] == ["lru"] and dense["expert_speculation"] == [False]
+    assert dense["shard_mb"] == DEFAULT_CANDIDATES["shard_mb"]
+    moe = searched_candidates(DEFAULT_CANDIDATES, experts=True, given={"shard_mb": [16, 32]})
+    assert moe["expert_policy"] == ["lru", "lfu", "hot"] and moe["prefetch_depth"] == [0]
+    assert moe["shard_mb"] == DEFAULT_CANDIDATES["shard_mb"]  # given lists are the caller's business

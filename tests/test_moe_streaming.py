@@ -141,11 +141,6 @@ def test_expert_cache_over_budget_is_refused(moe_model, capsys):
     assert len(err) == 1 and err[0].startswith("shardscope: error: --expert-cache-mb 400")
 
 
-def test_ssd_emulation_is_refused_not_ignored(moe_model, capsys):
-    assert main(["bench", "--model", moe_model, "--budget-mb", "150", "--ssd-mb-s", "500"]) == 2
-    assert "--ssd-mb-s 500" in capsys.readouterr().err
-
-
 def _patched(src: str, dst: Path, old: bytes, new: bytes, value: int | None = None) -> str:
     data = bytearray(Path(src).read_bytes()[: 2 * MIB])  # the header is all that matters here
     at = data.index(old)
