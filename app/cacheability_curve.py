@@ -14,18 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.expert_cache import POLICIES
-from engine.replay import min_cache_bytes, replay
+from engine.projection import moe_ssd_bytes_per_token
+from engine.replay import cacheability, min_cache_bytes
 from engine.routing_trace import RoutingTrace, read_trace
 from engine.run_projection import projection_for
-
-try:
-    from engine.replay import cacheability
-except ImportError:  # until moe-engine's cacheability lands: the same replay rows, grouped
-    def cacheability(trace, sizes_mb, policies):
-        curves: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
-        for row in replay(trace, list(sizes_mb), list(policies)):
-            curves[row.policy].append((row.cache_mb, row.expert_hit_rate))
-        return curves
 
 MIB = 1024 * 1024
 N_SIZES = 8
@@ -68,7 +60,7 @@ def compute(source, policies: tuple[str, ...] = tuple(POLICIES)) -> Cacheability
     header = trace.header
     full = sum(size * header.n_expert for size in header.unit_bytes.values())
     sizes = cache_sizes(min_cache_bytes(trace), full)
-    curves = cacheability(trace, sizes, policies)
+    curves = cacheability(trace, sizes, list(policies))
     used = header.n_expert_used * sum(header.unit_bytes.values()) / MIB
     return CacheabilityResult({p: [(float(x), float(y)) for x, y in pts] for p, pts in curves.items()},
                               tuple(sizes), name, header.n_expert_used, used)
@@ -77,13 +69,15 @@ def compute(source, policies: tuple[str, ...] = tuple(POLICIES)) -> Cacheability
 def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: float,
                      device_id: str) -> list[tuple[float, float]]:
     """Projected tok/s on ``device_id`` at each (size, hit rate): the round's measured dense
-    reads and compute, with its expert reads replaced by (1 − hit) × the used experts' bytes."""
+    reads and compute, with its expert reads replaced by (1 − hit) × the used experts' bytes
+    (``engine.projection.moe_ssd_bytes_per_token``)."""
     dense = getattr(summary, "dense_mb_per_token", 0.0) or 0.0
     out = []
     for size, hit in curve:
         if not math.isfinite(hit):
             continue
-        what_if = dataclasses.replace(summary, read_mb_per_token=dense + (1.0 - hit) * used_expert_mb)
+        read = moe_ssd_bytes_per_token(dense * MIB, used_expert_mb * MIB, hit) / MIB
+        what_if = dataclasses.replace(summary, read_mb_per_token=read)
         out.append((size, projection_for(what_if, device_id).tokens_per_s))
     return out
 
