@@ -118,10 +118,20 @@ class RunWorker(QObject):
                     self._restart_requested = False
                 self.run_index += 1
                 index = self.run_index
-                run = open_run(settings, on_sample=lambda s, i=index: self.sample.emit(i, s))
+                phases: list[str] = []  # an ExpertRun has no phase callback: its samples name the phase
+
+                def on_sample(s, i=index, phases=phases) -> None:
+                    self.sample.emit(i, s)
+                    if phases and s.phase and s.phase != phases[-1]:
+                        phases.append(s.phase)
+                        self.phase.emit(i, s.phase)
+
+                run = open_run(settings, on_sample=on_sample)
                 if isinstance(run, StreamingRun):
                     run.on_token = lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt)
                     run.on_phase = lambda name, i=index: self.phase.emit(i, name)
+                else:
+                    phases.append("")
                 with self._lock:
                     wanted = self._settings
                     try:  # knobs moved while it was planned: the run takes them, or a new plan does
