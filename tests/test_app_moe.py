@@ -114,6 +114,17 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
         wait_for(qtbot, window, lambda: np.isfinite(window.chart.curve_data("expert_hit")[1]).any(), timeout=30_000)
         s = window.last_sample
         assert np.isfinite(s.expert_hit_rate) and 0 <= s.expert_hit_rate <= 1
+        # The session's routing replayed, projected on the chosen device at each cache size:
+        # more hits, fewer bytes from the disk, never a slower projection.
+        wait_for(qtbot, window, lambda: window.last_round is not None, timeout=60_000)
+        assert window.device_id()
+        with qtbot.waitSignal(panel.computed, timeout=60_000):
+            panel.compute_button.click()
+        lru = panel.plot.curves()["lru"]
+        projected = panel.plot.projected()
+        assert [x for x, _ in projected] == [x for x, y in lru if np.isfinite(y)]
+        pairs = sorted((y, p) for (_, y), (_, p) in zip(lru, projected))
+        assert all(b[1] >= a[1] - 1e-9 for a, b in zip(pairs, pairs[1:]))
         stop_and_wait(qtbot, window)
         assert window.last_error is None, window.last_error
     finally:
