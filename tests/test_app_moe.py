@@ -80,6 +80,22 @@ def test_cache_sizes_span_one_layer_to_every_expert_in_whole_mib():
     assert cache_sizes(5 * MIB, 5 * MIB) == [5.0]
 
 
+def test_bool_knobs_are_check_boxes_that_speak_only_for_users(qtbot):
+    from app.settings_binding import CHECKS, SettingsPanel, describe_change
+
+    assert [k.name for k in CHECKS] == ["expert_speculation"]
+    panel = SettingsPanel()
+    qtbot.addWidget(panel)
+    edits = []
+    panel.edited.connect(lambda *e: edits.append(e))
+    panel.set_value("expert_speculation", True)  # code (a profile): quiet
+    assert panel.checks["expert_speculation"].isChecked() and edits == []
+    panel.checks["expert_speculation"].click()  # a user: one edit
+    assert edits == [("expert_speculation", True, False)] and panel.value("expert_speculation") is False
+    assert panel.apply_to(RunSettings(expert_speculation=True)).expert_speculation is False
+    assert describe_change("expert_speculation", False, True) == "speculation off\u2192on"
+
+
 def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
     window = make_window(qtbot, tmp_path / "config")
     panel = window.expert_panel
