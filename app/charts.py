@@ -1,4 +1,4 @@
-"""The run's strip charts on one time axis, and what each sample puts on them.
+"""The run's four strip charts on one time axis, and what each sample puts on them.
 
 One place says which MetricsSample field feeds which curve, so the window, the
 export and the tests agree on "the hit-rate curve is ``cache_hit_rate``".
@@ -20,17 +20,13 @@ from widgets import LiveChart, format_number
 COLORS = {
     "rss": "#555d66", "weights": "#3a9d5d", "other": "#d9822b", "budget": "#d62728",
     "ssd": "#1f77b4", "emulated": "#e377c2", "hit": "#2f6fdb", "toks": "#9467bd", "projected": "#8c564b",
-    "expert_hit": "#d62728", "spec": "#f2a93b", "dense_tok": "#555d66", "expert_tok": "#d9822b",
 }
-PLOTS = ("memory", "ssd", "hit", "per_token", "toks")
+PLOTS = ("memory", "ssd", "hit", "toks")
 # curve key -> MetricsSample field
 CURVE_FIELDS = {
     "rss": "rss_mb", "weights": "resident_weights_mb", "other": "other_rss_mb",
     "ssd": "ssd_mb_s", "hit": "cache_hit_rate", "toks": "tok_s",
-    "expert_hit": "expert_hit_rate", "spec": "spec_accuracy",
-    "dense_tok": "dense_mb_per_token", "expert_tok": "expert_mb_per_token",
 }
-PERCENT_CURVES = ("hit", "expert_hit", "spec")  # fractions in the sample, percent on the axis
 
 
 def build_run_chart() -> LiveChart:
@@ -43,13 +39,8 @@ def build_run_chart() -> LiveChart:
     chart.add_plot("ssd", "SSD reads (kernel read_bytes)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], fill_to_zero=True)
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
-    chart.add_plot("hit", "Cache hit rates (dense: last second; experts: recent tokens)", "%")
+    chart.add_plot("hit", "Cache hit rate (last second)", "%")
     chart.add_curve("hit", "hit", "hit rate", COLORS["hit"])
-    chart.add_curve("hit", "expert_hit", "expert hit rate", COLORS["expert_hit"])
-    chart.add_curve("hit", "spec", "speculation accuracy", COLORS["spec"])
-    chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MB")
-    chart.add_curve("per_token", "dense_tok", "dense", COLORS["dense_tok"])
-    chart.add_curve("per_token", "expert_tok", "experts", COLORS["expert_tok"], fill_to_zero=True)
     chart.add_plot("toks", "Tokens per second", "tok/s")
     chart.add_curve("toks", "toks", "tok/s", COLORS["toks"])
     chart.add_level_line("toks", "projected", "projected", COLORS["projected"])
@@ -80,12 +71,7 @@ def keep_top_clear(item) -> None:
 
 
 def sample_values(s: MetricsSample) -> dict[str, float]:
-    """Curve → value; a field the sample does not carry (an older engine) is a gap.
-    Rates are fractions in samples and percent on the hit-rate axis (0-125 %)."""
-    values = {curve: getattr(s, field, math.nan) for curve, field in CURVE_FIELDS.items()}
-    for curve in PERCENT_CURVES:
-        values[curve] = 100.0 * values[curve]
-    return values
+    return {curve: getattr(s, field) for curve, field in CURVE_FIELDS.items()}
 
 
 def set_projection(chart: LiveChart, tok_s: float | None, label: str) -> None:

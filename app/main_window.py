@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 from app.charts import build_run_chart, sample_values, set_projection
 from app.config_paths import default_config_dir, profiles_dir, window_settings
 from app.control_column import ControlColumn
+from app.expert_charts import add_expert_curves, expert_values
 from app.first_start import startup_profile
 from app.gui_thread_gc import collect_garbage_on_gui_thread
 from app.model_probe import ModelInfo
@@ -125,6 +126,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.controls, self.run_button, self.stop_button = left.controls, left.run_button, left.stop_button
         self.profile_combo, self.device_combo = self.profile_panel.combo, self.device_panel.combo
         self.chart = build_run_chart()
+        add_expert_curves(self.chart)
         self.run_view = v = RunView()
         self.live_numbers, self.round_numbers, self.projection_label = v.live_numbers, v.round_numbers, v.projection_label
         self.shard_map, self.text_view = v.shard_map, v.text_view
@@ -347,7 +349,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
 
     def _on_sample(self, t: float, s: MetricsSample) -> None:
         """10 Hz: store and compare only; the widgets repaint on their own timers."""
-        self.chart.append(t, sample_values(s))
+        self.chart.append(t, {**sample_values(s), **expert_values(s)})
         self._set_level("budget", s.budget_mb)
         self._set_level("emulated", s.emulated_ssd_mb_s if s.emulated_ssd_mb_s > 0 else None)
         self.run_view.show_sample(s)

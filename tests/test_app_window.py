@@ -65,7 +65,7 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
                          ("ssd", "ssd_mb_s"), ("toks", "tok_s")):
         assert window.chart.curve_data(curve)[1][-1] == pytest.approx(getattr(s, field)), curve
     hit = window.chart.curve_data("hit")[1][-1]
-    assert (math.isnan(hit) and math.isnan(s.cache_hit_rate)) or hit == pytest.approx(100 * s.cache_hit_rate)
+    assert (math.isnan(hit) and math.isnan(s.cache_hit_rate)) or hit == pytest.approx(s.cache_hit_rate)
     assert window.shard_map.states() == list(s.shard_states)
     assert window.chart.level_line("budget").value() == pytest.approx(s.budget_mb) == 200  # the demo budget
     assert window.chart.level_line("emulated").isVisible()  # iPhone preset emulates 860 MB/s
