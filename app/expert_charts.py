@@ -2,7 +2,9 @@
 hit rate, and a row splitting the bytes read per token into dense and experts.
 
 They read MetricsSample's expert fields, which are NaN in dense runs' samples (and absent
-from an older engine's): a NaN is a gap, so a dense run draws none of them.
+from an older engine's): a NaN is a gap, so a dense run draws none of them, and the
+per-token row is taken out of the layout while a dense model is open (an empty row
+would only shrink the others).
 """
 
 from __future__ import annotations
@@ -30,6 +32,22 @@ def add_expert_curves(chart: LiveChart) -> None:
     chart.add_curve("per_token", "dense_tok", "dense", EXPERT_COLORS["dense_tok"])
     chart.add_curve("per_token", "expert_tok", "experts", EXPERT_COLORS["expert_tok"], fill_to_zero=True)
     keep_top_clear(chart.plot_item("per_token"))
+    show_expert_row(chart, False)
+
+
+def show_expert_row(chart: LiveChart, visible: bool) -> None:
+    """Put the per-token row in (MoE model) or take it out (dense); the bottom row shows time."""
+    item, above = chart.plot_item("per_token"), chart.plot_item("toks")
+    shown = item in chart.ci.items
+    if visible == shown:
+        return
+    if visible:
+        chart.ci.addItem(item, row=len(chart.ci.items), col=0)
+    else:
+        chart.ci.removeItem(item)
+    for bottom, last in ((above, not visible), (item, visible)):
+        bottom.getAxis("bottom").setStyle(showValues=last)
+        bottom.getAxis("bottom").showLabel(last)
 
 
 def expert_values(s: MetricsSample) -> dict[str, float]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
 
+from app.expert_charts import show_expert_row
 from app.expert_panel import ExpertPanel
 from engine.moe_layout import MoeLayout
 
@@ -30,6 +31,7 @@ class WindowExperts:
 
     def show_experts(self, moe: MoeLayout | None) -> None:
         """Show the expert column for an MoE model (hide it for a dense one)."""
+        show_expert_row(self.chart, moe is not None)
         if moe is None:
             self.expert_panel.hide()
             return

@@ -105,6 +105,7 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
     try:
         _start_moe_run(qtbot, window, moe_model)
         assert panel.isVisible() and not window.run_view.plan  # no shard plan: experts stream
+        assert window.chart.plot_item("per_token") in window.chart.ci.items  # the MoE row is in
         run = window.worker.run
         assert type(run).__name__ == "ExpertRun" and run.moe.n_expert == 16
         # Streaming shows: some experts resident, some evicted, in the map drawn from the view.
@@ -204,6 +205,8 @@ def test_cacheability_points_equal_shardscope_replay(qtbot, tmp_path, trace_file
     window = make_window(qtbot, tmp_path / "config")
     try:
         panel = window.expert_panel
+        assert not panel.isVisible()  # the bundled model is dense: no expert column, no MoE row
+        assert window.chart.plot_item("per_token") not in window.chart.ci.items
         with qtbot.waitSignal(panel.computed, timeout=60_000):
             window.open_trace(trace_file)
         curves = panel.plot.curves()
