@@ -4,12 +4,19 @@ projected tok/s at each size — pure functions, run off the GUI thread by the e
 The hit rates are ``engine.replay.cacheability`` unchanged (the same numbers ``shardscope
 replay`` prints for the same sizes); sizes are whole MiB so the CLI can be given exactly
 the sizes the plot shows.
+
+The replay is pure Python for seconds on a long session; in a thread of the app it would
+hold the GIL that the decode thread's expert callbacks need at every layer, so the panel
+replays in a separate process (docs/decisions.md has the measurement).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +73,15 @@ def compute(source, policies: tuple[str, ...] = tuple(POLICIES)) -> Cacheability
                               tuple(sizes), name, header.n_expert_used, used)
 
 
+def compute_in_process(source, policies: tuple[str, ...] = tuple(POLICIES)) -> CacheabilityResult:
+    """``compute`` in a fresh (spawned: no copy of llama.cpp's threads) process at a lower
+    priority, so the decode keeps its cores; the caller's thread only waits. Errors come
+    back as raised there (one-line ShardscopeErrors)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=os.nice, initargs=(10,)) as pool:
+        return pool.submit(compute, source, policies).result()
+
+
 def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: float,
                      device_id: str) -> list[tuple[float, float]]:
     """Projected tok/s on ``device_id`` at each (size, hit rate): the round's measured dense
@@ -82,4 +98,4 @@ def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: 
     return out
 
 
-__all__ = ["CacheabilityResult", "cache_sizes", "compute", "load_trace", "projected_points"]
+__all__ = ["CacheabilityResult", "cache_sizes", "compute", "compute_in_process", "load_trace", "projected_points"]

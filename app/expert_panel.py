@@ -5,7 +5,7 @@ or from a trace file). Shown only for MoE models.
 The map is polled on the GUI thread at 10 Hz from ``view_source`` (the worker's
 ``expert_view``: a copy the engine makes under its lock), so the decode thread never
 waits for a paint and no widget is touched off the GUI thread. Replays run on a
-BackgroundTask: a long session's trace takes seconds to replay at eight sizes × three policies.
+BackgroundTask that waits for a separate process (app/cacheability_curve.py says why).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.background import BackgroundTask
-from app.cacheability_curve import CacheabilityResult, compute, projected_points
+from app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
 from engine.errors import ShardscopeError
 from engine.moe_layout import MoeLayout
 from widgets import ExpertMap
@@ -129,7 +129,7 @@ class ExpertPanel(QWidget):
             records = source()  # on the task's thread: copying a long trace takes a while
             if records is None:
                 raise ShardscopeError("no MoE run is going: run an MoE model, or open a routing trace")
-            return compute(records)
+            return compute_in_process(records)  # a process: a replay here would starve the decode of the GIL
 
         self.status.setText(f"replaying {what} \u2026")
         self.compute_button.setEnabled(False)
