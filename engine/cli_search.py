@@ -285,7 +285,9 @@ def cmd_tune(args) -> int:
     grid = math.prod(len(v) for v in cands.values())
     base = _base_settings(args, {})
     print(f"tune for {device.name}: {SEARCH_DESCRIPTION.format(gain=args.min_gain)}", file=sys.stderr)
-    print(f"  candidates: " + "; ".join(f"{k} {','.join(map(str, v))}" for k, v in cands.items())
+    from engine.knob_ranges import format_values
+
+    print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
           + f" ({grid} combinations in the full grid)", file=sys.stderr)
     bar = _progress(None, args.quiet, "tune")
     from engine.csv_out import append_rows

@@ -196,7 +196,7 @@ class ExpertRun:
 
     def routing_records(self) -> RoutingTrace:
         """This session's routing so far (also without --trace), as engine/replay.py takes it."""
-        records = tuple(self.streamer.records) if self.streamer is not None else ()
+        records = self.streamer.routing_records() if self.streamer is not None else ()
         return RoutingTrace(self._trace_header(), records)
 
     def _trace_header(self) -> TraceHeader:

@@ -181,6 +181,8 @@ class ExpertStreamer:
             self._repin()
 
     def set_speculation(self, on: bool) -> None:
+        """Guesses use the router input where the run captured it (speculation on at load),
+        else the experts the previous token picked at the next layer."""
         with self._state_lock:
             if on and not self._routers:
                 self._routers = self._router_views()
@@ -198,6 +200,10 @@ class ExpertStreamer:
         self.in_prompt = True
 
     # ------------------------------------------------------------ the window's view
+    def routing_records(self) -> tuple[TraceRecord, ...]:
+        with self._state_lock:
+            return tuple(self.records)
+
     def view_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
         """(states, picked, heat, current row) copied under the lock; codes as widgets/shard_map.py."""
         states = np.zeros((len(self.moe.layers), self.moe.n_expert), dtype=np.uint8)
@@ -299,7 +305,8 @@ class ExpertStreamer:
             c.wait_s += waited
         counts = tuple(weights[e] for e in picks) if prompt else ()
         record = TraceRecord(self.token, layer, picks, counts, prompt)
-        self.records.append(record)
+        with self._state_lock:
+            self.records.append(record)
         if self.trace is not None:
             self.trace.write(record)
         if not prompt:

@@ -50,6 +50,11 @@ class MoeLayout:
         return sum(per for _, per in self.expert_tensors[layer])
 
     @property
+    def n_layers(self) -> int:
+        """Layers with routed experts: the rows of the expert map (ExpertView)."""
+        return len(self.layers)
+
+    @property
     def expert_bytes(self) -> int:
         return sum(self.unit_bytes(layer) * self.n_expert for layer in self.layers)
 

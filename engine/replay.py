@@ -48,8 +48,9 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
     hits = misses = missed_bytes = 0
     tokens = set()
     for r in trace.records:
-        if r.prompt:
+        if r.prompt:  # a run of several rounds has a prompt pass before each, like the live run
             cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)))
+            in_prompt = True
             continue
         if in_prompt and has_prompt:
             cache.set_hot(dict(cache.counts), hot_reserve_bytes(header.unit_bytes, header.n_expert_used))

@@ -171,6 +171,8 @@ class StreamingRun:
             keys = changed(old, new)
             if any(k not in LIVE for k in keys):
                 return "restart"
+            if "budget_mb" in keys and self._run_kind_changes(old, new):
+                return "restart"
             require_budget(self.plan, new.budget_mb, new.prefetch_depth)
             self.settings = new
             c = self.controller
@@ -194,6 +196,13 @@ class StreamingRun:
                 if "budget_mb" in keys and self.plan.host_bytes > new.budget_mb * MIB:
                     self.session.request_layer_hook()
             return "live"
+
+    @staticmethod
+    def _run_kind_changes(old: RunSettings, new: RunSettings) -> bool:
+        """An MoE model whose new budget no longer holds it streams experts instead: a new run (open_run)."""
+        from engine.run_factory import streams_experts
+
+        return streams_experts(new) != streams_experts(old)
 
     # ------------------------------------------------------------ the run
     def _phase(self, name: str) -> None:

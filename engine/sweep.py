@@ -1,7 +1,7 @@
 """Sweeps: run every combination of knob values, one cold run each, one CSV row each.
 
 A sweep is a cartesian product of knob lists (``expand_grid``), run in order
-(``iter_sweep``): each combination gets a fresh :class:`StreamingRun`, so each run
+(``iter_sweep``): each combination gets a fresh run from ``open_run`` (layer or expert streaming), so each run
 starts cold the way the engine starts every run (llama.cpp maps the file, then the
 cold start evicts every non-pinned shard from memory and page cache; the globals stay).
 Steady-state figures exclude the first token (RunSummary does that), so the prompt
@@ -130,7 +130,7 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
     current run stops at its next token, is yielded with ``stopped=True``, and the
     iteration ends. A bad model file raises ShardscopeError before any run.
     """
-    from engine.streaming_run import prepare_plan
+    from engine.run_factory import check_run
 
     combos = expand_grid(base, grid)
     _check_model(base)
@@ -143,7 +143,7 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
         if should_stop and should_stop():
             return
         try:
-            prepare_plan(settings)
+            check_run(settings)  # as open_run will run it: layer streaming or expert streaming
         except ShardscopeError as exc:
             yield SweepResult(settings, None, str(exc), index, total, skipped=True)
             continue

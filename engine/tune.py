@@ -70,7 +70,8 @@ DEFAULT_CANDIDATES: dict[str, list] = {
 
 SEARCH_DESCRIPTION = (
     "coordinate descent: budget fixed at the device's weight budget (or the cap); from the device's "
-    "built-in profile, one knob at a time (policy, shard size, prefetch depth, threads) moves to its best "
+    "built-in profile, one knob at a time (policy, shard size, prefetch depth, threads; for a MoE model that "
+    "streams experts: threads, expert policy, speculation, and cache sizes if listed) moves to its best "
     "candidate if that beats the current point by more than {gain:.0%}; passes repeat until none moves; "
     "results are cached, so no combination runs twice"
 )

@@ -46,10 +46,12 @@ def test_open_run_picks_the_run_kind(small_moe, bundled_model):
     assert is_moe(_settings(small_moe)) and not is_moe(RunSettings(model_path=bundled_model))
     with open_run(_settings(small_moe)) as run:
         assert isinstance(run, ExpertRun)
-        assert (run.moe.n_expert, run.moe.n_expert_used) == (16, 4)
+        assert (run.moe.n_layers, run.moe.n_expert, run.moe.n_expert_used) == (3, 16, 4)
         assert run.moe.dense_bytes + run.moe.expert_bytes <= os.path.getsize(small_moe)
     with open_run(_settings(small_moe, budget_mb=400)) as run:  # fits: layer streaming as for dense models
         assert isinstance(run, StreamingRun)
+        assert run.apply(run.settings.with_changes(budget_mb=300)) == "live"
+        assert run.apply(run.settings.with_changes(budget_mb=60)) == "restart"  # open_run: expert streaming now
     with open_run(RunSettings(model_path=bundled_model, budget_mb=400)) as run:
         assert isinstance(run, StreamingRun)
 
@@ -155,3 +157,26 @@ def test_emulated_ssd_caps_expert_loads(small_moe):
     assert summary.emulated_ssd_mb_s == rate
     assert summary.expert_misses > 0 and summary.read_mb_per_token > 0
     assert 0 < summary.ssd_mb_s <= rate * 1.05
+
+
+def test_sweep_varies_the_expert_knobs_of_an_moe(small_moe):
+    from engine.sweep import iter_sweep
+
+    grid = {"expert_policy": ["lru", "hot"], "expert_speculation": [False, True]}
+    results = list(iter_sweep(_settings(small_moe, n_gen=3), grid))
+    assert [r.error for r in results] == [None] * 4
+    got = [(r.summary.expert_policy, r.summary.expert_speculation) for r in results]
+    assert got == [("lru", False), ("lru", True), ("hot", False), ("hot", True)]
+    assert all(r.summary.policy == "experts" for r in results)
+
+
+def test_stop_mid_round_ends_the_run_cleanly(small_moe):
+    """The window's Stop: the decode ends at the next token, the summary says stopped, nothing raises."""
+    def on_token(index, run):
+        if index == 2:
+            run.stop()
+
+    with ExpertRun(_settings(small_moe, n_gen=20), on_token=on_token) as run:
+        summary = run.run(continuous=True)
+        assert run.stopping
+    assert summary.stopped and summary.n_gen <= 4
