@@ -238,3 +238,34 @@ def test_cacheability_points_equal_shardscope_replay(qtbot, tmp_path, trace_file
     finally:
         window.close()
 
+
+
+def test_budget_below_the_model_restarts_a_layer_streamed_moe_as_expert_streaming(qtbot, tmp_path, moe_model):
+    """A knob the running engine cannot take live: the run restarts as the kind open_run picks,
+    and the window follows (expert column, map fed from the new run)."""
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.open_model(moe_model)
+        qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == moe_model, timeout=20_000)
+        big = int(os.path.getsize(moe_model) / MIB) + 50  # the whole model fits: layer streaming
+        window.apply_settings(RunSettings(budget_mb=big, shard_mb=16, n_gen=12, n_ctx=128, prompt=PROMPT))
+        window.start_run()
+        wait_for(qtbot, window, lambda: window.worker is not None and window.worker.run is not None
+                 and window.last_sample is not None and window.last_sample.phase == "generating", timeout=90_000)
+        first = window.worker.run
+        assert type(first).__name__ == "StreamingRun" and window.worker.expert_view() is None
+        marks, mark = [], window.mark
+        window.mark = lambda label: (marks.append(label), mark(label))  # what the chart is told
+        window.controls.commit("budget_mb", BUDGET_MB)  # as the slider would
+        assert window.last_error is None, window.last_error
+        wait_for(qtbot, window, lambda: engine_ready_moe(window) and window.worker.run is not first, timeout=90_000)
+        run = window.worker.run
+        assert type(run).__name__ == "ExpertRun" and run.settings.budget_mb == BUDGET_MB
+        wait_for(qtbot, window, lambda: window.expert_panel.isVisible() and 2 in window.expert_panel.map.states(),
+                 timeout=30_000)
+        assert marks == [f"budget {big}\u2192{BUDGET_MB} MB (restart)"]
+        stop_and_wait(qtbot, window)
+        assert window.last_error is None, window.last_error
+    finally:
+        window.close()
+
