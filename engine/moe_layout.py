@@ -27,6 +27,9 @@ EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.(" + "|".join(EXPERT_TENSORS) + r")\.weight$")
 
 
+MIB = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class MoeLayout:
     """Expert units and dense ranges of one MoE file (absolute file offsets, exact)."""
@@ -69,6 +72,11 @@ class MoeLayout:
 
 def _key(layout: ModelLayout, name: str):
     return layout.metadata.get(f"{layout.architecture}.{name}")
+
+
+def streams_experts(moe: MoeLayout | None, budget_mb: float) -> bool:
+    """An MoE model over its budget streams experts (ExpertRun); anything else streams layers."""
+    return moe is not None and moe.total_bytes > budget_mb * MIB
 
 
 def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
@@ -119,4 +127,4 @@ def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
                      total_bytes=layout.weight_bytes, routers=routers)
 
 
-__all__ = ["MoeLayout", "read_moe_layout", "EXPERT_TENSORS"]
+__all__ = ["MoeLayout", "read_moe_layout", "streams_experts", "EXPERT_TENSORS"]

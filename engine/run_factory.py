@@ -22,9 +22,9 @@ def is_moe(settings: RunSettings) -> bool:
 def streams_experts(settings: RunSettings) -> bool:
     """Whether open_run would stream experts (an MoE model over its budget) rather than layers."""
     from engine.expert_run import moe_layout_for
+    from engine.moe_layout import streams_experts as over_budget
 
-    moe = moe_layout_for(settings)
-    return moe is not None and moe.total_bytes > settings.budget_mb * 2**20
+    return over_budget(moe_layout_for(settings), settings.budget_mb)
 
 
 def check_run(settings: RunSettings) -> None:
@@ -42,10 +42,11 @@ def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_
              sample_interval_s: float = 0.1):
     """A StreamingRun, or an ExpertRun for an MoE model that exceeds the budget (or when a trace is asked for)."""
     from engine.expert_run import ExpertRun, moe_layout_for
+    from engine.moe_layout import streams_experts as streams_experts_of
     from engine.streaming_run import StreamingRun
 
     moe = moe_layout_for(settings)  # refuses malformed MoE files before llama.cpp can abort on them
-    if moe is not None and (trace_path or moe.total_bytes > settings.budget_mb * 2**20):
+    if moe is not None and (trace_path or streams_experts_of(moe, settings.budget_mb)):
         return ExpertRun(settings, trace_path=trace_path, on_sample=on_sample, sample_interval_s=sample_interval_s)
     if trace_path:
         raise ShardscopeError(f"--trace {trace_path}: {settings.model_path or 'the model'} has no experts to trace")

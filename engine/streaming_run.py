@@ -197,12 +197,12 @@ class StreamingRun:
                     self.session.request_layer_hook()
             return "live"
 
-    @staticmethod
-    def _run_kind_changes(old: RunSettings, new: RunSettings) -> bool:
+    def _run_kind_changes(self, old: RunSettings, new: RunSettings) -> bool:
         """An MoE model whose new budget no longer holds it streams experts instead: a new run (open_run)."""
-        from engine.run_factory import streams_experts
+        from engine.moe_layout import read_moe_layout, streams_experts
 
-        return streams_experts(new) != streams_experts(old)
+        moe = read_moe_layout(load_layout(self.model_path))
+        return streams_experts(moe, new.budget_mb) != streams_experts(moe, old.budget_mb)
 
     # ------------------------------------------------------------ the run
     def _phase(self, name: str) -> None:
