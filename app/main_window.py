@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 from app.charts import build_run_chart, sample_values, set_projection
 from app.config_paths import default_config_dir, profiles_dir, window_settings
 from app.control_column import ControlColumn
+from app.expert_charts import add_expert_curves, expert_values
 from app.first_start import startup_profile
 from app.gui_thread_gc import collect_garbage_on_gui_thread
 from app.model_probe import ModelInfo
@@ -34,11 +35,13 @@ from app.sweep_dialog import SweepDialog
 from app.synth_dialog import SynthDialog
 from app.tune_dialog import TuneDialog
 from app.window_actions import build_actions, build_menus
+from app.window_experts import WindowExperts
 from app.window_files import WindowFiles
 from app.window_profiles import WindowProfiles
 from engine.errors import ShardscopeError
 from engine.knobs import changed
 from engine.metrics import MetricsSample
+from engine.moe_layout import MoeLayout
 from engine.profile_file import Profile
 from engine.settings import RunSettings
 from engine.shard_plan import MIB, ShardPlan
@@ -47,7 +50,7 @@ from engine.streaming_run import RunSummary
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 
 
-class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
+class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     run_finished = Signal()
     error_shown = Signal(str)
     model_opened = Signal(str)  # resolved path, once probed
@@ -123,16 +126,18 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         self.controls, self.run_button, self.stop_button = left.controls, left.run_button, left.stop_button
         self.profile_combo, self.device_combo = self.profile_panel.combo, self.device_panel.combo
         self.chart = build_run_chart()
+        add_expert_curves(self.chart)
         self.run_view = v = RunView()
         self.live_numbers, self.round_numbers, self.projection_label = v.live_numbers, v.round_numbers, v.projection_label
         self.shard_map, self.text_view = v.shard_map, v.text_view
+        experts = self._build_expert_panel()  # MoE models only: shown by show_experts
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        for i, (widget, stretch) in enumerate(((left, 0), (self.chart, 1), (v, 0))):
+        for i, (widget, stretch) in enumerate(((left, 0), (self.chart, 1), (experts, 0), (v, 0))):
             splitter.addWidget(widget)
             splitter.setStretchFactor(i, stretch)
         # Right column: wide enough for the shard map's one-line legend (it clips, not wraps).
         right = self.shard_map.sizeHint().width() + 40
-        splitter.setSizes([330, max(500, 1500 - 330 - right), right])
+        splitter.setSizes([330, max(500, 1500 - 330 - right), 380, right])
         splitter.setChildrenCollapsible(False)
         self.splitter = splitter
         self.setCentralWidget(splitter)
@@ -178,6 +183,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         self.base_settings = settings.with_changes(model_path=None)
         self.controls.set_settings(settings)
         self._fit_ranges()
+        self._show_expert_cache()
         new = self.current_settings()
         keys = changed(old, new)
         if not keys or not self.is_running():
@@ -202,11 +208,14 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         if info is not None:
             self.controls.set_maximum("budget_mb", max(1024, math.ceil(info.total_mb * 1.5)))
             self.controls.set_maximum("n_gpu_layers", info.n_layers + 1)  # +1: the output layer
+            if info.moe is not None:
+                self.controls.set_maximum("expert_cache_mb", math.ceil(info.moe.expert_bytes / MIB))
         else:
             self.controls.set_maximum("budget_mb", 4096)
 
     def _on_edited(self, key: str, old, new) -> None:
         """A user's committed change of one control."""
+        self._show_expert_cache()
         if not self.is_running():
             self.statusBar().showMessage(f"{describe_change(key, old, new)} (applies at the next Run)", 5000)
             if key == "shard_mb":
@@ -230,6 +239,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
     def _on_device_chosen(self) -> None:
         self.projection = self.device_panel.project(self.last_round)
         self._show_projection()
+        self._show_expert_cache()
 
     def _show_projection(self) -> None:
         p = self.projection
@@ -279,6 +289,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         self.setWindowTitle(f"shardscope \u2014 {info.name}")
         self.model_status.setText(info.name)
         self._fit_ranges()
+        self.show_experts(info.moe)
         if not self.is_running():
             self.run_view.show_plan(info.plan, self.current_settings())
         elif old_path != self.model_path:
@@ -324,16 +335,21 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
         elif owner is None and shown is not None:
             self.statusBar().showMessage(f"{shown} ended", 5000)
 
-    def _on_run_started(self, plan: ShardPlan, settings: RunSettings, new_press: bool) -> None:
+    def _on_run_started(self, plan: ShardPlan | MoeLayout, settings: RunSettings, new_press: bool) -> None:
+        """``plan``: a StreamingRun's shard plan, or an ExpertRun's expert layout."""
         if new_press:
-            self.mark(f"Run: {Path(plan.model_path).name}")
+            self.mark(f"Run: {Path(getattr(plan, 'model_path', None) or plan.path).name}")
         self._overbudget.reset()
         self.warning_label.hide()
-        self.run_view.show_plan(plan, settings)
+        if isinstance(plan, MoeLayout):
+            self.run_view.show_expert_streaming(plan)
+            self.show_experts(plan)
+        else:
+            self.run_view.show_plan(plan, settings)
 
     def _on_sample(self, t: float, s: MetricsSample) -> None:
         """10 Hz: store and compare only; the widgets repaint on their own timers."""
-        self.chart.append(t, sample_values(s))
+        self.chart.append(t, {**sample_values(s), **expert_values(s)})
         self._set_level("budget", s.budget_mb)
         self._set_level("emulated", s.emulated_ssd_mb_s if s.emulated_ssd_mb_s > 0 else None)
         self.run_view.show_sample(s)
@@ -357,6 +373,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
             self.projection = projection
             self.run_view.show_round(summary)
             self._show_projection()
+            self._show_expert_cache()
 
     # ================================================================== errors
     def show_error(self, message: str) -> None:
@@ -380,6 +397,7 @@ class MainWindow(WindowProfiles, WindowFiles, QMainWindow):
             self.qsettings.setValue("profile/last", self.current_profile.name)
         self.qsettings.sync()
         self.session.close()
+        self.expert_panel.close_tasks(CLOSE_WAIT_MS)
         tasks = list(self.model_panel.tasks)
         dialog = self._synth_dialog
         if dialog is not None and shiboken6.isValid(dialog) and dialog.task is not None:

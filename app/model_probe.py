@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from engine.bundled_model import resolve_model_path
 from engine.layout_cache import load_layout
+from engine.moe_layout import MoeLayout, read_moe_layout
 from engine.shard_plan import MIB, ShardPlan, plan_shards
 
 
@@ -22,6 +23,7 @@ class ModelInfo:
     path: str  # resolved file path
     plan: ShardPlan
     file_mb: float
+    moe: MoeLayout | None = None  # routed experts (the expert panel shows), None for dense
 
     @property
     def name(self) -> str:
@@ -39,5 +41,6 @@ class ModelInfo:
 def probe_model(model_path: str | None, shard_mb: int) -> ModelInfo:
     """Raises ShardscopeError naming the file (missing, not a GGUF, corrupt header)."""
     path = resolve_model_path(model_path)
-    plan = plan_shards(load_layout(path), shard_mb)
-    return ModelInfo(model_path, path, plan, os.path.getsize(path) / MIB)
+    layout = load_layout(path)
+    plan = plan_shards(layout, shard_mb)
+    return ModelInfo(model_path, path, plan, os.path.getsize(path) / MIB, read_moe_layout(layout))

@@ -83,6 +83,15 @@ class RunView(QWidget):
             f"model weights {plan.total_bytes / MIB:,.0f} MB; "
             f"minimum budget {min_budget_mb(plan, settings):,.0f} MB")
 
+    def show_expert_streaming(self, moe) -> None:
+        """An ExpertRun has no shards: dense weights stay, experts stream (the Experts column)."""
+        self.plan = None
+        self.shard_map.set_shards([])
+        self.shard_caption.setText(
+            f"expert streaming: {moe.dense_bytes / MIB:,.0f} MB of dense weights stay resident; "
+            f"{len(moe.layers)} layers × {moe.n_expert} experts stream through the expert cache "
+            f"(see the Experts column)")
+
     def show_sample(self, s: MetricsSample) -> None:
         """10 Hz: label compares and array stores only; the widgets repaint on their own timers."""
         self.live_numbers.set_values({"tok_s": s.tok_s, "rss_mb": s.rss_mb,

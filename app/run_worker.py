@@ -1,4 +1,5 @@
-"""Drives StreamingRun on its own QThread and turns its callbacks into Qt signals.
+"""Drives a run (StreamingRun, or ExpertRun for an MoE model over its budget: the engine's
+``open_run`` decides) on its own QThread and turns its callbacks into Qt signals.
 
 Why a worker object: ``StreamingRun.run`` blocks for as long as the user lets it
 generate, and its callbacks fire on the decode thread and on the sampler's own
@@ -12,9 +13,12 @@ with the new settings without ending the thread, so the charts keep one timeline
 Each StreamingRun gets a number (``run_index``) that rides along with its
 signals, so a late sample of a replaced run can never be charted as the new one's.
 
-New settings go through ``apply``, which hands them to ``StreamingRun.apply``: the
+New settings go through ``apply``, which hands them to the run's ``apply``: the
 engine answers "live" or "restart", or refuses (raised back to the caller, nothing
 changed, so the window can revert the slider).
+
+The expert map polls ``expert_view()`` from the GUI thread: the engine copies its view
+under its own lock, and this worker's lock keeps the run from being closed meanwhile.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from engine.errors import ShardscopeError
 from engine.knobs import LIVE, changed
+from engine.run_factory import open_run
 from engine.settings import RunSettings, validate
 from engine.streaming_run import StreamingRun
 
@@ -39,7 +44,8 @@ def describe_exception(exc: BaseException, model_path: str | None) -> str:
 
 
 class RunWorker(QObject):
-    # run_index, plan, settings: a new StreamingRun was planned (fills the shard map)
+    # run_index, plan, settings: a new run was planned; plan is the ShardPlan of a
+    # StreamingRun (fills the shard map) or the MoeLayout of an ExpertRun (the expert map)
     run_started = Signal(int, object, object)
     sample = Signal(int, object)  # run_index, MetricsSample
     token = Signal(int, int, str, float)  # run_index, token index in round, piece, seconds
@@ -54,7 +60,7 @@ class RunWorker(QObject):
         self._settings = settings
         self._stop_requested = False
         self._restart_requested = False
-        self.run: StreamingRun | None = None  # the live engine run; tests read its state
+        self.run = None  # the live StreamingRun or ExpertRun; tests read its state
         self.run_index = 0
 
     # ------------------------------------------------------------------ GUI thread
@@ -70,6 +76,18 @@ class RunWorker(QObject):
             run = self.run
         if run is not None:
             run.stop()
+
+    def expert_view(self):
+        """The running ExpertRun's ExpertView (a copy), or None (dense run, none running)."""
+        with self._lock:
+            view = getattr(self.run, "expert_view", None)
+            return view() if view is not None else None
+
+    def routing_records(self):
+        """The running ExpertRun's routing so far (what engine.replay takes), or None."""
+        with self._lock:
+            records = getattr(self.run, "routing_records", None)
+            return records() if records is not None else None
 
     def apply(self, settings: RunSettings) -> str:
         """The run's answer to new settings: "live" or "restart" (then a new StreamingRun
@@ -100,12 +118,20 @@ class RunWorker(QObject):
                     self._restart_requested = False
                 self.run_index += 1
                 index = self.run_index
-                run = StreamingRun(
-                    settings,
-                    on_sample=lambda s, i=index: self.sample.emit(i, s),
-                    on_token=lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt),
-                    on_phase=lambda name, i=index: self.phase.emit(i, name),
-                )
+                phases: list[str] = []  # an ExpertRun has no phase callback: its samples name the phase
+
+                def on_sample(s, i=index, phases=phases) -> None:
+                    self.sample.emit(i, s)
+                    if phases and s.phase and s.phase != phases[-1]:
+                        phases.append(s.phase)
+                        self.phase.emit(i, s.phase)
+
+                run = open_run(settings, on_sample=on_sample)
+                if isinstance(run, StreamingRun):
+                    run.on_token = lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt)
+                    run.on_phase = lambda name, i=index: self.phase.emit(i, name)
+                else:
+                    phases.append("")
                 with self._lock:
                     wanted = self._settings
                     try:  # knobs moved while it was planned: the run takes them, or a new plan does
@@ -120,8 +146,8 @@ class RunWorker(QObject):
                         continue
                     self.run = run
                 try:
-                    self.run_started.emit(index, run.plan, run.settings)
-                    run.run(continuous=True, on_summary=lambda s, i=index: self.summary.emit(i, s))
+                    self.run_started.emit(index, getattr(run, "plan", None) or run.moe, run.settings)
+                    run.run(continuous=True, on_summary=self._on_summary(index, run))
                 except Exception:
                     if not run.stopping:
                         raise
@@ -137,6 +163,18 @@ class RunWorker(QObject):
             self.failed.emit(describe_exception(exc, self.settings.model_path))
         finally:
             self.finished.emit()
+
+
+    def _on_summary(self, index: int, run):
+        """A round's summary; an ExpertRun streams no token pieces, so its round's text
+        is shown whole when the round ends."""
+        if isinstance(run, StreamingRun):
+            return lambda s: self.summary.emit(index, s)
+
+        def emit(s) -> None:
+            self.token.emit(index, 0, s.text, 0.0)
+            self.summary.emit(index, s)
+        return emit
 
 
 class RunThread:

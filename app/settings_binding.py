@@ -1,11 +1,12 @@
-"""The tuning controls, one per enabled knob that declares a slider or choices (engine.knobs).
+"""The tuning controls, one per enabled knob that declares a slider or choices, or is a bool
+(a check box) (engine.knobs).
 
 Titles, units, ranges, steps and tips come from the knob's declaration, so profiles, the
 engine and the window all speak in RunSettings field names and nothing maps "the third
 slider" to a knob by hand.
 
 ``edited(key, old, new)`` fires only for a user's committed change (slider let go,
-keyboard step, combo pick), never when code sets a value (loading a profile,
+keyboard step, combo pick, box ticked), never when code sets a value (loading a profile,
 reverting a refused change): the window marks the chart and pushes to the engine
 exactly once per real change.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from engine.knobs import ENABLED, KNOBS, Knob
 from engine.settings import RunSettings
@@ -23,6 +24,7 @@ from widgets import LabelledSlider, format_number
 
 SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider and KNOBS[k].in_window)
 COMBOS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].choices and KNOBS[k].in_window)
+CHECKS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].type is bool and KNOBS[k].in_window)
 
 
 def describe_change(key: str, old, new) -> str:
@@ -32,6 +34,8 @@ def describe_change(key: str, old, new) -> str:
     def show(v):
         if spec.off and not v:
             return spec.off
+        if isinstance(v, bool):
+            return "on" if v else "off"
         if key == "model_path":
             return Path(v).name if v else "bundled"
         return format_number(v) if isinstance(v, (int, float)) else str(v)
@@ -51,6 +55,7 @@ class SettingsPanel(QWidget):
         super().__init__(parent)
         self.sliders: dict[str, LabelledSlider] = {}
         self.combos: dict[str, QComboBox] = {}
+        self.checks: dict[str, QCheckBox] = {}
         self._committed: dict[str, object] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -82,6 +87,15 @@ class SettingsPanel(QWidget):
             # activated: user picks only (currentIndexChanged also fires for code).
             combo.activated.connect(lambda _i, k=spec.name, c=combo: self._on_commit(k, c.currentText()))
             self.combos[spec.name] = combo
+        for spec in CHECKS:
+            box = QCheckBox(spec.label, self)
+            box.setToolTip(spec.tip)
+            box.setChecked(bool(spec.default))
+            layout.addWidget(box)
+            self._committed[spec.name] = box.isChecked()
+            # clicked: user toggles only (toggled also fires for code).
+            box.clicked.connect(lambda checked, k=spec.name: self._on_commit(k, bool(checked)))
+            self.checks[spec.name] = box
         self.policy_combo = self.combos["policy"]
 
     # ------------------------------------------------------------------ reading
@@ -103,6 +117,10 @@ class SettingsPanel(QWidget):
 
     def set_value(self, key: str, value) -> None:
         """Set one control quietly: used for profiles and to revert a refused change."""
+        if key in self.checks:
+            self.checks[key].setChecked(bool(value))
+            self._committed[key] = bool(value)
+            return
         if key in self.combos:
             self.combos[key].setCurrentText(str(value))
             self._committed[key] = self.combos[key].currentText()
@@ -114,6 +132,13 @@ class SettingsPanel(QWidget):
             slider.setRange(lo, self._round_up(key, v))  # a profile's value must show exactly
         slider.setValue(v)
         self._committed[key] = _cast(key, slider.value())
+
+    def commit(self, key: str, value) -> None:
+        """Set one control as if the user had (a click elsewhere chose the value): emits ``edited``."""
+        old = self._committed[key]
+        self.set_value(key, value)
+        if self._committed[key] != old:
+            self.edited.emit(key, old, self._committed[key])
 
     def set_maximum(self, key: str, maximum: int) -> None:
         """Fit a slider's range to the model (budget ~ model size); never below its value."""

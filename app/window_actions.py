@@ -13,6 +13,8 @@ ACTIONS = (
     ("synth_action", "Write synthetic model…", None, "_synth_dialog_open",
      "Write a random-weight model of any size, then open it"),
     ("save_profile_action", "Save profile…", "Ctrl+S", "_save_profile_dialog", ""),
+    ("trace_action", "Open routing trace…", None, "_open_trace_dialog",
+     "Replay a routing trace (shardscope bench --trace) into the cacheability curve"),
     ("export_action", "Export…", "Ctrl+E", "_export_dialog", "Summary CSV, timeline CSV and a PNG of the charts"),
     ("quit_action", "Quit", Std.Quit, "close", ""),
     ("follow_action", "Follow latest", "End", "follow_latest", "Scroll the charts back to the newest samples"),
@@ -23,7 +25,7 @@ ACTIONS = (
      "Fit the chosen device's speed from llama-bench rows measured on it (docs/calibration.md)"),
 )
 MENUS = {
-    "&File": ("open_action", "synth_action", None, "export_action", None, "quit_action"),
+    "&File": ("open_action", "synth_action", "trace_action", None, "export_action", None, "quit_action"),
     "&Run": ("run_action", "stop_action", None, "sweep_action", "tune_action", None, "follow_action"),
     "&Profile": ("save_profile_action", None, "calibrate_action"),
 }

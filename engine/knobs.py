@@ -117,11 +117,11 @@ class RunSettings:
     # Dense models ignore them (a sweep or tune varies them only for MoE models); all three are live.
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
-        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True,
+        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, slider=(0, 4096, 1),
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
         "lru", label="Expert policy", short="expert policy", choices=("lru", "lfu", "hot"),
-        flag="--expert-policy", in_window=False, sweep="str", sweep_rank=9, tune="lru,lfu,hot", tune_rank=6,
+        flag="--expert-policy", sweep="str", sweep_rank=9, tune="lru,lfu,hot", tune_rank=6,
         live=True,
         tip="Which cached experts make room: least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(

@@ -84,6 +84,10 @@ class CacheabilityPlot(pg.PlotWidget):
     def curves(self) -> dict[str, list[tuple[float, float]]]:
         return {k: list(v) for k, v in self._points.items()}
 
+    def projected(self) -> list[tuple[float, float]]:
+        """The projected (cache MiB, tok/s) points drawn on the right axis."""
+        return list(self._projected)
+
     def nearest_size(self, x: float) -> float | None:
         sizes = sorted({p[0] for pts in self._points.values() for p in pts})
         return min(sizes, key=lambda s: abs(s - x)) if sizes else None

@@ -233,5 +233,7 @@ class ExpertMap(QWidget):
         if n_experts and width >= n_experts:
             width = width // n_experts * n_experts
         if n_layers and height >= n_layers:
-            height = min(height // n_layers, max(4, width // max(1, n_experts) * 2)) * n_layers
+            # Rows up to twice a cell's width, and never thinner than 16 px when room allows:
+            # a 4-layer model is a strip otherwise.
+            height = min(height // n_layers, max(16, width // max(1, n_experts) * 2)) * n_layers
         return QRect(_MARGIN, self._grid_top(), width, height)

@@ -1,0 +1,59 @@
+"""The MoE curves on the run chart: expert hit rate and speculation accuracy beside the dense
+hit rate, and a row splitting the bytes read per token into dense and experts.
+
+They read MetricsSample's expert fields, which are NaN in dense runs' samples (and absent
+from an older engine's): a NaN is a gap, so a dense run draws none of them, and the
+per-token row is taken out of the layout while a dense model is open (an empty row
+would only shrink the others).
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.charts import keep_top_clear
+from engine.metrics import MetricsSample
+from widgets import LiveChart
+
+EXPERT_COLORS = {"expert_hit": "#d62728", "spec": "#f2a93b", "dense_tok": "#555d66", "expert_tok": "#d9822b"}
+# curve key -> MetricsSample field
+EXPERT_CURVE_FIELDS = {
+    "expert_hit": "expert_hit_rate", "spec": "spec_accuracy",
+    "dense_tok": "dense_mb_per_token", "expert_tok": "expert_mb_per_token",
+}
+PERCENT_CURVES = ("expert_hit", "spec")  # fractions in the sample, % on the hit-rate axis
+
+
+def add_expert_curves(chart: LiveChart) -> None:
+    """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
+    chart.add_curve("hit", "expert_hit", "expert hit rate", EXPERT_COLORS["expert_hit"])
+    chart.add_curve("hit", "spec", "speculation accuracy", EXPERT_COLORS["spec"])
+    chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MB")
+    chart.add_curve("per_token", "dense_tok", "dense", EXPERT_COLORS["dense_tok"])
+    chart.add_curve("per_token", "expert_tok", "experts", EXPERT_COLORS["expert_tok"], fill_to_zero=True)
+    keep_top_clear(chart.plot_item("per_token"))
+    show_expert_row(chart, False)
+
+
+def show_expert_row(chart: LiveChart, visible: bool) -> None:
+    """Put the per-token row in (MoE model) or take it out (dense); the bottom row shows time."""
+    item, above = chart.plot_item("per_token"), chart.plot_item("toks")
+    shown = item in chart.ci.items
+    if visible == shown:
+        return
+    if visible:
+        chart.ci.addItem(item, row=len(chart.ci.items), col=0)
+    else:
+        chart.ci.removeItem(item)
+    for bottom, last in ((above, not visible), (item, visible)):
+        bottom.getAxis("bottom").setStyle(showValues=last)
+        bottom.getAxis("bottom").showLabel(last)
+
+
+def expert_values(s: MetricsSample) -> dict[str, float]:
+    values = {}
+    for curve, field in EXPERT_CURVE_FIELDS.items():
+        value = getattr(s, field, None)
+        value = math.nan if value is None else float(value)
+        values[curve] = 100.0 * value if curve in PERCENT_CURVES else value
+    return values

@@ -1,0 +1,73 @@
+"""The window's MoE side: the expert column shown for MoE models, fed from the run, and the
+cacheability curve's click back into the expert cache knob.
+
+A mixin of MainWindow (it uses the window's session, controls and device panel), kept
+apart so the window module stays about drawing and stays short.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import QFileDialog
+
+from app.expert_charts import show_expert_row
+from app.expert_panel import ExpertPanel
+from engine.moe_layout import MoeLayout
+
+MIB = 1024 * 1024
+
+
+class WindowExperts:
+    def _build_expert_panel(self) -> ExpertPanel:
+        panel = ExpertPanel()
+        panel.view_source = lambda: self.worker.expert_view() if self.worker is not None else None
+        panel.records_source = lambda: self.worker.routing_records() if self.worker is not None else None
+        panel.cache_size_chosen.connect(self.choose_expert_cache)
+        panel.failed.connect(lambda m: self.statusBar().showMessage(m.splitlines()[0], 8000))
+        panel.hide()
+        self.expert_panel = panel
+        return panel
+
+    def show_experts(self, moe: MoeLayout | None) -> None:
+        """Show the expert column for an MoE model (hide it for a dense one)."""
+        show_expert_row(self.chart, moe is not None)
+        if moe is None:
+            self.expert_panel.hide()
+            return
+        self.expert_panel.show_layout(moe)
+        if self.expert_panel.isHidden():
+            # Room for the expert column comes from the right column, not the charts.
+            sizes = self.splitter.sizes()
+            right = max(self.run_view.minimumWidth(), sizes[3] - 380)
+            self.splitter.setSizes([sizes[0], max(360, sum(sizes) - sizes[0] - 380 - right), 380, right])
+        self.expert_panel.show()
+        self._show_expert_cache()
+
+    def _show_expert_cache(self) -> None:
+        """Mark the cache size in use: the knob, or (0) what the budget leaves after dense weights."""
+        moe, s = self.expert_panel.moe, self.current_settings()
+        if s.expert_cache_mb:
+            cache = float(s.expert_cache_mb)
+        else:
+            cache = max(0.0, s.budget_mb - moe.dense_bytes / MIB) if moe is not None else None
+        self.expert_panel.set_current_cache(cache)
+        self.expert_panel.set_projection_inputs(self.last_round, self.device_id(), s.expert_policy)
+
+    def choose_expert_cache(self, cache_mb: float) -> None:
+        """A click on the cacheability curve: that size becomes the expert cache, as if the
+        slider had been moved (marked, and applied live to a running run)."""
+        self.controls.commit("expert_cache_mb", int(round(cache_mb)))
+        self._show_expert_cache()
+
+    def _open_trace_dialog(self) -> None:
+        start = str(Path(self.model_info.path).parent) if self.model_info else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Open routing trace", start,
+                                              "Routing traces (*.jsonl *.json);;All files (*)")
+        if path:
+            self.open_trace(path)
+
+    def open_trace(self, path: str) -> None:
+        """Replay a trace file (written by ``shardscope bench --trace``) into the cacheability plot."""
+        self.expert_panel.show()
+        self.expert_panel.compute_from_file(path)
