@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	@echo "==> Starting the workbench (shardscope gui) on the bundled model"
-	$(PY) -m app
+	$(PY) -m shardscope.app
 
 test: $(STAMP)
 	@echo "==> Running the test suite (a few minutes; streams real models)"

@@ -1,7 +1,7 @@
-"""``python -m app`` opens the workbench (same as ``shardscope`` with no arguments)."""
+"""``python -m shardscope.app`` opens the workbench (same as ``shardscope`` with no arguments)."""
 
 import sys
 
-from app.main import main
+from shardscope.app.main import main
 
 sys.exit(main())

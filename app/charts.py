@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from engine.metrics import MetricsSample
-from widgets import LiveChart, format_number
+from shardscope.engine.metrics import MetricsSample
+from shardscope.widgets import LiveChart, format_number
 
 # Resident weights use the shard map's "resident" green on purpose: same meaning.
 COLORS = {

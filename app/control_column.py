@@ -5,11 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from app.device_panel import DevicePanel
-from app.model_panel import ModelPanel
-from app.profile_panel import ProfilePanel
-from app.profile_store import ProfileStore
-from app.settings_binding import SettingsPanel
+from shardscope.app.device_panel import DevicePanel
+from shardscope.app.model_panel import ModelPanel
+from shardscope.app.profile_panel import ProfilePanel
+from shardscope.app.profile_store import ProfileStore
+from shardscope.app.settings_binding import SettingsPanel
 
 
 class ControlColumn(QScrollArea):
@@ -41,7 +41,7 @@ class ControlColumn(QScrollArea):
 
     def _check_gpu(self) -> None:
         try:
-            from engine.llama_session import gpu_offload_supported
+            from shardscope.engine.llama_session import gpu_offload_supported
 
             supported = gpu_offload_supported()
         except Exception:  # a broken llama.cpp install shows up properly at Run

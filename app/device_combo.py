@@ -15,8 +15,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QWidget
 
-from engine.devices import Device, builtin_devices
-from engine.errors import ShardscopeError
+from shardscope.engine.devices import Device, builtin_devices
+from shardscope.engine.errors import ShardscopeError
 
 NONE_TEXT = "none"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGroupBox, QVBoxLayout, QWidget
 
-from app.device_combo import DeviceCombo
-from app.round_projection import RoundProjection, project_round
-from engine.errors import ShardscopeError
-from engine.run_projection import fill_device_columns
-from engine.streaming_run import RunSummary
+from shardscope.app.device_combo import DeviceCombo
+from shardscope.app.round_projection import RoundProjection, project_round
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.run_projection import fill_device_columns
+from shardscope.engine.streaming_run import RunSummary
 
 
 class DevicePanel(QGroupBox):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from app.charts import keep_top_clear
-from engine.metrics import MetricsSample
-from widgets import LiveChart
+from shardscope.app.charts import keep_top_clear
+from shardscope.engine.metrics import MetricsSample
+from shardscope.widgets import LiveChart
 
 EXPERT_COLORS = {"expert_hit": "#d62728", "spec": "#f2a93b", "dense_tok": "#555d66", "expert_tok": "#d9822b"}
 # curve key -> MetricsSample field

@@ -15,12 +15,12 @@ from typing import Callable
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.background import BackgroundTask
-from app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
-from engine.errors import ShardscopeError
-from engine.moe_layout import MoeLayout
-from widgets import ExpertMap
-from widgets.cacheability_plot import CacheabilityPlot
+from shardscope.app.background import BackgroundTask
+from shardscope.app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.moe_layout import MoeLayout
+from shardscope.widgets import ExpertMap
+from shardscope.widgets.cacheability_plot import CacheabilityPlot
 
 MIB = 1024 * 1024
 POLL_MS = 100

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from engine.csv_out import TIMELINE_COLUMNS, timeline_rows, write_rows
-from engine.errors import ShardscopeError
-from engine.metrics import MetricsSample
-from engine.streaming_run import RunSummary
+from shardscope.engine.csv_out import TIMELINE_COLUMNS, timeline_rows, write_rows
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.streaming_run import RunSummary
 
 
 @dataclass(frozen=True)

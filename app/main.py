@@ -18,8 +18,8 @@ import sys
 def run_gui(model_path: str | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
-    from app.config_paths import APP_NAME
-    from app.main_window import MainWindow
+    from shardscope.app.config_paths import APP_NAME
+    from shardscope.app.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else APP_NAME])
     app.setApplicationName(APP_NAME)
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run_gui(rest[0] if rest else None)
-    from engine.cli import main as cli_main
+    from shardscope.engine.cli import main as cli_main
 
     return cli_main(args)
 

@@ -18,34 +18,34 @@ from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 
-from app.charts import build_run_chart, sample_values, set_projection
-from app.config_paths import default_config_dir, profiles_dir, window_settings
-from app.control_column import ControlColumn
-from app.expert_charts import add_expert_curves, expert_values
-from app.first_start import startup_profile
-from app.gui_thread_gc import collect_garbage_on_gui_thread
-from app.model_probe import ModelInfo
-from app.overbudget_watch import OverBudgetWatch
-from app.profile_store import ProfileStore
-from app.round_projection import RoundProjection
-from app.run_session import CLOSE_WAIT_MS, RunSession
-from app.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
-from app.settings_binding import describe_change
-from app.sweep_dialog import SweepDialog
-from app.synth_dialog import SynthDialog
-from app.tune_dialog import TuneDialog
-from app.window_actions import build_actions, build_menus
-from app.window_experts import WindowExperts
-from app.window_files import WindowFiles
-from app.window_profiles import WindowProfiles
-from engine.errors import ShardscopeError
-from engine.knobs import changed
-from engine.metrics import MetricsSample
-from engine.moe_layout import MoeLayout
-from engine.profile_file import Profile
-from engine.settings import RunSettings
-from engine.shard_plan import MIB, ShardPlan
-from engine.streaming_run import RunSummary
+from shardscope.app.charts import build_run_chart, sample_values, set_projection
+from shardscope.app.config_paths import default_config_dir, profiles_dir, window_settings
+from shardscope.app.control_column import ControlColumn
+from shardscope.app.expert_charts import add_expert_curves, expert_values
+from shardscope.app.first_start import startup_profile
+from shardscope.app.gui_thread_gc import collect_garbage_on_gui_thread
+from shardscope.app.model_probe import ModelInfo
+from shardscope.app.overbudget_watch import OverBudgetWatch
+from shardscope.app.profile_store import ProfileStore
+from shardscope.app.round_projection import RoundProjection
+from shardscope.app.run_session import CLOSE_WAIT_MS, RunSession
+from shardscope.app.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
+from shardscope.app.settings_binding import describe_change
+from shardscope.app.sweep_dialog import SweepDialog
+from shardscope.app.synth_dialog import SynthDialog
+from shardscope.app.tune_dialog import TuneDialog
+from shardscope.app.window_actions import build_actions, build_menus
+from shardscope.app.window_experts import WindowExperts
+from shardscope.app.window_files import WindowFiles
+from shardscope.app.window_profiles import WindowProfiles
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import changed
+from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.moe_layout import MoeLayout
+from shardscope.engine.profile_file import Profile
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.streaming_run import RunSummary
 
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 

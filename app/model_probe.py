@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine.bundled_model import resolve_model_path
-from engine.layout_cache import load_layout
-from engine.moe_layout import MoeLayout, read_moe_layout
-from engine.shard_plan import MIB, ShardPlan, plan_shards
+from shardscope.engine.bundled_model import resolve_model_path
+from shardscope.engine.layout_cache import load_layout
+from shardscope.engine.moe_layout import MoeLayout, read_moe_layout
+from shardscope.engine.shard_plan import MIB, ShardPlan, plan_shards
 
 
 @dataclass(frozen=True)

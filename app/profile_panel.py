@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QPushButton, QWidget
 
-from app.profile_store import ProfileStore
-from engine.profile_file import Profile
+from shardscope.app.profile_store import ProfileStore
+from shardscope.engine.profile_file import Profile
 
 
 class ProfilePanel(QGroupBox):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.devices import Device, get_device
-from engine.projection import Projection
-from engine.run_projection import projection_for
-from widgets import format_number
+from shardscope.engine.devices import Device, get_device
+from shardscope.engine.projection import Projection
+from shardscope.engine.run_projection import projection_for
+from shardscope.widgets import format_number
 
 # The preset quantities the roofline's three terms read; the app memory limit sets no tok/s.
 PROJECTION_INPUTS: dict[str, str] = {

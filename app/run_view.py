@@ -6,12 +6,12 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
-from app.round_projection import RoundProjection
-from engine.metrics import MetricsSample
-from engine.settings import RunSettings
-from engine.shard_plan import MIB, ShardPlan
-from engine.streaming_run import RunSummary, min_budget_mb
-from widgets import NumbersPanel, ShardMap
+from shardscope.app.round_projection import RoundProjection
+from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.streaming_run import RunSummary, min_budget_mb
+from shardscope.widgets import NumbersPanel, ShardMap
 
 LIVE_FIELDS = [
     ("tok_s", "tok/s now", "tok/s"),

@@ -28,11 +28,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
-from engine.errors import ShardscopeError
-from engine.knobs import LIVE, changed
-from engine.run_factory import open_run
-from engine.settings import RunSettings, validate
-from engine.streaming_run import StreamingRun
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import LIVE, changed
+from shardscope.engine.run_factory import open_run
+from shardscope.engine.settings import RunSettings, validate
+from shardscope.engine.streaming_run import StreamingRun
 
 
 def describe_exception(exc: BaseException, model_path: str | None) -> str:

@@ -8,8 +8,8 @@ from typing import Callable, Protocol
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QPushButton
 
-from app.search_runner import SearchHost
-from engine.settings import RunSettings
+from shardscope.app.search_runner import SearchHost
+from shardscope.engine.settings import RunSettings
 
 
 class DialogHost(Protocol):

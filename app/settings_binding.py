@@ -18,9 +18,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.knobs import ENABLED, KNOBS, Knob
-from engine.settings import RunSettings
-from widgets import LabelledSlider, format_number
+from shardscope.engine.knobs import ENABLED, KNOBS, Knob
+from shardscope.engine.settings import RunSettings
+from shardscope.widgets import LabelledSlider, format_number
 
 SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider and KNOBS[k].in_window)
 COMBOS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].choices and KNOBS[k].in_window)

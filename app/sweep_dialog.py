@@ -22,17 +22,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
-from app.device_combo import DeviceCombo
-from app.search_dialog import DialogHost, SearchDialog
-from app.knob_fields import KnobField, KnobFields, knob_field
-from app.progress_text import eta_text
-from app.search_runner import SearchRunner
-from app.sweep_plot import Y_METRICS, SweepPlot
-from app.sweep_table import SweepTable
-from engine.errors import ShardscopeError
-from engine.knobs import KNOBS
-from engine.settings import RunSettings
-from engine.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
+from shardscope.app.device_combo import DeviceCombo
+from shardscope.app.search_dialog import DialogHost, SearchDialog
+from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
+from shardscope.app.progress_text import eta_text
+from shardscope.app.search_runner import SearchRunner
+from shardscope.app.sweep_plot import Y_METRICS, SweepPlot
+from shardscope.app.sweep_table import SweepTable
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import KNOBS
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
 
 DEFAULT_TOKENS = 8  # as `shardscope sweep`: the first is warm-up, 7 are averaged
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import pyqtgraph as pg
 from PySide6.QtWidgets import QWidget
 
-from engine.sweep import SweepResult, describe_settings
-from widgets import format_number
+from shardscope.engine.sweep import SweepResult, describe_settings
+from shardscope.widgets import format_number
 
 MAX_TICKS = 12  # more swept values than this: let pyqtgraph choose the ticks
 Y_METRICS = {"avg_ts": "measured tok/s (here)", "projected_ts": "projected tok/s (device)"}

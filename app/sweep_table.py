@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
-from engine.knobs import KNOBS
-from engine.sweep import SweepResult
-from widgets import format_number
+from shardscope.engine.knobs import KNOBS
+from shardscope.engine.sweep import SweepResult
+from shardscope.widgets import format_number
 
 RESULT_ROLE = Qt.ItemDataRole.UserRole + 1
 

@@ -14,8 +14,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from app.background import BackgroundTask
-from engine.synth import MIN_SIZE_MB, write_synthetic_model
+from shardscope.app.background import BackgroundTask
+from shardscope.engine.synth import MIN_SIZE_MB, write_synthetic_model
 
 
 class SynthDialog(QDialog):

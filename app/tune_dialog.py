@@ -24,17 +24,17 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout)
 
-from app.device_combo import DeviceCombo
-from app.search_dialog import DialogHost, SearchDialog
-from app.knob_fields import KnobField, KnobFields, knob_field
-from app.round_projection import unverified_inputs
-from app.search_runner import SearchRunner
-from engine.devices import get_device
-from engine.errors import ShardscopeError
-from engine.knobs import KNOBS, describe
-from engine.settings import RunSettings
-from engine.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
-from widgets import format_number
+from shardscope.app.device_combo import DeviceCombo
+from shardscope.app.search_dialog import DialogHost, SearchDialog
+from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
+from shardscope.app.round_projection import unverified_inputs
+from shardscope.app.search_runner import SearchRunner
+from shardscope.engine.devices import get_device
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import KNOBS, describe
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
+from shardscope.widgets import format_number
 
 DEFAULT_TOKENS = 6  # as `shardscope tune`
 DEFAULT_PASSES = 2

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
 
-from app.expert_charts import show_expert_row
-from app.expert_panel import ExpertPanel
-from engine.moe_layout import MoeLayout
+from shardscope.app.expert_charts import show_expert_row
+from shardscope.app.expert_panel import ExpertPanel
+from shardscope.engine.moe_layout import MoeLayout
 
 MIB = 1024 * 1024
 

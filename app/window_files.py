@@ -12,10 +12,10 @@ from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog
 
-from app.background import BackgroundTask
-from app.export import ExportPaths, base_from_chosen, export_session
-from app.synth_dialog import SynthDialog
-from engine.errors import ShardscopeError
+from shardscope.app.background import BackgroundTask
+from shardscope.app.export import ExportPaths, base_from_chosen, export_session
+from shardscope.app.synth_dialog import SynthDialog
+from shardscope.engine.errors import ShardscopeError
 
 
 class WindowFiles:
@@ -88,7 +88,7 @@ class WindowFiles:
 
     def calibrate_from(self, device_id: str, path: str) -> BackgroundTask:
         """Runs the bundled model here for the reference rows, so off the GUI thread."""
-        from engine.calibrate import calibrate
+        from shardscope.engine.calibrate import calibrate
 
         task = BackgroundTask(lambda _progress: calibrate(device_id, path), self)
         task.succeeded.connect(lambda result: self._calibrated(device_id, result))

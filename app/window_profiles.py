@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QInputDialog
 
-from engine.errors import ShardscopeError
-from engine.profile_file import Profile
-from engine.settings import RunSettings
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.profile_file import Profile
+from shardscope.engine.settings import RunSettings
 
 
 class WindowProfiles:

@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_models import synthetic_model  # noqa: E402
-from engine.settings import RunSettings  # noqa: E402
-from engine.units import MIB  # noqa: E402
-from engine.verify import format_report, verified_run  # noqa: E402
+from shardscope.engine.settings import RunSettings  # noqa: E402
+from shardscope.engine.units import MIB  # noqa: E402
+from shardscope.engine.verify import format_report, verified_run  # noqa: E402
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ if not os.environ.get("DISPLAY"):
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from engine.settings import RunSettings  # noqa: E402
+from shardscope.engine.settings import RunSettings  # noqa: E402
 
 
 def application() -> QApplication:
@@ -72,7 +72,7 @@ class StallProbe:
 
 
 def open_window(model: str, settings: RunSettings):
-    from app.main_window import MainWindow
+    from shardscope.app.main_window import MainWindow
 
     app = application()
     config = Path(tempfile.mkdtemp(prefix="shardscope-bench-"))

@@ -38,15 +38,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.expert_run import ExpertRun  # noqa: E402
-from engine.expert_streaming import min_cache_bytes  # noqa: E402
-from engine.gguf_layout import read_layout  # noqa: E402
-from engine.moe_layout import read_moe_layout  # noqa: E402
-from engine.projection import moe_ssd_bytes_per_token  # noqa: E402
-from engine.replay import replay_one  # noqa: E402
-from engine.routing_trace import read_trace  # noqa: E402
-from engine.settings import RunSettings  # noqa: E402
-from engine.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.expert_run import ExpertRun  # noqa: E402
+from shardscope.engine.expert_streaming import min_cache_bytes  # noqa: E402
+from shardscope.engine.gguf_layout import read_layout  # noqa: E402
+from shardscope.engine.moe_layout import read_moe_layout  # noqa: E402
+from shardscope.engine.projection import moe_ssd_bytes_per_token  # noqa: E402
+from shardscope.engine.replay import replay_one  # noqa: E402
+from shardscope.engine.routing_trace import read_trace  # noqa: E402
+from shardscope.engine.settings import RunSettings  # noqa: E402
+from shardscope.engine.user_dirs import cache_dir  # noqa: E402
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -54,8 +54,8 @@ N_EXPERT, N_USED, N_SHARED = 96, 2, 1
 
 
 def model_path(size_mb: int) -> str:
-    from engine.synth import write_synthetic_model
-    from engine.synth_moe import MoeSpec
+    from shardscope.engine.synth import write_synthetic_model
+    from shardscope.engine.synth_moe import MoeSpec
 
     path = cache_dir() / "bench" / f"moe-{N_EXPERT}x{N_USED}-shexp{N_SHARED}-{size_mb}mb.gguf"
     if not path.exists():

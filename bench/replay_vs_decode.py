@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cacheability_curve import compute, compute_in_process  # noqa: E402
-from engine.run_factory import open_run  # noqa: E402
-from engine.settings import RunSettings  # noqa: E402
+from shardscope.app.cacheability_curve import compute, compute_in_process  # noqa: E402
+from shardscope.engine.run_factory import open_run  # noqa: E402
+from shardscope.engine.settings import RunSettings  # noqa: E402
 
 
 def main() -> None:

@@ -72,10 +72,10 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from bench.gui_session import pump
-    from engine.gguf_layout import read_layout
-    from engine.moe_layout import read_moe_layout
-    from engine.synth import write_synthetic_model
-    from engine.synth_moe import MoeSpec
+    from shardscope.engine.gguf_layout import read_layout
+    from shardscope.engine.moe_layout import read_moe_layout
+    from shardscope.engine.synth import write_synthetic_model
+    from shardscope.engine.synth_moe import MoeSpec
 
     model = Path(args.dir) / f"moe-{args.layers}x{args.experts}x{args.used}-{args.size_mb}mb.gguf"
     if not model.exists():
@@ -86,7 +86,7 @@ def main() -> int:
     budget = int((moe.dense_bytes + args.cache_share * moe.expert_bytes) / MIB) + 1
 
     app = QApplication.instance() or QApplication([])
-    from app.main_window import MainWindow
+    from shardscope.app.main_window import MainWindow
 
     window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=str(model))
     window.resize(1600, 960)

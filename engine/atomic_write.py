@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

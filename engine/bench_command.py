@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from engine.csv_out import TIMELINE_COLUMNS, append_rows, timeline_rows, write_rows
-from engine.run_factory import open_run
-from engine.settings import RunSettings
-from engine.streaming_run import RunSummary
+from shardscope.engine.csv_out import TIMELINE_COLUMNS, append_rows, timeline_rows, write_rows
+from shardscope.engine.run_factory import open_run
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.streaming_run import RunSummary
 
 
 def attach_projection(summary: RunSummary, device_id: str | None) -> None:
     """Fill the device columns: what this run's measured bytes would do on a device."""
     if not device_id:
         return
-    from engine.run_projection import project_summary
+    from shardscope.engine.run_projection import project_summary
 
     project_summary(summary, device_id)
 
@@ -38,7 +38,7 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
     summaries: list[RunSummary] = []
     samples: list = []
     if on_verify is not None:  # one run, every figure paired with an independent source
-        from engine.verify import verified_run
+        from shardscope.engine.verify import verified_run
 
         report, samples = verified_run(settings, on_sample=on_sample)
         summaries.append(report.summary)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 # llama-cpp-python release → llama.cpp commit it vendors (its CHANGELOG.md).
 VENDORED_COMMITS = {
@@ -97,7 +97,7 @@ def build_info() -> BuildInfo:
 
 def _registry():
     """(devices as (type, description), backend names as (name, device count)) from libggml."""
-    from engine.llama_session import _ensure_backend  # registers the backends once
+    from shardscope.engine.llama_session import _ensure_backend  # registers the backends once
 
     _ensure_backend()
     lib = _ggml_lib("ggml")
@@ -139,7 +139,7 @@ def machine_info() -> dict:
 def _model_facts(path: str, size: int, mtime_ns: int) -> tuple[str, int, int]:
     import llama_cpp
 
-    from engine.llama_session import _ensure_backend
+    from shardscope.engine.llama_session import _ensure_backend
 
     _ensure_backend()
     params = llama_cpp.llama_model_default_params()

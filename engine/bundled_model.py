@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.errors import ShardscopeError
-from engine.user_dirs import cache_dir
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.user_dirs import cache_dir
 
 BUNDLED_FILENAME = "gemma-3-270m-Q4_K_M.gguf"
 BUNDLED_SIZE = 253_113_024

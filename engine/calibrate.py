@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 REQUIRED_FIELDS = ("model_type", "model_size", "model_n_params", "n_threads", "n_prompt", "n_gen", "avg_ts")
 _NUMBERS = ("model_size", "model_n_params", "n_threads", "n_prompt", "n_gen", "avg_ts")
@@ -198,11 +198,11 @@ def fit(device_obs: list[Observation], host_obs: list[Observation], performance_
 # ------------------------------------------------------------ the command
 def _measure_here(model: tuple[str, int, int], threads: int, tokens: int, where: str) -> list[Observation]:
     """This machine's rows for the bundled model: a bench run that fits its budget, 3 repetitions."""
-    from engine.bench_command import run_repetitions
-    from engine.build_info import model_info
-    from engine.bundled_model import bundled_model_path
-    from engine.llama_bench_output import rows_for, utc_now
-    from engine.settings import RunSettings
+    from shardscope.engine.bench_command import run_repetitions
+    from shardscope.engine.build_info import model_info
+    from shardscope.engine.bundled_model import bundled_model_path
+    from shardscope.engine.llama_bench_output import rows_for, utc_now
+    from shardscope.engine.settings import RunSettings
 
     bundled = str(bundled_model_path())
     info = model_info(bundled)
@@ -219,7 +219,7 @@ def _measure_here(model: tuple[str, int, int], threads: int, tokens: int, where:
 def calibrate(device_id: str, results_path: str, *, reference_path: str | None = None, threads: int = 2,
               tokens: int = 16) -> tuple[Fit, Path]:
     """Fit, then store in the user's device file; nothing is written when anything is refused."""
-    from engine.devices import get_device, save_calibration
+    from shardscope.engine.devices import get_device, save_calibration
 
     device = get_device(device_id)
     where = str(results_path)

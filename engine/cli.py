@@ -11,10 +11,10 @@ import contextlib
 import math
 import sys
 
-from engine.cli_args import (add_output_arguments, add_run_arguments, non_negative_float, non_negative_int, positive_float,
+from shardscope.engine.cli_args import (add_output_arguments, add_run_arguments, non_negative_float, non_negative_int, positive_float,
                              positive_int, settings_from_args)
-from engine.errors import ShardscopeError
-from engine.knobs import describe
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import describe
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,8 +43,8 @@ def _print_summary(summary) -> None:
     if getattr(summary, "n_expert", 0):
         _print_experts(summary)
     if summary.projected_bound:
-        from engine.devices import get_device
-        from engine.projection import inputs_provenance
+        from shardscope.engine.devices import get_device
+        from shardscope.engine.projection import inputs_provenance
 
         print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
               f"{inputs_provenance(get_device(summary.device))})")
@@ -67,8 +67,8 @@ def _print_experts(s) -> None:
 
 
 def cmd_bench(args) -> int:
-    from engine.bench_command import run_repetitions
-    from engine.llama_bench_output import print_rows, utc_now
+    from shardscope.engine.bench_command import run_repetitions
+    from shardscope.engine.llama_bench_output import print_rows, utc_now
 
     settings = settings_from_args(args)
     started = utc_now()
@@ -83,7 +83,7 @@ def cmd_bench(args) -> int:
         _print_summary(summaries[-1])
     print_rows(settings, [(summaries, started)], args.output)
     if reports:  # last, so the verdict is the last line a reader sees
-        from engine.verify import format_report
+        from shardscope.engine.verify import format_report
 
         print("\n".join(format_report(reports[0])), file=human)
     if reports and not reports[0].ok:
@@ -92,7 +92,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from engine.synth import write_synthetic_model
+    from shardscope.engine.synth import write_synthetic_model
 
     last = [-1]
 
@@ -124,7 +124,7 @@ def _moe_spec(args):
         if given:
             raise ShardscopeError(f"{given[0]} needs --moe")
         return None
-    from engine.synth_moe import MoeSpec
+    from shardscope.engine.synth_moe import MoeSpec
 
     d = MoeSpec()
     return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
@@ -144,8 +144,8 @@ def _mb_list(text: str) -> list[float]:
 def cmd_replay(args) -> int:
     from pathlib import Path
 
-    from engine.replay import format_rows, replay
-    from engine.routing_trace import read_trace
+    from shardscope.engine.replay import format_rows, replay
+    from shardscope.engine.routing_trace import read_trace
 
     trace = read_trace(args.trace)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
@@ -155,7 +155,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from engine.calibrate import calibrate
+    from shardscope.engine.calibrate import calibrate
 
     fit, path = calibrate(args.device, args.results, reference_path=args.reference, threads=args.threads,
                           tokens=args.tokens)
@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
     replay_p.add_argument("--policy", default="lru,lfu,hot", help="policies, e.g. lru,lfu,hot")
     replay_p.set_defaults(func=cmd_replay)
-    from engine.cli_search import register  # sweep, tune, plan: their own module
+    from shardscope.engine.cli_search import register  # sweep, tune, plan: their own module
 
     register(sub)
     return parser

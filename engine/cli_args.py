@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from engine.knobs import ENABLED, KNOBS, RunSettings
+from shardscope.engine.knobs import ENABLED, KNOBS, RunSettings
 
 
 def _number_type(kind: type, allow_zero: bool):
@@ -98,7 +98,7 @@ def settings_from_args(args) -> RunSettings:
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
     """llama-bench's -o and -r (engine.llama_bench_format)."""
-    from engine.llama_bench_format import FORMATS
+    from shardscope.engine.llama_bench_format import FORMATS
 
     p.add_argument("-o", "--output", choices=FORMATS, default="md",
                    help="rows on stdout in llama-bench's format (default: md)")

@@ -23,10 +23,10 @@ import sys
 import threading
 import types
 
-from engine import cli_args
-from engine.errors import ShardscopeError
-from engine.finite import finite_float_arg
-from engine.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
+from shardscope.engine import cli_args
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import finite_float_arg
+from shardscope.engine.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
 SWEEP_FLAGS = {KNOBS[key].flag: key for key in SWEPT}
@@ -52,7 +52,7 @@ def _add_common_run_flags(p: argparse.ArgumentParser, default_tokens: int) -> No
 
 
 def _parse_knobs(args, flags: dict[str, str]) -> dict[str, list]:
-    from engine.knob_ranges import parse_knob
+    from shardscope.engine.knob_ranges import parse_knob
 
     grid = {}
     for flag, key in flags.items():
@@ -137,8 +137,8 @@ def _register_sweep(sub) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from engine.knob_ranges import format_values
-    from engine.sweep import best_of, describe_settings, expand_grid, run_sweep
+    from shardscope.engine.knob_ranges import format_values
+    from shardscope.engine.sweep import best_of, describe_settings, expand_grid, run_sweep
 
     _check_tokens(args)
     grid = _parse_knobs(args, SWEEP_FLAGS)
@@ -170,7 +170,7 @@ def cmd_sweep(args) -> int:
             bar.set_postfix_str(f"last {s.avg_ts:.3g} tok/s{proj}", refresh=False)
         bar.update(1)
 
-    from engine.sweep import SweepTotals
+    from shardscope.engine.sweep import SweepTotals
 
     latest = {"totals": SweepTotals(combinations=total)}
 
@@ -216,13 +216,13 @@ def cmd_sweep(args) -> int:
 
 
 def _llama_bench_time() -> str:
-    from engine.llama_bench_output import utc_now
+    from shardscope.engine.llama_bench_output import utc_now
 
     return utc_now()
 
 
 def _add_totals(a, b):
-    from engine.sweep import SweepTotals
+    from shardscope.engine.sweep import SweepTotals
 
     return SweepTotals(combinations=a.combinations, rows_written=a.rows_written + b.rows_written,
                        skipped=a.skipped + b.skipped, failed=a.failed + b.failed, stopped=a.stopped or b.stopped)
@@ -230,7 +230,7 @@ def _add_totals(a, b):
 
 def _print_llama_bench_rows(base, results, fmt: str) -> None:
     """One llama-bench row per combination that ran: its passes are the repetitions."""
-    from engine.llama_bench_output import print_rows
+    from shardscope.engine.llama_bench_output import print_rows
 
     groups: dict = {}
     for result, finished_at in results:
@@ -272,8 +272,8 @@ def _register_tune(sub) -> None:
 def cmd_tune(args) -> int:
     import os
 
-    from engine.devices import get_device
-    from engine.tune import SEARCH_DESCRIPTION, auto_tune, save_tuned_profile
+    from shardscope.engine.devices import get_device
+    from shardscope.engine.tune import SEARCH_DESCRIPTION, auto_tune, save_tuned_profile
 
     _check_tokens(args)
     if args.min_gain >= 1:
@@ -285,20 +285,20 @@ def cmd_tune(args) -> int:
     grid = math.prod(len(v) for v in cands.values())
     base = _base_settings(args, {})
     print(f"tune for {device.name}: {SEARCH_DESCRIPTION.format(gain=args.min_gain)}", file=sys.stderr)
-    from engine.knob_ranges import format_values
+    from shardscope.engine.knob_ranges import format_values
 
     print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
           + f" ({grid} combinations in the full grid)", file=sys.stderr)
     bar = _progress(None, args.quiet, "tune")
-    from engine.csv_out import append_rows
-    from engine.streaming_run import RunSummary
-    from engine.sweep import check_csv_columns
+    from shardscope.engine.csv_out import append_rows
+    from shardscope.engine.streaming_run import RunSummary
+    from shardscope.engine.sweep import check_csv_columns
 
     if args.csv:
         check_csv_columns(args.csv)
 
     def on_eval(ev) -> None:
-        from engine.tune import _knobs_text, _score_text
+        from shardscope.engine.tune import _knobs_text, _score_text
 
         if ev.summary is not None and args.csv:
             append_rows(args.csv, RunSummary.columns(), [ev.summary.row()])
@@ -379,8 +379,8 @@ def _register_sizing(sub) -> None:
 
 def cmd_size(args) -> int:
     """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
-    from engine.devices import get_device
-    from engine.sizing import POLICIES, SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
+    from shardscope.engine.devices import get_device
+    from shardscope.engine.sizing import POLICIES, SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
 
     numbers = {"--total-params": args.total_params, "--active-params": args.active_params, "--bits": args.bits,
                "--layers": args.layers, "--globals-fraction": args.globals_fraction,
@@ -399,7 +399,7 @@ def cmd_size(args) -> int:
         raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
     trace = None
     if args.trace:
-        from engine.routing_trace import read_trace
+        from shardscope.engine.routing_trace import read_trace
 
         trace = read_trace(args.trace)
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,

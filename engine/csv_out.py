@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from engine.atomic_write import write_text_atomic
-from engine.errors import ShardscopeError
+from shardscope.engine.atomic_write import write_text_atomic
+from shardscope.engine.errors import ShardscopeError
 
 
 def _format(value) -> str:

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ShardscopeError
-from engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
-from engine.toml_file import read_toml
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.toml_file import read_toml
 
 
 __all__ = [
@@ -366,7 +366,7 @@ _CALIBRATION_KEYS = _QUANTITY_KEYS | {"calibrated_from", "calibrated_on"}
 
 def calibration_path(device_id: str) -> Path:
     """The user's calibration of a built-in device: <config>/devices/<id>.toml."""
-    from engine.user_dirs import config_dir
+    from shardscope.engine.user_dirs import config_dir
 
     return config_dir() / "devices" / f"{device_id}.toml"
 
@@ -408,7 +408,7 @@ def save_calibration(device_id: str, quantities: dict[str, dict]) -> Path:
     """
     import tomli_w
 
-    from engine.atomic_write import write_text_atomic
+    from shardscope.engine.atomic_write import write_text_atomic
 
     device = get_device(device_id)
     path = calibration_path(device_id)

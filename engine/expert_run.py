@@ -23,19 +23,19 @@ from typing import Callable
 import numpy as np
 import psutil
 
-from engine import memory_calls
-from engine.bundled_model import resolve_model_path
-from engine.errors import ShardscopeError
-from engine.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
-from engine.expert_view import ExpertView
-from engine.file_guard import ModelFileGuard
-from engine.layout_cache import load_layout
-from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
-from engine.knobs import changed
-from engine.moe_layout import MoeLayout, read_moe_layout
-from engine.routing_trace import RoutingTrace, TraceHeader, TraceWriter
-from engine.settings import RunSettings, validate
-from engine.streaming_run import RunSummary, _peak_rss_bytes, _reset_peak_rss
+from shardscope.engine import memory_calls
+from shardscope.engine.bundled_model import resolve_model_path
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
+from shardscope.engine.expert_view import ExpertView
+from shardscope.engine.file_guard import ModelFileGuard
+from shardscope.engine.layout_cache import load_layout
+from shardscope.engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from shardscope.engine.knobs import changed
+from shardscope.engine.moe_layout import MoeLayout, read_moe_layout
+from shardscope.engine.routing_trace import RoutingTrace, TraceHeader, TraceWriter
+from shardscope.engine.settings import RunSettings, validate
+from shardscope.engine.streaming_run import RunSummary, _peak_rss_bytes, _reset_peak_rss
 
 MIB = 1024 * 1024
 
@@ -204,7 +204,7 @@ class ExpertRun:
                            {layer: self.moe.unit_bytes(layer) for layer in self.moe.layers})
 
     def load(self) -> None:
-        from engine.llama_session import LlamaSession
+        from shardscope.engine.llama_session import LlamaSession
 
         s = self.settings
         try:

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine import memory_calls
-from engine.expert_cache import ExpertCache, Unit, hot_reserve_bytes
-from engine.moe_layout import MoeLayout
-from engine.residency import ResidencyCounters, ResidencySnapshot
-from engine.routing_trace import TraceRecord
-from engine.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine import memory_calls
+from shardscope.engine.expert_cache import ExpertCache, Unit, hot_reserve_bytes
+from shardscope.engine.moe_layout import MoeLayout
+from shardscope.engine.residency import ResidencyCounters, ResidencySnapshot
+from shardscope.engine.routing_trace import TraceRecord
+from shardscope.engine.ssd_rate_limiter import SsdRateLimiter
 
 PAGE = memory_calls.PAGE
 MIB = 1024 * 1024

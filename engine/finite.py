@@ -6,7 +6,7 @@ import argparse
 import math
 import numbers
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 ANY, ZERO_OR_MORE, POSITIVE = "a number", "0 or more", "a positive number"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 GGUF_MAGIC = b"GGUF"
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.")

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 
-from engine.errors import ShardscopeError
-from engine.finite import is_finite_number
-from engine.knobs import KNOBS as _REGISTRY
-from engine.knobs import SWEPT
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import is_finite_number
+from shardscope.engine.knobs import KNOBS as _REGISTRY
+from shardscope.engine.knobs import SWEPT
 
 __all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values"]
 

@@ -11,10 +11,10 @@ import json
 import os
 from pathlib import Path
 
-from engine.atomic_write import write_text_atomic
-from engine.errors import ShardscopeError
-from engine.gguf_layout import ModelLayout, TensorInfo, read_layout
-from engine.user_dirs import cache_dir
+from shardscope.engine.atomic_write import write_text_atomic
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.gguf_layout import ModelLayout, TensorInfo, read_layout
+from shardscope.engine.user_dirs import cache_dir
 
 _FORMAT = 1
 

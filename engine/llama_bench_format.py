@@ -30,7 +30,7 @@ import math
 import statistics
 from typing import Iterable, Sequence
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 FORMATS = ("md", "csv", "json", "jsonl")
 
@@ -77,7 +77,7 @@ def field_type(name: str) -> str:
 
 def streaming_columns() -> list[str]:
     """shardscope's own columns: the run summary's, less those a llama-bench field carries."""
-    from engine.streaming_run import RunSummary
+    from shardscope.engine.streaming_run import RunSummary
 
     shared = set(LLAMA_BENCH_FIELDS)
     return [c for c in RunSummary.columns() if c not in shared and c not in _REPLACED]
@@ -177,7 +177,7 @@ def _json_value(name: str, value):
 def _csv_value(name: str, value) -> str:
     if name in LLAMA_BENCH_FIELDS or name in LEGACY_FIELDS:
         return _llama_text(name, value)
-    from engine.csv_out import _format  # the run CSV's own formatting, NaN as empty
+    from shardscope.engine.csv_out import _format  # the run CSV's own formatting, NaN as empty
 
     return _format(value)
 

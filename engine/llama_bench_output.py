@@ -11,10 +11,10 @@ import sys
 import time
 from typing import Iterable, Sequence
 
-from engine.bundled_model import resolve_model_path
-from engine.build_info import llama_facts
-from engine.llama_bench_format import bench_row, render
-from engine.settings import RunSettings
+from shardscope.engine.bundled_model import resolve_model_path
+from shardscope.engine.build_info import llama_facts
+from shardscope.engine.llama_bench_format import bench_row, render
+from shardscope.engine.settings import RunSettings
 
 
 def utc_now() -> str:

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 import llama_cpp
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")

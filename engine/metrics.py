@@ -20,9 +20,9 @@ from typing import Callable
 
 import psutil
 
-from engine import memory_calls
-from engine.token_rate import Tally, tokens_per_second, windowed_fraction
-from engine.units import MIB, mb_per_s
+from shardscope.engine import memory_calls
+from shardscope.engine.token_rate import Tally, tokens_per_second, windowed_fraction
+from shardscope.engine.units import MIB, mb_per_s
 
 
 @dataclass(frozen=True)

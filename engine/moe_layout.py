@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from engine.errors import ShardscopeError
-from engine.gguf_layout import ModelLayout, TensorInfo
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.gguf_layout import ModelLayout, TensorInfo
 
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS: more aborts llama.cpp
 # Recognition is by tensor name, so llama (Mixtral), qwen2moe, qwen3moe, olmoe, granitemoe,

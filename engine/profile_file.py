@@ -34,11 +34,11 @@ from typing import Any
 
 import tomli_w
 
-from engine.atomic_write import write_text_atomic
-from engine.errors import ShardscopeError
-from engine.knobs import ENABLED, KNOBS
-from engine.toml_file import read_toml
-from engine.settings import RunSettings, validate
+from shardscope.engine.atomic_write import write_text_atomic
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import ENABLED, KNOBS
+from shardscope.engine.toml_file import read_toml
+from shardscope.engine.settings import RunSettings, validate
 
 
 __all__ = [

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.devices import MB_PER_S, Device
-from engine.errors import ShardscopeError
-from engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.devices import MB_PER_S, Device
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
 
 __all__ = [
     "RunMeasurement",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.errors import ShardscopeError
-from engine.expert_cache import POLICIES, ExpertCache, hot_reserve_bytes
-from engine.routing_trace import RoutingTrace, read_trace
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.expert_cache import POLICIES, ExpertCache, hot_reserve_bytes
+from shardscope.engine.routing_trace import RoutingTrace, read_trace
 
 MIB = 1024 * 1024
 

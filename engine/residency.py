@@ -20,13 +20,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from engine import memory_calls
-from engine.residency_decisions import (  # noqa: F401  (re-exported: the engine's one import)
+from shardscope.engine import memory_calls
+from shardscope.engine.residency_decisions import (  # noqa: F401  (re-exported: the engine's one import)
     EVICTED, LOADING, PINNED, RESIDENT, ResidencyBook, ResidencyCounters, read_spans, require_budget,
 )
-from engine.residency_reader import ExactReader
-from engine.shard_plan import MIB, ShardPlan
-from engine.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine.residency_reader import ExactReader
+from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
 CACHE_LOAD = "FADV_WILLNEED+sendfile to /dev/null (no readahead), then MADV_POPULATE_READ"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from engine.errors import ShardscopeError
-from engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.shard_plan import MIB, ShardPlan
 
 EVICTED, LOADING, RESIDENT, PINNED = 0, 1, 2, 3
 MAX_READ_GAP = 1 * MIB

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from engine import memory_calls
-from engine.shard_plan import MIB
+from shardscope.engine import memory_calls
+from shardscope.engine.shard_plan import MIB
 
 WILLNEED_CHUNK = 2 * MIB  # the kernel clips one WILLNEED to its readahead size; keep under it
 

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 FORMAT_KEY = "shardscope_routing_trace"
 FORMAT_VERSION = 1

@@ -8,29 +8,29 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.errors import ShardscopeError
-from engine.settings import RunSettings
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.settings import RunSettings
 
 
 def is_moe(settings: RunSettings) -> bool:
     """Whether the model has routed experts (cheap: the layout cache; malformed MoE files are refused)."""
-    from engine.expert_run import moe_layout_for
+    from shardscope.engine.expert_run import moe_layout_for
 
     return moe_layout_for(settings) is not None
 
 
 def streams_experts(settings: RunSettings) -> bool:
     """Whether open_run would stream experts (an MoE model over its budget) rather than layers."""
-    from engine.expert_run import moe_layout_for
-    from engine.moe_layout import streams_experts as over_budget
+    from shardscope.engine.expert_run import moe_layout_for
+    from shardscope.engine.moe_layout import streams_experts as over_budget
 
     return over_budget(moe_layout_for(settings), settings.budget_mb)
 
 
 def check_run(settings: RunSettings) -> None:
     """Refuse (ShardscopeError) what open_run's run would refuse before loading anything."""
-    from engine.expert_run import cache_bytes_for, moe_layout_for
-    from engine.streaming_run import prepare_plan
+    from shardscope.engine.expert_run import cache_bytes_for, moe_layout_for
+    from shardscope.engine.streaming_run import prepare_plan
 
     if streams_experts(settings):
         cache_bytes_for(moe_layout_for(settings), settings)
@@ -41,9 +41,9 @@ def check_run(settings: RunSettings) -> None:
 def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_path: str | None = None,
              sample_interval_s: float = 0.1):
     """A StreamingRun, or an ExpertRun for an MoE model that exceeds the budget (or when a trace is asked for)."""
-    from engine.expert_run import ExpertRun, moe_layout_for
-    from engine.moe_layout import streams_experts as streams_experts_of
-    from engine.streaming_run import StreamingRun
+    from shardscope.engine.expert_run import ExpertRun, moe_layout_for
+    from shardscope.engine.moe_layout import streams_experts as streams_experts_of
+    from shardscope.engine.streaming_run import StreamingRun
 
     moe = moe_layout_for(settings)  # refuses malformed MoE files before llama.cpp can abort on them
     if moe is not None and (trace_path or streams_experts_of(moe, settings.budget_mb)):

@@ -36,10 +36,10 @@ is checked in docs/projection-validation.md (bench/projection_validation.py).
 from __future__ import annotations
 
 
-from engine.devices import MIB, get_device
-from engine.errors import ShardscopeError
-from engine.finite import finite_number
-from engine.projection import Projection, RunMeasurement, project
+from shardscope.engine.devices import MIB, get_device
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import finite_number
+from shardscope.engine.projection import Projection, RunMeasurement, project
 
 __all__ = [
     "MIN_COMPUTE_S",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.knobs import DEFAULT_PROMPT, KNOBS, RunSettings
+from shardscope.engine.knobs import DEFAULT_PROMPT, KNOBS, RunSettings
 
 __all__ = ["RunSettings", "DEFAULT_PROMPT", "POLICIES", "EXPERT_POLICIES", "RANGES", "validate"]
 
@@ -21,7 +21,7 @@ def validate(settings: RunSettings, source: str = "settings") -> RunSettings:
     ``source`` names where the values came from (a profile path, "command line") so
     the message tells the user which file or flag to fix.
     """
-    from engine.errors import ShardscopeError
+    from shardscope.engine.errors import ShardscopeError
 
     for key, (low, high) in RANGES.items():
         value = getattr(settings, key)

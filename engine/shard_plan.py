@@ -14,8 +14,8 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 
-from engine.errors import ShardscopeError
-from engine.gguf_layout import ModelLayout
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.gguf_layout import ModelLayout
 
 PAGE = mmap.PAGESIZE
 MIB = 1024 * 1024

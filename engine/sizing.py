@@ -54,10 +54,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.devices import MIB, Device, get_device, weight_budget_mb
-from engine.errors import ShardscopeError
-from engine.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
-from engine.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
+from shardscope.engine.devices import MIB, Device, get_device, weight_budget_mb
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
 
 __all__ = [
     "SizingInput",
@@ -564,7 +564,7 @@ def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[
         if hit > 1:
             raise ShardscopeError(f"plan: --expert-hit-rate must be between 0 and 1, got {hit:g}")
         return hit, "given"
-    from engine.replay import min_cache_bytes, replay_one
+    from shardscope.engine.replay import min_cache_bytes, replay_one
 
     header = trace.header
     traced_experts = header.n_expert * sum(header.unit_bytes.values())
@@ -601,7 +601,7 @@ def _split_parts(path: Path) -> list[Path]:
 
 
 def _shape_from_gguf(path: str | Path) -> _Shape:
-    from engine.gguf_layout import read_layout  # needs the gguf package; import only when used
+    from shardscope.engine.gguf_layout import read_layout  # needs the gguf package; import only when used
 
     path = Path(path)
     if not path.exists():

@@ -20,17 +20,17 @@ from typing import Callable
 
 import psutil
 
-from engine import memory_calls
-from engine.bundled_model import resolve_model_path
-from engine.errors import ShardscopeError
-from engine.file_guard import ModelFileGuard
-from engine.layout_cache import load_layout
-from engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
-from engine.residency import ResidencyController, require_budget
-from engine.knobs import LIVE, changed
-from engine.settings import RunSettings, validate
-from engine.shard_plan import MIB, ShardPlan, plan_shards
-from engine.units import mb_per_s
+from shardscope.engine import memory_calls
+from shardscope.engine.bundled_model import resolve_model_path
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.file_guard import ModelFileGuard
+from shardscope.engine.layout_cache import load_layout
+from shardscope.engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from shardscope.engine.residency import ResidencyController, require_budget
+from shardscope.engine.knobs import LIVE, changed
+from shardscope.engine.settings import RunSettings, validate
+from shardscope.engine.shard_plan import MIB, ShardPlan, plan_shards
+from shardscope.engine.units import mb_per_s
 
 
 @dataclass
@@ -115,7 +115,7 @@ def prepare_plan(settings: RunSettings) -> tuple[str, ShardPlan]:
     layout = load_layout(path)
     gpu_layers = 0
     if settings.n_gpu_layers > 0:
-        from engine.llama_session import gpu_offload_supported
+        from shardscope.engine.llama_session import gpu_offload_supported
 
         gpu_layers = settings.n_gpu_layers if gpu_offload_supported() else 0
     plan = plan_shards(layout, settings.shard_mb, gpu_layers=gpu_layers)
@@ -200,7 +200,7 @@ class StreamingRun:
 
     def _run_kind_changes(self, old: RunSettings, new: RunSettings) -> bool:
         """An MoE model whose new budget no longer holds it streams experts instead: a new run (open_run)."""
-        from engine.moe_layout import read_moe_layout, streams_experts
+        from shardscope.engine.moe_layout import read_moe_layout, streams_experts
 
         moe = read_moe_layout(load_layout(self.model_path))
         return streams_experts(moe, new.budget_mb) != streams_experts(moe, old.budget_mb)
@@ -212,7 +212,7 @@ class StreamingRun:
             self.on_phase(name)
 
     def load(self) -> None:
-        from engine.llama_session import LlamaSession  # llama.cpp loads only when needed
+        from shardscope.engine.llama_session import LlamaSession  # llama.cpp loads only when needed
 
         s = self.settings
         self._phase("loading")

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from engine.errors import ShardscopeError
-from engine.knob_ranges import KNOBS
-from engine.knobs import describe
-from engine.settings import RunSettings
-from engine.streaming_run import RunSummary
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knob_ranges import KNOBS
+from shardscope.engine.knobs import describe
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.streaming_run import RunSummary
 
 __all__ = ["SweepResult", "SweepTotals", "expand_grid", "iter_sweep", "run_sweep", "describe_settings",
            "check_csv_columns", "GRID_KEYS"]
@@ -84,8 +84,8 @@ def describe_settings(s: RunSettings, keys=GRID_KEYS) -> str:
 
 def _check_model(base: RunSettings) -> None:
     """A bad model file is fatal for every combination: refuse it once, up front."""
-    from engine.bundled_model import resolve_model_path
-    from engine.layout_cache import load_layout
+    from shardscope.engine.bundled_model import resolve_model_path
+    from shardscope.engine.layout_cache import load_layout
 
     load_layout(resolve_model_path(base.model_path))
 
@@ -93,8 +93,8 @@ def _check_model(base: RunSettings) -> None:
 def _run_one(settings: RunSettings, device: str | None,
              should_stop: Callable[[], bool] | None) -> tuple[RunSummary, bool]:
     """A cold run; raises ShardscopeError. Returns (summary, stopped)."""
-    from engine.bench_command import attach_projection
-    from engine.run_factory import open_run
+    from shardscope.engine.bench_command import attach_projection
+    from shardscope.engine.run_factory import open_run
 
     with open_run(settings) as run:
         done = threading.Event()
@@ -130,12 +130,12 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
     current run stops at its next token, is yielded with ``stopped=True``, and the
     iteration ends. A bad model file raises ShardscopeError before any run.
     """
-    from engine.run_factory import check_run
+    from shardscope.engine.run_factory import check_run
 
     combos = expand_grid(base, grid)
     _check_model(base)
     if device:
-        from engine.devices import get_device
+        from shardscope.engine.devices import get_device
 
         get_device(device)  # an unknown id is refused before the first run, not after it
     total = len(combos)
@@ -171,7 +171,7 @@ class SweepTotals:
 
 def check_csv_columns(csv_path: str) -> None:
     """Refuse a CSV with other columns before the first run, not after it."""
-    from engine.csv_out import read_rows
+    from shardscope.engine.csv_out import read_rows
 
     path = Path(csv_path)
     if path.is_dir():
@@ -193,7 +193,7 @@ def run_sweep(base: RunSettings, grid: dict[str, list], *, csv_path: str | None,
     Stopped (partial) runs are not written. ``on_result`` sees every result and the
     running totals (the CLI's progress bar and notes).
     """
-    from engine.csv_out import append_rows
+    from shardscope.engine.csv_out import append_rows
 
     totals = SweepTotals(combinations=len(expand_grid(base, grid)))
     if csv_path:

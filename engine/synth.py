@@ -36,13 +36,13 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-from engine.errors import ShardscopeError
-from engine.finite import is_finite_number
-from engine.synth_shapes import (
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import is_finite_number
+from shardscope.engine.synth_shapes import (
     attention_tensors, edge_tensors,
     MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, _Q_STD, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
 )
-from engine.synth_vocab import SynthVocab, build_vocab
+from shardscope.engine.synth_vocab import SynthVocab, build_vocab
 
 def default_n_layers(size_mb: float) -> int:
     """Layers of about sqrt(size) MB: 8 MB layers at 64 MB, 16 at 256 MB, 32 at 1 GB."""
@@ -194,7 +194,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     target = Path(out_path)
     vocab = build_vocab()
     if moe is not None:
-        from engine import synth_moe
+        from shardscope.engine import synth_moe
 
         size_mb, n_layers = _validate(size_mb, n_layers or synth_moe.default_n_layers(size_mb), str(target))
         moe = synth_moe.validate_spec(moe, str(target))

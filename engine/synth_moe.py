@@ -25,8 +25,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from engine.errors import ShardscopeError
-from engine.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.synth_vocab import SynthVocab
+from shardscope.engine.synth_vocab import SynthVocab
 
 MIB = 1024 * 1024
 ALIGNMENT = 4096

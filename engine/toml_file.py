@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ShardscopeError
+from shardscope.engine.errors import ShardscopeError
 
 if sys.version_info >= (3, 11):
     import tomllib

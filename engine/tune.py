@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import ShardscopeError
-from engine.finite import is_finite_number
-from engine.knob_ranges import parse_knob
-from engine.knobs import KNOBS, TUNED, describe
-from engine.settings import RunSettings
-from engine.streaming_run import RunSummary
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.finite import is_finite_number
+from shardscope.engine.knob_ranges import parse_knob
+from shardscope.engine.knobs import KNOBS, TUNED, describe
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.streaming_run import RunSummary
 
 __all__ = [
     "TUNE_KNOBS",
@@ -95,15 +95,15 @@ def searched_candidates(cands: dict[str, list], experts: bool, given: dict[str, 
 
 def user_profiles_dir() -> Path:
     """Where user profiles live; the same folder the window lists (engine.user_dirs)."""
-    from engine.user_dirs import profiles_dir
+    from shardscope.engine.user_dirs import profiles_dir
 
     return profiles_dir()
 
 
 def device_weight_budget_mb(device) -> float:
     """The device's weight budget with the overhead split the sizing and the iPhone profile use."""
-    from engine.devices import weight_budget_mb
-    from engine.sizing import DEFAULT_OVERHEAD_MB
+    from shardscope.engine.devices import weight_budget_mb
+    from shardscope.engine.sizing import DEFAULT_OVERHEAD_MB
 
     return weight_budget_mb(device, **DEFAULT_OVERHEAD_MB)
 
@@ -156,7 +156,7 @@ def _snap(value, candidates: list):
 
 def start_settings(device_id: str, base: RunSettings | None = None) -> RunSettings:
     """The device's built-in run profile (by its ``device`` key), else ``base``/defaults."""
-    from engine.profile_file import list_profiles
+    from shardscope.engine.profile_file import list_profiles
 
     profiles, _ = list_profiles(None)
     for profile in profiles:
@@ -173,7 +173,7 @@ def _fits(settings: RunSettings, summary: RunSummary, weight_budget: float) -> b
 
 
 def _measure_run(settings: RunSettings, device_id: str) -> RunSummary:
-    from engine.bench_command import run_bench
+    from shardscope.engine.bench_command import run_bench
 
     summary, _ = run_bench(settings, device=device_id)
     return summary
@@ -192,10 +192,10 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
     function settings → RunSummary with the projection filled in), e.g. to replay a
     full grid's results. ``on_eval`` sees every evaluation as it is made.
     """
-    from engine.bundled_model import resolve_model_path
-    from engine.devices import get_device
-    from engine.layout_cache import load_layout
-    from engine.run_factory import check_run, streams_experts
+    from shardscope.engine.bundled_model import resolve_model_path
+    from shardscope.engine.devices import get_device
+    from shardscope.engine.layout_cache import load_layout
+    from shardscope.engine.run_factory import check_run, streams_experts
 
     device = get_device(device_id)
     weight_budget = device_weight_budget_mb(device)
@@ -322,7 +322,7 @@ def save_tuned_profile(result: TuneResult, name: str, *, directory: str | os.Pat
     The profile keeps the tuned knobs and budget; the measuring-only settings (a few
     tokens, the small context) go back to the defaults so the profile runs normally.
     """
-    from engine.profile_file import Profile, profile_filename, save_profile
+    from shardscope.engine.profile_file import Profile, profile_filename, save_profile
 
     if result.best is None or result.best.summary is None:
         raise ShardscopeError("tune: no candidate ran and fit the device; nothing to save")

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import ShardscopeError
-from engine.metrics import MetricsSample
-from engine.settings import RunSettings
-from engine.streaming_run import RunSummary, StreamingRun
-from engine.units import MB_S, MIB
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.streaming_run import RunSummary, StreamingRun
+from shardscope.engine.units import MB_S, MIB
 
 TOLERANCE = 0.05
 READAHEAD_BYTES = 8 * MIB  # what a read may pull in past its end (read_ahead_kb on this VM's disk)

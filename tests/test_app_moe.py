@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPointF
 
-from app.cacheability_curve import cache_sizes
-from engine.settings import RunSettings
+from shardscope.app.cacheability_curve import cache_sizes
+from shardscope.engine.settings import RunSettings
 from tests.conftest import make_window, stop_and_wait, wait_for
-from widgets.expert_map import PICKED_COLOR
-from widgets.shard_map import STATE_COLORS
+from shardscope.widgets.expert_map import PICKED_COLOR
+from shardscope.widgets.shard_map import STATE_COLORS
 
 MIB = 1024 * 1024
 BUDGET_MB = 60  # dense 4 MB + 56 MB of experts: half of the model's 115 MB of experts
@@ -31,8 +31,8 @@ PROMPT = "The history of the printing press begins"
 
 @pytest.fixture(scope="module")
 def moe_model(tmp_path_factory) -> str:
-    from engine.synth import write_synthetic_model
-    from engine.synth_moe import MoeSpec
+    from shardscope.engine.synth import write_synthetic_model
+    from shardscope.engine.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("moe-window") / "moe-120.gguf"
     write_synthetic_model(path, 120, moe=MoeSpec(16, 2, routing_skew=2.0), seed=3)
@@ -43,7 +43,7 @@ def moe_model(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def trace_file(moe_model, tmp_path_factory) -> str:
     """A routing trace written by a headless ExpertRun (what ``bench --trace`` writes)."""
-    from engine.expert_run import ExpertRun
+    from shardscope.engine.expert_run import ExpertRun
 
     path = tmp_path_factory.mktemp("trace") / "routing.jsonl"
     settings = RunSettings(model_path=moe_model, budget_mb=BUDGET_MB, n_gen=16, n_ctx=128, prompt=PROMPT)
@@ -81,7 +81,7 @@ def test_cache_sizes_span_one_layer_to_every_expert_in_whole_mib():
 
 
 def test_bool_knobs_are_check_boxes_that_speak_only_for_users(qtbot):
-    from app.settings_binding import CHECKS, SettingsPanel, describe_change
+    from shardscope.app.settings_binding import CHECKS, SettingsPanel, describe_change
 
     assert [k.name for k in CHECKS] == ["expert_speculation"]
     panel = SettingsPanel()
@@ -190,7 +190,7 @@ def test_expert_knobs_reach_the_running_engine_and_a_saved_profile(qtbot, tmp_pa
 
 def _cli_replay(trace: str, sizes: list[float]) -> dict[str, dict[float, float]]:
     """``shardscope replay`` in another process: {policy: {cache MB: hit rate %}}."""
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "replay", trace,
+    out = subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "replay", trace,
                           "--cache-mb", ",".join(f"{s:g}" for s in sizes), "--policy", "lru,lfu,hot"],
                          capture_output=True, text=True, check=True, env={**os.environ}).stdout
     table: dict[str, dict[float, float]] = {}

@@ -12,9 +12,9 @@ import subprocess
 import sys
 import textwrap
 
-from app.overbudget_watch import OverBudgetWatch
-from engine.metrics import MetricsSample
-from engine.settings import RunSettings
+from shardscope.app.overbudget_watch import OverBudgetWatch
+from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.settings import RunSettings
 
 
 def sample(t: float, weights: float, accounted: float = 190.0, budget: float = 200.0,
@@ -53,7 +53,7 @@ HOLDER = textwrap.dedent("""
 
 
 def test_window_warns_while_another_process_maps_the_model(qtbot, tmp_path, synthetic_model):
-    from app.main_window import MainWindow
+    from shardscope.app.main_window import MainWindow
 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, synthetic_model], stdout=subprocess.PIPE, text=True)
     try:

@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from app.main_window import MainWindow
+from shardscope.app.main_window import MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from engine.errors import ShardscopeError
-from engine.gguf_layout import read_layout
-from engine.settings import RunSettings
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.gguf_layout import read_layout
+from shardscope.engine.settings import RunSettings
 
 STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.export import base_from_chosen, export_paths
-from app.main import main
-from app.profile_store import ProfileStore
-from app.settings_binding import describe_change
-from engine.errors import ShardscopeError
-from engine.settings import RunSettings
+from shardscope.app.export import base_from_chosen, export_paths
+from shardscope.app.main import main
+from shardscope.app.profile_store import ProfileStore
+from shardscope.app.settings_binding import describe_change
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.settings import RunSettings
 
 
 def test_profile_store_refuses_to_overwrite_another_profile_with_the_same_file_name(tmp_path):
@@ -55,7 +55,7 @@ def test_gui_takes_at_most_one_model(capsys):
 def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
     import gc
 
-    from app.gui_thread_gc import collect_garbage_on_gui_thread
+    from shardscope.app.gui_thread_gc import collect_garbage_on_gui_thread
 
     first = collect_garbage_on_gui_thread()
     assert collect_garbage_on_gui_thread() is first  # one per application
@@ -65,9 +65,9 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
 
 @pytest.mark.parametrize("platform", ["linux", "darwin", "win32"])
 def test_the_window_lists_profiles_where_the_cli_saves_them(tmp_path, monkeypatch, platform):
-    from app.config_paths import default_config_dir, profiles_dir
-    from engine.profile_file import Profile, save_profile
-    from engine.tune import user_profiles_dir
+    from shardscope.app.config_paths import default_config_dir, profiles_dir
+    from shardscope.engine.profile_file import Profile, save_profile
+    from shardscope.engine.tune import user_profiles_dir
 
     monkeypatch.delenv("SHARDSCOPE_CONFIG_DIR", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))

@@ -15,14 +15,14 @@ import math
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from app.sweep_dialog import SweepDialog
-from app.tune_dialog import TuneDialog
+from shardscope.app.sweep_dialog import SweepDialog
+from shardscope.app.tune_dialog import TuneDialog
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from engine.csv_out import read_rows
-from engine.profile_file import load_profile
-from engine.projection import BOUNDS
-from engine.settings import RunSettings
-from widgets import format_number
+from shardscope.engine.csv_out import read_rows
+from shardscope.engine.profile_file import load_profile
+from shardscope.engine.projection import BOUNDS
+from shardscope.engine.settings import RunSettings
+from shardscope.widgets import format_number
 
 KNOBS = ("budget_mb", "shard_mb", "prefetch_depth", "threads", "policy", "ssd_mb_s")
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.run_session import RunSession
-from engine.settings import RunSettings
+from shardscope.app.run_session import RunSession
+from shardscope.engine.settings import RunSettings
 
 
 def sample(t: float):

@@ -17,13 +17,13 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 
-from app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
+from shardscope.app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from engine.csv_out import TIMELINE_COLUMNS, read_rows
-from engine.settings import RunSettings
-from engine.shard_plan import MIB
-from engine.streaming_run import RunSummary
-from widgets import format_number
+from shardscope.engine.csv_out import TIMELINE_COLUMNS, read_rows
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.shard_plan import MIB
+from shardscope.engine.streaming_run import RunSummary
+from shardscope.widgets import format_number
 
 CURVES = ("rss", "weights", "other", "ssd", "hit", "toks")
 
@@ -195,7 +195,7 @@ def test_bad_file_and_refusals_are_shown_and_a_new_run_still_works(qtbot, window
     assert "below the minimum" in window.last_error and "gemma-3-270m" in window.last_error
 
     # Any other exception: "internal error", no traceback text.
-    from engine.streaming_run import StreamingRun
+    from shardscope.engine.streaming_run import StreamingRun
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("simulated llama.cpp failure")
@@ -304,14 +304,14 @@ def test_dropping_a_gguf_opens_it(qtbot, window, synthetic_model):
 
 
 def test_main_opens_the_window_only_without_a_command(tmp_path, monkeypatch):
-    import app.main
+    from shardscope.app import main as app_main
 
     opened = []
-    monkeypatch.setattr(app.main, "run_gui", lambda model=None: opened.append(model) or 0)
-    assert app.main.main([]) == 0 and app.main.main(["gui", "m.gguf"]) == 0
+    monkeypatch.setattr(app_main, "run_gui", lambda model=None: opened.append(model) or 0)
+    assert app_main.main([]) == 0 and app_main.main(["gui", "m.gguf"]) == 0
     assert opened == [None, "m.gguf"]
     out = tmp_path / "cli.gguf"
-    assert app.main.main(["synth", "--size-mb", "8", "--out", str(out), "--quiet"]) == 0  # engine.cli
+    assert app_main.main(["synth", "--size-mb", "8", "--out", str(out), "--quiet"]) == 0  # engine.cli
     assert out.exists() and opened == [None, "m.gguf"]
 
 

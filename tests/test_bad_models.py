@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.errors import ShardscopeError
-from engine.gguf_layout import read_layout
-from engine.settings import RunSettings
-from engine.streaming_run import StreamingRun
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.gguf_layout import read_layout
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.streaming_run import StreamingRun
 
 
 def _small_gguf(path) -> bytes:

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app.charts import build_run_chart, sample_values
-from engine import metrics
-from engine.metrics import MetricsSampler, TokenClock
+from shardscope.app.charts import build_run_chart, sample_values
+from shardscope.engine import metrics
+from shardscope.engine.metrics import MetricsSampler, TokenClock
 
 LAYERS = 10
 

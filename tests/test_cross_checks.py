@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-from engine.settings import RunSettings
-from engine.shard_plan import MIB
-from engine.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.shard_plan import MIB
+from shardscope.engine.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
 
 PROMPT = "The history of the printing press begins"
 N_GEN = 25  # the first token is the prompt pass: 24 decoded tokens
@@ -69,7 +69,7 @@ def test_bench_verify_prints_each_pair_and_exits_0(synthetic_model):
     import sys
 
     size_mb = os.path.getsize(synthetic_model) / MIB
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "bench", "--verify", "--quiet", "--model",
+    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "bench", "--verify", "--quiet", "--model",
                            synthetic_model, "--budget-mb", str(int(size_mb / 2)), "--shard-mb", "32",
                            "--prefetch-depth", "2", "--policy", "lru", "--tokens", str(N_GEN)],
                           capture_output=True, text=True, timeout=600)

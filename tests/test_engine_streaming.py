@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from engine import memory_calls
-from engine.settings import RunSettings
-from engine.shard_plan import MIB
-from engine.streaming_run import StreamingRun
+from shardscope.engine import memory_calls
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.shard_plan import MIB
+from shardscope.engine.streaming_run import StreamingRun
 
 PROMPT = "The history of the printing press begins"
 

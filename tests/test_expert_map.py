@@ -4,8 +4,8 @@ import numpy as np
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QColor
 
-from widgets import EVICTED, LOADING, PINNED, RESIDENT, STATE_COLORS
-from widgets.expert_map import PICKED_COLOR, ExpertMap
+from shardscope.widgets import EVICTED, LOADING, PINNED, RESIDENT, STATE_COLORS
+from shardscope.widgets.expert_map import PICKED_COLOR, ExpertMap
 
 
 def _rgb(hex_color):
@@ -62,7 +62,7 @@ def test_kimi_scale_map_renders_and_finds_the_cell_under_the_mouse(qtbot):
 
 
 def test_cacheability_plot_holds_the_points_and_emits_a_chosen_size(qtbot):
-    from widgets.cacheability_plot import CacheabilityPlot
+    from shardscope.widgets.cacheability_plot import CacheabilityPlot
 
     plot = CacheabilityPlot()
     qtbot.addWidget(plot)

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from engine.errors import ShardscopeError
-from engine.settings import RunSettings
-from engine.shard_plan import MIB
-from engine.streaming_run import StreamingRun
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.settings import RunSettings
+from shardscope.engine.shard_plan import MIB
+from shardscope.engine.streaming_run import StreamingRun
 
 
 @pytest.fixture

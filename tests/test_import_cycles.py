@@ -30,6 +30,7 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join(package + ([base] if base else []))
                 targets.add(base)
                 targets.update(f"{base}.{alias.name}" for alias in node.names)  # `from engine import cli`
+        targets = {t.removeprefix("shardscope.") for t in targets}  # installed names -> folders
         graph[name] = {t for t in targets if t in modules and t != name}
     return graph
 

@@ -15,13 +15,19 @@ FORBIDDEN = {
 }
 
 
+def _top(module: str) -> str:
+    """The project package a module name belongs to: shardscope.engine.x -> engine."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "shardscope" and len(parts) > 1 else parts[0]
+
+
 def _imports(path: Path) -> set[str]:
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(_top(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(_top(node.module))
     return names
 
 

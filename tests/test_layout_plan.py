@@ -8,10 +8,10 @@ import numpy as np
 import gguf
 import pytest
 
-from engine.errors import ShardscopeError
-from engine.gguf_layout import read_layout
-from engine.layout_cache import load_layout
-from engine.shard_plan import MIB, PAGE, plan_shards
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.gguf_layout import read_layout
+from shardscope.engine.layout_cache import load_layout
+from shardscope.engine.shard_plan import MIB, PAGE, plan_shards
 
 
 def _write_lexicographic_gguf(path, n_layers=12, rows=512):
@@ -87,9 +87,9 @@ def test_gpu_layers_leave_the_host_plan(synthetic_model):
 
 
 def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):
-    from engine.llama_session import gpu_offload_supported
-    from engine.settings import RunSettings
-    from engine.streaming_run import StreamingRun
+    from shardscope.engine.llama_session import gpu_offload_supported
+    from shardscope.engine.settings import RunSettings
+    from shardscope.engine.streaming_run import StreamingRun
 
     if gpu_offload_supported():
         pytest.skip("this build can offload")
@@ -99,8 +99,8 @@ def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):
 
 
 def test_read_spans_bridge_small_gaps_but_never_another_shards_bytes():
-    from engine.residency import read_spans
-    from engine.shard_plan import Shard, ShardPlan
+    from shardscope.engine.residency import read_spans
+    from shardscope.engine.shard_plan import Shard, ShardPlan
 
     a = Shard(0, (0,), ((0, 4 * MIB), (4 * MIB + PAGE, 8 * MIB)))  # a norm's page between
     # shard 1's second range sits in shard 2's gap: shard 2 must not read across it

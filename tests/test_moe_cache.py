@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from engine.cli import main
-from engine.errors import ShardscopeError
-from engine.expert_cache import ExpertCache
-from engine.replay import replay, replay_one
-from engine.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
+from shardscope.engine.cli import main
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.expert_cache import ExpertCache
+from shardscope.engine.replay import replay, replay_one
+from shardscope.engine.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
 
 UNIT = 1000
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from engine.devices import Device, get_device
-from engine.errors import ShardscopeError
-from engine.projection import (
+from shardscope.engine.devices import Device, get_device
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.projection import (
     RunMeasurement,
     compute_factor_for,
     project,

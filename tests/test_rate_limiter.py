@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine.ssd_rate_limiter import SsdRateLimiter
 
 
 class FakeTime:

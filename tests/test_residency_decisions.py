@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.residency_decisions import (
+from shardscope.engine.residency_decisions import (
     LOADING, RESIDENT, ResidencyBook, choose_pinned, require_budget, wanted,
 )
-from engine.errors import ShardscopeError
-from engine.shard_plan import MIB, Shard, ShardPlan
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.shard_plan import MIB, Shard, ShardPlan
 
 
 def fake_plan(layer_mb: list[float], globals_mb: float, per_shard: int = 1) -> ShardPlan:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.devices import (
+from shardscope.engine.devices import (
     DEVICES_DIR,
     MIB,
     builtin_devices,
@@ -16,8 +16,8 @@ from engine.devices import (
     load_device,
     weight_budget_mb,
 )
-from engine.errors import ShardscopeError
-from engine.sizing import SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
+from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.sizing import SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
 
 IPHONE_TOML = DEVICES_DIR / "iphone-16-pro.toml"
 
@@ -201,7 +201,7 @@ def test_ssd_what_if():
 
 def test_dense_1_56_tb_is_half_an_hour_per_token_at_usb_speed():
     # The README's dense comparison: 1.56e12 bytes / 0.86e9 bytes/s = 1814 s = 30.2 min.
-    from engine.projection import RunMeasurement, project_from_bandwidth
+    from shardscope.engine.projection import RunMeasurement, project_from_bandwidth
 
     p = project_from_bandwidth(RunMeasurement(1.56e12, 0, 0), ssd_mb_s=860)
     assert p.s_per_token == pytest.approx(1813.95, rel=1e-5)
@@ -355,6 +355,6 @@ def test_plan_stays_an_alias_of_size():
 
     args = ["--device", "iphone-16-pro", "--total-params", "8e9", "--bits", "4", "--layers", "32",
             "--globals-bytes", "0.5e9", "--budget-mb", "2048"]
-    out = [subprocess.run([sys.executable, "-m", "engine.cli", name, *args], capture_output=True, text=True,
+    out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli", name, *args], capture_output=True, text=True,
                           check=True).stdout for name in ("size", "plan")]
     assert out[0] == out[1] and out[0].startswith("Plan: ")

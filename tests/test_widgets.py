@@ -15,7 +15,7 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QGridLayout, QLabel, QWidget
 
-from widgets import (
+from shardscope.widgets import (
     EVICTED,
     GLOBAL,
     LOADING,

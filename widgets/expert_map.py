@@ -14,7 +14,7 @@ from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QImage, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from widgets.shard_map import EVICTED, LOADING, PINNED, RESIDENT, STATE_COLORS, STATE_NAMES
+from shardscope.widgets.shard_map import EVICTED, LOADING, PINNED, RESIDENT, STATE_COLORS, STATE_NAMES
 
 __all__ = ["ExpertMap", "PICKED_COLOR", "VIEWS"]
 

@@ -29,7 +29,7 @@ from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QWidget
 
-from widgets.number_format import format_number
+from shardscope.widgets.number_format import format_number
 
 __all__ = ["LiveChart"]
 

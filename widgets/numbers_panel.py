@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
-from widgets.number_format import MISSING, format_number
+from shardscope.widgets.number_format import MISSING, format_number
 
 __all__ = ["NumbersPanel", "format_number"]
 
