@@ -138,7 +138,7 @@ class ExpertStreamer:
                 merged.append([lo, hi])
         for lo, hi in merged:
             self.limiter.throttle(hi - lo)
-            self._read_range(lo, hi)
+            self._read_in([(lo, hi)])
             self.counters.dense_loaded_bytes += hi - lo
         if self.speculation:
             self._routers = self._router_views()
@@ -342,19 +342,25 @@ class ExpertStreamer:
         self._loads[unit] = future
         return future
 
-    def _read_range(self, file_lo: int, file_hi: int) -> None:
-        """Exactly [file_lo, file_hi) into the page cache, then into llama.cpp's mapping."""
+    def _ask_disk(self, file_lo: int, file_hi: int) -> None:
+        """Start reading exactly [file_lo, file_hi) into the page cache (returns at once)."""
         for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
             os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
-        span = self.mapping.clip(file_lo, file_hi)
-        if span:
-            memory_calls.populate(span[0], span[1])
+
+    def _read_in(self, ranges: list[tuple[int, int]]) -> None:
+        """Exactly these file ranges into the page cache, then into llama.cpp's mapping; all
+        reads are queued at the disk before waiting on any, so one expert's three slices overlap."""
+        for lo, hi in ranges:
+            self._ask_disk(lo, hi)
+        for lo, hi in ranges:
+            span = self.mapping.clip(lo, hi)
+            if span:
+                memory_calls.populate(span[0], span[1])
 
     def _load_unit(self, unit: Unit) -> None:
         layer, expert = unit
         self.limiter.throttle(self.unit_bytes[layer])  # the emulated SSD: bytes no faster than its rate
-        for start, end in self.moe.unit_ranges(layer, expert):
-            self._read_range(*_outward(start, end))
+        self._read_in([_outward(start, end) for start, end in self.moe.unit_ranges(layer, expert)])
         with self._lock:
             self.counters.loads += 1
             self.counters.loaded_bytes += self.unit_bytes[layer]
