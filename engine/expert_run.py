@@ -31,7 +31,7 @@ from shardscope.engine.expert_view import ExpertView
 from shardscope.engine.file_guard import ModelFileGuard
 from shardscope.engine.layout_cache import load_layout
 from shardscope.engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
-from shardscope.engine.knobs import changed
+from shardscope.engine.knobs import LAYER_KNOBS, LIVE, changed
 from shardscope.engine.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.settings import RunSettings, validate
@@ -97,9 +97,8 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     return cache
 
 
-# What an expert run takes between tokens; the dense-streaming knobs do not apply to it (no shards).
-LIVE_KEYS = frozenset({"budget_mb", "expert_cache_mb", "expert_policy", "expert_speculation", "threads", "ssd_mb_s",
-                       "shard_mb", "prefetch_depth", "policy"})
+# What an expert run takes between tokens; the layer-streaming knobs do not apply to it (no shards).
+LIVE_KEYS = LIVE | frozenset(LAYER_KNOBS)
 
 
 class ExpertRun:

@@ -43,6 +43,7 @@ class Knob:
     reported_as: str | None = None  # the RunSummary column holding the value the run used
     enabled: bool = True  # False: declared for a feature still to land; no flag, control or profile key
     in_window: bool = True  # False: CLI and profiles only, until the window drives the code that uses it
+    streams: str = ""  # "layers" or "experts": the one run kind that uses it ("": both)
     name: str = ""  # filled from the field name
 
     @property
@@ -81,12 +82,12 @@ class RunSettings:
     shard_mb: int = knob(
         64, label="Shard size", short="shard", unit="MB", low=1, high=65_536, flag="--shard-mb",
         help="shard size (MB)", sweep="num", sweep_rank=1, tune="8,16,32,64,128", tune_rank=2,
-        propose="16,32,64", slider=(1, 512, 1), required=True,
+        propose="16,32,64", slider=(1, 512, 1), required=True, streams="layers",
         tip="Unit of loading and eviction. Changing it re-plans: the run restarts.")
     prefetch_depth: int = knob(
         2, label="Prefetch depth", short="prefetch", column="depth", counts="shards", low=0, high=16, flag="--prefetch-depth",
         sweep="int", sweep_rank=2, tune="0-4", tune_rank=3, propose="0-2", slider=(0, 16, 1), live=True,
-        required=True, tip="Streamed shards loaded ahead of the layer being computed.")
+        required=True, streams="layers", tip="Streamed shards loaded ahead of the layer being computed.")
     threads: int = knob(
         2, label="Threads", short="threads", counts="threads", low=1, high=512, flag="--threads", sweep="int",
         sweep_rank=3, tune="", tune_rank=4, slider=(1, max(2, _CORES), 1), live=True, required=True,
@@ -98,7 +99,7 @@ class RunSettings:
     policy: str = knob(
         "pinned", label="Policy", short="policy", choices=("pinned", "lru"), flag="--policy",
         sweep="str", sweep_rank=6, tune="pinned,lru", tune_rank=1, live=True,
-        required=True, tip="pinned: keep a fixed prefix of shards resident, stream the rest\n"
+        required=True, streams="layers", tip="pinned: keep a fixed prefix of shards resident, stream the rest\n"
                            "lru: every shard competes; thrashes once the model exceeds the budget")
     ssd_mb_s: float = knob(
         0.0, label="SSD emulation", short="SSD", unit="MB/s", off="off", low=0, high=1_000_000, flag="--ssd-mb-s",
@@ -118,15 +119,16 @@ class RunSettings:
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
         sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, slider=(0, 4096, 1),
+        streams="experts",
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
         "lru", label="Expert policy", short="expert policy", choices=("lru", "lfu", "hot"),
         flag="--expert-policy", sweep="str", sweep_rank=9, tune="lru,lfu,hot", tune_rank=6,
-        live=True,
+        live=True, streams="experts",
         tip="Which cached experts make room: least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(
         False, label="Expert speculation", short="speculation", flag="--expert-speculation", sweep="bool",
-        sweep_rank=10, tune="off,on", tune_rank=7, live=True,
+        sweep_rank=10, tune="off,on", tune_rank=7, live=True, streams="experts",
         tip="Prefetch the experts the router is predicted to pick for the next layer")
 
     def with_changes(self, **changes) -> "RunSettings":
@@ -136,6 +138,8 @@ class RunSettings:
 KNOBS: dict[str, Knob] = {f.name: replace(f.metadata["knob"], name=f.name) for f in fields(RunSettings)}
 ENABLED: tuple[str, ...] = tuple(k for k, spec in KNOBS.items() if spec.enabled)
 LIVE: frozenset[str] = frozenset(k for k, spec in KNOBS.items() if spec.live)
+LAYER_KNOBS: tuple[str, ...] = tuple(k for k, spec in KNOBS.items() if spec.streams == "layers")
+EXPERT_KNOBS: tuple[str, ...] = tuple(k for k, spec in KNOBS.items() if spec.streams == "experts")
 SWEPT: tuple[str, ...] = tuple(sorted((k for k in ENABLED if KNOBS[k].sweep), key=lambda k: KNOBS[k].sweep_rank))
 TUNED: tuple[str, ...] = tuple(sorted((k for k in ENABLED if KNOBS[k].tune is not None),
                                       key=lambda k: KNOBS[k].tune_rank))

@@ -31,6 +31,7 @@ import statistics
 from typing import Iterable, Sequence
 
 from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import LAYER_KNOBS
 
 FORMATS = ("md", "csv", "json", "jsonl")
 
@@ -60,8 +61,7 @@ SAMPLE_FIELDS = ("samples_ns", "samples_ts")
 # RunSummary columns that a llama-bench field replaces, with llama-bench's unit.
 _REPLACED = {"model_size_mb": "model_size"}
 # Markdown shows llama-bench's own columns, then these streaming ones where the rows have them.
-_MD_STREAMING = ("budget_mb", "shard_mb", "prefetch_depth", "policy", "read_mb_per_token",
-                 "cache_hit_rate", "hit_rate", "projected_ts")
+_MD_STREAMING = ("budget_mb", *LAYER_KNOBS, "read_mb_per_token", "cache_hit_rate", "projected_ts")
 
 
 def field_type(name: str) -> str:

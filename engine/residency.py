@@ -162,6 +162,11 @@ class ResidencyController:
         return self._book.depth
 
     @property
+    def moving_bytes(self) -> int:
+        """The most shard bytes that can be arriving at once: the prefetch window and the layer computing."""
+        return (self._book.depth + 1) * self.plan.max_shard_bytes
+
+    @property
     def policy(self) -> str:
         return self._book.policy
 

@@ -79,16 +79,16 @@ class ShardPlan:
     def layer_bytes(self, layer_pos: int) -> int:
         return sum(self.shards[i].n_bytes for i in self.layer_shards[layer_pos])
 
-    def min_budget_bytes(self, prefetch_depth: int) -> int:
+    def min_budget_bytes(self, depth: int) -> int:
         """Globals + the layer being computed + the shards being prefetched.
 
         The eval callback waits per layer, so all slices of the current layer must be
-        resident together; prefetch keeps ``prefetch_depth`` more shards in flight.
+        resident together; prefetch keeps ``depth`` more shards in flight.
         """
         if not self.shards:
             return self.globals_bytes
         biggest_layer = max(self.layer_bytes(i) for i in range(len(self.layers)))
-        needed = self.globals_bytes + biggest_layer + prefetch_depth * self.max_shard_bytes
+        needed = self.globals_bytes + biggest_layer + depth * self.max_shard_bytes
         return min(needed, self.host_bytes)  # past the model's size, everything simply fits
 
     def shard_of_layer_pos(self, layer_pos: int) -> tuple[int, ...]:

@@ -43,7 +43,7 @@ from typing import Callable
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.finite import is_finite_number
 from shardscope.engine.knob_ranges import parse_knob
-from shardscope.engine.knobs import KNOBS, TUNED, describe
+from shardscope.engine.knobs import EXPERT_KNOBS, KNOBS, LAYER_KNOBS, TUNED, describe
 from shardscope.engine.settings import RunSettings
 from shardscope.engine.streaming_run import RunSummary
 
@@ -82,8 +82,6 @@ def default_candidates() -> dict[str, list]:
     return {**DEFAULT_CANDIDATES, "threads": list(range(1, cores + 1))}
 
 
-EXPERT_KNOBS = ("expert_cache_mb", "expert_policy", "expert_speculation")
-LAYER_KNOBS = ("policy", "shard_mb", "prefetch_depth")  # shard streaming only: an expert run has no shards
 
 
 def searched_candidates(cands: dict[str, list], experts: bool, given: dict[str, list]) -> dict[str, list]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.knobs import LAYER_KNOBS, describe
 from shardscope.engine.metrics import MetricsSample
 from shardscope.engine.settings import RunSettings
 from shardscope.engine.streaming_run import RunSummary, StreamingRun
@@ -223,7 +224,7 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
             summary = run.run()
             # A budget cut rebuilds llama.cpp's context with the layer hook: its counters restart.
             rebuilt = run.session.hook_active and not hooked_at_start
-            allowance_mb = ((run.controller.prefetch_depth + 1) * run.plan.max_shard_bytes + READAHEAD_BYTES) / MIB
+            allowance_mb = (run.controller.moving_bytes + READAHEAD_BYTES) / MIB
             perf = llama_cpp.llama_perf_context(run.session._ctx)
             perf_end = {"n_eval": perf.n_eval, "t_eval_ms": perf.t_eval_ms}
             samples = list(run.samples)
@@ -240,8 +241,7 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
 def _label(summary: RunSummary, settings: RunSettings, cut_budget_mb: float | None, cut_at: int) -> str:
     budget = (f"budget {settings.budget_mb:g} → {cut_budget_mb:g} MiB after token {cut_at}"
               if cut_budget_mb is not None else f"budget {summary.budget_mb:.0f} MiB")
-    return (f"{summary.policy}, depth {summary.prefetch_depth}, shard {summary.shard_mb:g} MiB, {budget}, "
-            f"{summary.n_gen} tokens")
+    return f"{describe(summary, LAYER_KNOBS)}, {budget}, {summary.n_gen} tokens"
 
 
 def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_first: dict, perf_end: dict,
