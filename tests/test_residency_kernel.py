@@ -60,8 +60,13 @@ class KernelWatch:
             # Residency is tracked from the prompt pass on; accesses count from the
             # first decoded token, like the engine's steady-state figures.
             counting = self.run.clock.phase == "generating"
-            resident = [self._resident(i) for i in range(len(self.plan.shards))]
             pos = self.run._layer_pos.get(layer_number, layer_number)
+            # The computing layer's shards are read last, right before the engine's own check:
+            # a shard landing during the scan of the others must count as it does for the engine.
+            current = set(self.plan.layer_shards[pos])
+            resident = [False] * len(self.plan.shards)
+            for index in [i for i in range(len(resident)) if i not in current] + sorted(current):
+                resident[index] = self._resident(index)
             if counting:
                 m = self.run.mapping
                 self.peak_weights = max(self.peak_weights, memory_calls.resident_bytes(m.start, m.end))
