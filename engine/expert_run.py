@@ -33,6 +33,7 @@ from shardscope.engine.layout_cache import load_layout
 from shardscope.engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.knobs import LAYER_KNOBS, LIVE, changed
 from shardscope.engine.moe_layout import MoeLayout, read_moe_layout
+from shardscope.engine.round_loop import sampled_rounds
 from shardscope.engine.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.settings import RunSettings, validate
 from shardscope.engine.streaming_run import RunSummary, _peak_rss_bytes, _reset_peak_rss
@@ -250,24 +251,15 @@ class ExpertRun:
             self.streamer.start()
             self._started = True
         self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval)
-        self.sampler.subscribe(self.samples.append)
-        if self._on_sample:
-            self.sampler.subscribe(self._on_sample)
-        self.sampler.start()
         try:
-            while True:
-                summary = self._round()
-                if on_summary:
-                    on_summary(summary)
-                if not continuous or self._stop.is_set():
-                    break
+            summary = sampled_rounds(self.sampler, self.samples, self._on_sample, self._round,
+                                     continuous=continuous, on_summary=on_summary, stop=self._stop)
         except BaseException:
             if self._trace is not None:
                 self._trace.discard()
                 self._trace = None
             raise
         finally:
-            self.sampler.stop()
             self.clock.phase = "done"
         if self._trace is not None:
             self._trace.close()

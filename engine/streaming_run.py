@@ -27,6 +27,7 @@ from shardscope.engine.file_guard import ModelFileGuard
 from shardscope.engine.layout_cache import load_layout
 from shardscope.engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.residency import ResidencyController, require_budget
+from shardscope.engine.round_loop import sampled_rounds
 from shardscope.engine.knobs import LIVE, changed
 from shardscope.engine.settings import RunSettings, validate
 from shardscope.engine.shard_plan import MIB, ShardPlan, plan_shards
@@ -260,19 +261,10 @@ class StreamingRun:
         # The sampler's baselines come first so the cold-start prefetch is counted too.
         self.sampler = MetricsSampler(self.controller, self.mapping, self.clock, self._sample_interval)
         self.controller.start()
-        self.sampler.subscribe(self.samples.append)
-        if self._on_sample:
-            self.sampler.subscribe(self._on_sample)
-        self.sampler.start()
         try:
-            while True:
-                summary = self._round()
-                if on_summary:
-                    on_summary(summary)
-                if not continuous or self._stop.is_set():
-                    return summary
+            return sampled_rounds(self.sampler, self.samples, self._on_sample, self._round,
+                                  continuous=continuous, on_summary=on_summary, stop=self._stop)
         finally:
-            self.sampler.stop()
             self._phase("done")
 
     def _round(self) -> RunSummary:
