@@ -44,7 +44,8 @@ from shardscope.engine.metrics import MetricsSample
 from shardscope.engine.moe_layout import MoeLayout
 from shardscope.engine.profile_file import Profile
 from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.shard_plan import ShardPlan
+from shardscope.engine.units import MIB
 from shardscope.engine.streaming_run import RunSummary
 
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]

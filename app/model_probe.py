@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from shardscope.engine.bundled_model import resolve_model_path
 from shardscope.engine.layout_cache import load_layout
 from shardscope.engine.moe_layout import MoeLayout, read_moe_layout
-from shardscope.engine.shard_plan import MIB, ShardPlan, plan_shards
+from shardscope.engine.shard_plan import ShardPlan, plan_shards
+from shardscope.engine.units import MIB
 
 
 @dataclass(frozen=True)

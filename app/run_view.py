@@ -9,7 +9,8 @@ from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QV
 from shardscope.app.round_projection import RoundProjection
 from shardscope.engine.metrics import MetricsSample
 from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.shard_plan import ShardPlan
+from shardscope.engine.units import MIB
 from shardscope.engine.streaming_run import RunSummary, min_budget_mb
 from shardscope.widgets import NumbersPanel, ShardMap
 

@@ -22,9 +22,9 @@ from shardscope.engine.knobs import ENABLED, KNOBS, Knob
 from shardscope.engine.settings import RunSettings
 from shardscope.widgets import LabelledSlider, format_number
 
-SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider and KNOBS[k].in_window)
-COMBOS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].choices and KNOBS[k].in_window)
-CHECKS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].type is bool and KNOBS[k].in_window)
+SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider)
+COMBOS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].choices)
+CHECKS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].type is bool)
 
 
 def describe_change(key: str, old, new) -> str:

@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.shard_plan import MIB  # noqa: E402
+from shardscope.engine.units import MIB  # noqa: E402
 from shardscope.engine.streaming_run import StreamingRun, prepare_plan  # noqa: E402
 
 _BUFFER = re.compile(r"(\S+) model buffer size\s*=\s*([\d.]+) MiB")

@@ -37,12 +37,12 @@ from typing import Any
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
 from shardscope.engine.toml_file import read_toml
+from shardscope.engine.units import MB_S, MIB
 
 
 __all__ = [
     "Device",
     "MIB",
-    "MB_PER_S",
     "DEVICES_DIR",
     "load_device",
     "builtin_devices",
@@ -54,8 +54,6 @@ __all__ = [
     "save_calibration",
 ]
 
-MIB = 1024 * 1024  # bytes in one memory "MB"
-MB_PER_S = 1_000_000  # bytes per second in one bandwidth "MB/s"
 
 DEVICES_DIR = Path(__file__).resolve().parent.parent / "profiles" / "devices"
 

@@ -37,8 +37,7 @@ from shardscope.engine.round_loop import sampled_rounds
 from shardscope.engine.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.settings import RunSettings, validate
 from shardscope.engine.streaming_run import RunSummary, _peak_rss_bytes, _reset_peak_rss
-
-MIB = 1024 * 1024
+from shardscope.engine.units import MIB
 
 
 @dataclass

@@ -41,9 +41,8 @@ from shardscope.engine.moe_layout import MoeLayout
 from shardscope.engine.residency import ResidencyCounters, ResidencySnapshot
 from shardscope.engine.routing_trace import TraceRecord
 from shardscope.engine.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine.units import MIB
 
-PAGE = memory_calls.PAGE
-MIB = 1024 * 1024
 WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
 MADV_RANDOM = 1
 HEAT_WINDOW = 64  # decoded tokens the expert view's heat counts over
@@ -69,15 +68,6 @@ class ExpertCounters:
 
     def copy(self) -> "ExpertCounters":
         return ExpertCounters(**self.__dict__)
-
-
-def _outward(start: int, end: int) -> tuple[int, int]:
-    return start // PAGE * PAGE, -(-end // PAGE) * PAGE
-
-
-def _inward(start: int, end: int) -> tuple[int, int] | None:
-    lo, hi = -(-start // PAGE) * PAGE, end // PAGE * PAGE
-    return (lo, hi) if hi > lo else None
 
 
 class ExpertStreamer:
@@ -131,7 +121,7 @@ class ExpertStreamer:
         self.evict_mechanism = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
         merged: list[list[int]] = []
         for start, end in self.moe.dense_ranges:
-            lo, hi = _outward(start, end)
+            lo, hi = memory_calls.page_outward(start, end)
             if merged and lo <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], hi)
             else:
@@ -360,7 +350,7 @@ class ExpertStreamer:
     def _load_unit(self, unit: Unit) -> None:
         layer, expert = unit
         self.limiter.throttle(self.unit_bytes[layer])  # the emulated SSD: bytes no faster than its rate
-        self._read_in([_outward(start, end) for start, end in self.moe.unit_ranges(layer, expert)])
+        self._read_in([memory_calls.page_outward(start, end) for start, end in self.moe.unit_ranges(layer, expert)])
         with self._lock:
             self.counters.loads += 1
             self.counters.loaded_bytes += self.unit_bytes[layer]
@@ -374,7 +364,7 @@ class ExpertStreamer:
                 pass
         residue = 0
         for start, end in self.moe.unit_ranges(*unit):
-            inner = _inward(start, end)
+            inner = memory_calls.page_inward(start, end)
             span = self.mapping.clip(*inner) if inner else None
             if not span:
                 continue
@@ -393,7 +383,7 @@ class ExpertStreamer:
         """mincore over the unit's page-inward ranges: the independent check."""
         total = 0
         for start, end in self.moe.unit_ranges(*unit):
-            inner = _inward(start, end)
+            inner = memory_calls.page_inward(start, end)
             span = self.mapping.clip(*inner) if inner else None
             if span:
                 total += memory_calls.resident_bytes(span[0], span[1])

@@ -42,7 +42,6 @@ class Knob:
     required: bool = False  # a profile must state it
     reported_as: str | None = None  # the RunSummary column holding the value the run used
     enabled: bool = True  # False: declared for a feature still to land; no flag, control or profile key
-    in_window: bool = True  # False: CLI and profiles only, until the window drives the code that uses it
     streams: str = ""  # "layers" or "experts": the one run kind that uses it ("": both)
     name: str = ""  # filled from the field name
 

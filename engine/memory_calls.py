@@ -23,6 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 
 PAGE = mmap.PAGESIZE
+
+
+def page_outward(start: int, end: int) -> tuple[int, int]:
+    """[start, end) widened to whole pages: what a read must cover."""
+    return start // PAGE * PAGE, -(-end // PAGE) * PAGE
+
+
+def page_inward(start: int, end: int) -> tuple[int, int] | None:
+    """[start, end) shrunk to whole pages (None if none): what may be dropped without touching a neighbour."""
+    lo, hi = -(-start // PAGE) * PAGE, end // PAGE * PAGE
+    return (lo, hi) if hi > lo else None
+
 MADV_WILLNEED = 3
 MADV_DONTNEED = 4
 MADV_PAGEOUT = 21

@@ -150,14 +150,15 @@ class MetricsSampler:
             self._stop.wait(delay)
 
     def _expert_rates(self) -> tuple[float, float, float, float]:
-        """(hit rate, dense MB/token, expert MB/token, speculation accuracy) over the recent window."""
+        """(hit rate, dense MB/token, expert MB/token, speculation accuracy) over the recent window.
+
+        An expert run's on-time rate is its expert hit rate (resident when picked, a guess in
+        time counts), already windowed per token when tokens are slow: it is taken as is."""
         c = self._expert_counters()
         self._expert_history.append((self.clock.n_tokens, c))
         n_old, old = self._expert_history[0]
-        hit, dense, expert, spec = self._last_expert
-        accesses = (c.hits - old.hits) + (c.misses - old.misses)
-        if accesses > 0:
-            hit = (c.hits - old.hits) / accesses
+        _, dense, expert, spec = self._last_expert
+        hit = self._last_rates[1]
         tokens = self.clock.n_tokens - n_old
         if tokens > 0:
             dense = (c.dense_loaded_bytes - old.dense_loaded_bytes) / MIB / tokens

@@ -19,15 +19,13 @@ from dataclasses import dataclass, field
 
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.gguf_layout import ModelLayout, TensorInfo
+from shardscope.engine.units import MIB
 
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS: more aborts llama.cpp
 # Recognition is by tensor name, so llama (Mixtral), qwen2moe, qwen3moe, olmoe, granitemoe,
 # deepseek2 and the like all qualify; the counts are read under the file's own architecture.
 EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.(" + "|".join(EXPERT_TENSORS) + r")\.weight$")
-
-
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardscope.engine.devices import MB_PER_S, Device
+from shardscope.engine.devices import Device
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.finite import POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.units import MB_S
 
 __all__ = [
     "RunMeasurement",
@@ -129,14 +130,14 @@ def project_from_bandwidth(
     same cores as the measurement; :func:`project` derives it from a device).
     """
     m = measurement.validated()
-    ssd = _positive(ssd_mb_s, "projection", "ssd_mb_s") * MB_PER_S
+    ssd = _positive(ssd_mb_s, "projection", "ssd_mb_s") * MB_S
     terms = {
         "ssd": m.ssd_bytes_per_token / ssd,
         "dram": 0.0,
         "compute": m.compute_s_per_token * _positive(compute_factor, "projection", "compute_factor"),
     }
     if dram_mb_s is not None:
-        terms["dram"] = m.resident_bytes_per_token / (_positive(dram_mb_s, "projection", "dram_mb_s") * MB_PER_S)
+        terms["dram"] = m.resident_bytes_per_token / (_positive(dram_mb_s, "projection", "dram_mb_s") * MB_S)
     if m.prefetch:
         s_per_token = max(terms.values())
     else:

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.expert_cache import POLICIES, ExpertCache, hot_reserve_bytes
 from shardscope.engine.routing_trace import RoutingTrace, read_trace
-
-MIB = 1024 * 1024
+from shardscope.engine.units import MIB
 
 
 @dataclass(frozen=True)

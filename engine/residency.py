@@ -25,7 +25,8 @@ from shardscope.engine.residency_decisions import (  # noqa: F401  (re-exported:
     EVICTED, LOADING, PINNED, RESIDENT, ResidencyBook, ResidencyCounters, read_spans, require_budget,
 )
 from shardscope.engine.residency_reader import ExactReader
-from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.shard_plan import ShardPlan
+from shardscope.engine.units import MIB
 from shardscope.engine.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter

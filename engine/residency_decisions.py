@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.shard_plan import MIB, ShardPlan
+from shardscope.engine.shard_plan import ShardPlan
+from shardscope.engine.units import MIB
 
 EVICTED, LOADING, RESIDENT, PINNED = 0, 1, 2, 3
 MAX_READ_GAP = 1 * MIB

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from shardscope.engine import memory_calls
-from shardscope.engine.shard_plan import MIB
+from shardscope.engine.units import MIB
 
 WILLNEED_CHUNK = 2 * MIB  # the kernel clips one WILLNEED to its readahead size; keep under it
 

@@ -11,14 +11,13 @@ that a resident neighbour shares.
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass
 
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.gguf_layout import ModelLayout
+from shardscope.engine.memory_calls import PAGE, page_inward
+from shardscope.engine.units import MIB
 
-PAGE = mmap.PAGESIZE
-MIB = 1024 * 1024
 # Tensors smaller than this stay resident with the globals (norms, biases, scales).
 SMALL_TENSOR_BYTES = 256 * 1024
 
@@ -95,19 +94,13 @@ class ShardPlan:
         return self.layer_shards[layer_pos]
 
 
-def _page_inward(start: int, end: int) -> tuple[int, int] | None:
-    lo = (start + PAGE - 1) // PAGE * PAGE
-    hi = end // PAGE * PAGE
-    return (lo, hi) if hi > lo else None
-
-
 def _layer_ranges(layout: ModelLayout, layer: int) -> list[tuple[int, int]]:
     """Page-aligned ranges of one layer's big tensors, adjacent ones merged."""
     ranges: list[tuple[int, int]] = []
     for tensor in layout.layer_tensors(layer):
         if tensor.n_bytes < SMALL_TENSOR_BYTES:
             continue
-        inner = _page_inward(tensor.offset, tensor.offset + tensor.n_bytes)
+        inner = page_inward(tensor.offset, tensor.offset + tensor.n_bytes)
         if inner is None:
             continue
         if ranges and ranges[-1][1] == inner[0]:

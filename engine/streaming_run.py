@@ -24,14 +24,14 @@ from shardscope.engine import memory_calls
 from shardscope.engine.bundled_model import resolve_model_path
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.file_guard import ModelFileGuard
+from shardscope.engine.knobs import LIVE, changed
 from shardscope.engine.layout_cache import load_layout
 from shardscope.engine.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.residency import ResidencyController, require_budget
 from shardscope.engine.round_loop import sampled_rounds
-from shardscope.engine.knobs import LIVE, changed
 from shardscope.engine.settings import RunSettings, validate
-from shardscope.engine.shard_plan import MIB, ShardPlan, plan_shards
-from shardscope.engine.units import mb_per_s
+from shardscope.engine.shard_plan import ShardPlan, plan_shards
+from shardscope.engine.units import MIB, mb_per_s
 
 
 @dataclass

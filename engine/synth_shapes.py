@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 
 from shardscope.engine.synth_vocab import SynthVocab
+from shardscope.engine.units import MIB
 
-MIB = 1024 * 1024
 ALIGNMENT = 4096
 MIN_SIZE_MB = 8.0
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS in llama.cpp

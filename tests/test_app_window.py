@@ -21,7 +21,7 @@ from shardscope.app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from shardscope.engine.csv_out import TIMELINE_COLUMNS, read_rows
 from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import MIB
+from shardscope.engine.units import MIB
 from shardscope.engine.streaming_run import RunSummary
 from shardscope.widgets import format_number
 

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import MIB
+from shardscope.engine.units import MIB
 from shardscope.engine.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
 
 PROMPT = "The history of the printing press begins"

@@ -12,7 +12,7 @@ import pytest
 
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import MIB
+from shardscope.engine.units import MIB
 from shardscope.engine.streaming_run import StreamingRun
 
 

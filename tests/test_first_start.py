@@ -33,7 +33,8 @@ def test_demo_profile_streams_the_bundled_model_and_projects_on_the_iphone(bundl
     from shardscope.engine.layout_cache import load_layout
     from shardscope.engine.profile_file import builtin_profiles_dir, load_profile
     from shardscope.engine.residency import require_budget
-    from shardscope.engine.shard_plan import MIB, plan_shards
+    from shardscope.engine.shard_plan import plan_shards
+    from shardscope.engine.units import MIB
 
     profile = load_profile(builtin_profiles_dir() / "streaming-demo.toml")
     assert profile.name == FIRST_START_PROFILE and profile.device == PROJECTION_DEVICE

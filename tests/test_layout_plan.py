@@ -11,7 +11,8 @@ import pytest
 from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.gguf_layout import read_layout
 from shardscope.engine.layout_cache import load_layout
-from shardscope.engine.shard_plan import MIB, PAGE, plan_shards
+from shardscope.engine.shard_plan import PAGE, plan_shards
+from shardscope.engine.units import MIB
 
 
 def _write_lexicographic_gguf(path, n_layers=12, rows=512):

@@ -15,7 +15,8 @@ from shardscope.engine.residency_decisions import (
     LOADING, RESIDENT, ResidencyBook, choose_pinned, require_budget, wanted,
 )
 from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.shard_plan import MIB, Shard, ShardPlan
+from shardscope.engine.shard_plan import Shard, ShardPlan
+from shardscope.engine.units import MIB
 
 
 def fake_plan(layer_mb: list[float], globals_mb: float, per_shard: int = 1) -> ShardPlan:

@@ -16,7 +16,7 @@ import pytest
 
 from shardscope.engine import memory_calls
 from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import MIB
+from shardscope.engine.units import MIB
 from shardscope.engine.streaming_run import StreamingRun
 
 PROMPT = "The history of the printing press begins"
