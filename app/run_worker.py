@@ -32,7 +32,6 @@ from shardscope.engine.errors import ShardscopeError
 from shardscope.engine.knobs import LIVE, changed
 from shardscope.engine.run_factory import open_run
 from shardscope.engine.settings import RunSettings, validate
-from shardscope.engine.streaming_run import StreamingRun
 
 
 def describe_exception(exc: BaseException, model_path: str | None) -> str:
@@ -118,20 +117,9 @@ class RunWorker(QObject):
                     self._restart_requested = False
                 self.run_index += 1
                 index = self.run_index
-                phases: list[str] = []  # an ExpertRun has no phase callback: its samples name the phase
-
-                def on_sample(s, i=index, phases=phases) -> None:
-                    self.sample.emit(i, s)
-                    if phases and s.phase and s.phase != phases[-1]:
-                        phases.append(s.phase)
-                        self.phase.emit(i, s.phase)
-
-                run = open_run(settings, on_sample=on_sample)
-                if isinstance(run, StreamingRun):
-                    run.on_token = lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt)
-                    run.on_phase = lambda name, i=index: self.phase.emit(i, name)
-                else:
-                    phases.append("")
+                run = open_run(settings, on_sample=lambda s, i=index: self.sample.emit(i, s))
+                run.on_token = lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt)
+                run.on_phase = lambda name, i=index: self.phase.emit(i, name)
                 with self._lock:
                     wanted = self._settings
                     try:  # knobs moved while it was planned: the run takes them, or a new plan does
@@ -147,7 +135,7 @@ class RunWorker(QObject):
                     self.run = run
                 try:
                     self.run_started.emit(index, getattr(run, "plan", None) or run.moe, run.settings)
-                    run.run(continuous=True, on_summary=self._on_summary(index, run))
+                    run.run(continuous=True, on_summary=lambda s, i=index: self.summary.emit(i, s))
                 except Exception:
                     if not run.stopping:
                         raise
@@ -163,18 +151,6 @@ class RunWorker(QObject):
             self.failed.emit(describe_exception(exc, self.settings.model_path))
         finally:
             self.finished.emit()
-
-
-    def _on_summary(self, index: int, run):
-        """A round's summary; an ExpertRun streams no token pieces, so its round's text
-        is shown whole when the round ends."""
-        if isinstance(run, StreamingRun):
-            return lambda s: self.summary.emit(index, s)
-
-        def emit(s) -> None:
-            self.token.emit(index, 0, s.text, 0.0)
-            self.summary.emit(index, s)
-        return emit
 
 
 class RunThread:

@@ -104,7 +104,8 @@ LIVE_KEYS = LIVE | frozenset(LAYER_KNOBS)
 class ExpertRun:
     def __init__(self, settings: RunSettings, *, trace_path: str | None = None, sample_interval_s: float = 0.1,
                  on_sample: Callable[[MetricsSample], None] | None = None,
-                 on_token: Callable[[int, "ExpertRun"], None] | None = None):
+                 on_token: Callable[[int, str, float], None] | None = None,
+                 on_phase: Callable[[str], None] | None = None):
         self.settings = validate(settings)
         self.model_path = resolve_model_path(settings.model_path)
         moe = moe_layout_for(settings)
@@ -113,7 +114,8 @@ class ExpertRun:
         self.moe = moe
         self.cache_bytes = cache_bytes_for(moe, settings)
         self.trace_path = trace_path
-        self.on_token = on_token
+        self.on_token = on_token  # (token index in round, its text, seconds): StreamingRun's callbacks
+        self.on_phase = on_phase
         self.clock = TokenClock()
         # Bounded like StreamingRun's: a window session can run for hours.
         self.samples: deque[MetricsSample] = deque(maxlen=6000)
@@ -206,6 +208,7 @@ class ExpertRun:
         from shardscope.engine.llama_session import LlamaSession
 
         s = self.settings
+        self._phase("loading")
         try:
             self._fd = os.open(self.model_path, os.O_RDONLY)
         except OSError as exc:
@@ -236,6 +239,11 @@ class ExpertRun:
             return False
         return streamer.on_topk(layer, ids)
 
+    def _phase(self, name: str) -> None:
+        self.clock.phase = name
+        if self.on_phase:
+            self.on_phase(name)
+
     def run(self, continuous: bool = False,
             on_summary: Callable[[ExpertRunSummary], None] | None = None) -> ExpertRunSummary:
         """Load (unless loaded), generate ``n_gen`` tokens, return the summary.
@@ -245,7 +253,7 @@ class ExpertRun:
         """
         if self.session is None:
             self.load()
-        self.clock.phase = "cold start"
+        self._phase("cold start")
         if not self._started:
             self.streamer.start()
             self._started = True
@@ -259,7 +267,7 @@ class ExpertRun:
                 self._trace = None
             raise
         finally:
-            self.clock.phase = "done"
+            self._phase("done")
         if self._trace is not None:
             self._trace.close()
             self._trace = None
@@ -284,7 +292,7 @@ class ExpertRun:
             if index == 0:
                 streamer.end_prompt()
                 marks["first"] = (read, c)
-                self.clock.phase = "generating"
+                self._phase("generating")
             else:
                 self.clock.record(now, dt)
                 read0, c0 = last["at"]
@@ -295,9 +303,9 @@ class ExpertRun:
             self._take_pending()
             streamer.token = base + index + 1
             if self.on_token:
-                self.on_token(index, self)
+                self.on_token(index, piece.decode("utf-8", "replace"), dt)
 
-        self.clock.phase = "prompt"
+        self._phase("prompt")
         try:
             result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
                                            on_token=on_token, should_stop=self._stop.is_set)

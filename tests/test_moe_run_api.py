@@ -62,7 +62,7 @@ def test_continuous_rounds_live_changes_and_view_match_the_kernel(small_moe):
     checked = {"tokens": 0}
     summaries = []
 
-    def on_token(index, run):
+    def on_token(index, piece, dt):  # `run` is the test's own, opened below
         view = run.expert_view()
         st = run.streamer
         for row, layer in enumerate(view.layers):
@@ -172,7 +172,7 @@ def test_sweep_varies_the_expert_knobs_of_an_moe(small_moe):
 
 def test_stop_mid_round_ends_the_run_cleanly(small_moe):
     """The window's Stop: the decode ends at the next token, the summary says stopped, nothing raises."""
-    def on_token(index, run):
+    def on_token(index, piece, dt):  # `run` is the test's own, opened below
         if index == 2:
             run.stop()
 
