@@ -22,9 +22,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"shardscope: error: {message}\n")
 
 
-def _percent(fraction: float) -> str:
-    """A hit fraction as a percentage; NaN means no layer access was measured."""
-    return "n/a (no layer access measured)" if math.isnan(fraction) else f"{100 * fraction:.1f} %"
+def _percent(fraction: float, missing: str = "n/a (no layer access measured)") -> str:
+    """A fraction as a percentage; NaN (nothing measured) reads as ``missing``."""
+    return missing if math.isnan(fraction) else f"{100 * fraction:.1f} %"
 
 
 def _print_summary(summary) -> None:
@@ -52,7 +52,7 @@ def _print_summary(summary) -> None:
 
 def _print_experts(s) -> None:
     def pct(x):
-        return "n/a" if x != x else f"{100 * x:.1f} %"
+        return _percent(x, "n/a")
 
     print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MB "
           f"({s.expert_policy}, speculation {'on' if s.expert_speculation else 'off'}), hit rate "
