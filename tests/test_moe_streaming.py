@@ -88,7 +88,7 @@ def test_bytes_read_are_the_missed_experts_and_evicted_experts_are_gone(moe_mode
     pid = os.getpid()
     checks = {"tokens": 0, "outside": []}
 
-    def on_token(index: int, run: ExpertRun) -> None:
+    def on_token(index: int, piece: str, dt: float) -> None:  # `run` is the one opened below
         streamer = run.streamer
         cached = streamer.resident_units()
         for layer in moe.layers:
