@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
 
-from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.base.errors import ShardscopeError
 
 
 class Cancelled(Exception):

@@ -20,11 +20,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardscope.engine.expert_cache import POLICIES
-from shardscope.engine.projection import moe_ssd_bytes_per_token
-from shardscope.engine.replay import cacheability, min_cache_bytes
-from shardscope.engine.routing_trace import RoutingTrace, read_trace
-from shardscope.engine.run_projection import projection_for
+from shardscope.engine.experts.expert_cache import POLICIES
+from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
+from shardscope.engine.experts.replay import cacheability, min_cache_bytes
+from shardscope.engine.experts.routing_trace import RoutingTrace, read_trace
+from shardscope.engine.devices.run_projection import projection_for
 
 MIB = 1024 * 1024
 N_SIZES = 8
@@ -59,7 +59,7 @@ def load_trace(source) -> tuple[RoutingTrace, str]:
 
 def compute(source, policies: tuple[str, ...] = tuple(POLICIES)) -> CacheabilityResult:
     """Replay ``source`` at ``cache_sizes`` for each policy. ShardscopeError for an empty or bad trace."""
-    from shardscope.engine.errors import ShardscopeError
+    from shardscope.engine.base.errors import ShardscopeError
 
     trace, name = load_trace(source)
     if not any(not r.prompt for r in trace.records):

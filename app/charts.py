@@ -2,7 +2,7 @@
 
 One place says which MetricsSample field feeds which curve, so the window, the
 export and the tests agree on "the hit-rate curve is ``cache_hit_rate``". Units are
-the project's (engine/units.py): memory MiB, bandwidth 10^6 B/s, rates in %.
+the project's (engine/base/units.py): memory MiB, bandwidth 10^6 B/s, rates in %.
 
 Layout choices come from looking at the window: the largest curve (RSS) auto-
 ranges to the very top of its plot, right under the legend and the change
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.widgets import LiveChart, format_number
 
 # Resident weights use the shard map's "resident" green on purpose: same meaning.

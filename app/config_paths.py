@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-from shardscope.engine.user_dirs import config_dir
+from shardscope.engine.base.user_dirs import config_dir
 
 APP_NAME = "shardscope"
 

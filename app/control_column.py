@@ -41,7 +41,7 @@ class ControlColumn(QScrollArea):
 
     def _check_gpu(self) -> None:
         try:
-            from shardscope.engine.llama_session import gpu_offload_supported
+            from shardscope.engine.stream.llama_session import gpu_offload_supported
 
             supported = gpu_offload_supported()
         except Exception:  # a broken llama.cpp install shows up properly at Run

@@ -7,9 +7,9 @@ from PySide6.QtWidgets import QGroupBox, QVBoxLayout, QWidget
 
 from shardscope.app.device_combo import DeviceCombo
 from shardscope.app.round_projection import RoundProjection, project_round
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.run_projection import fill_device_columns
-from shardscope.engine.streaming_run import RunSummary
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.run_projection import fill_device_columns
+from shardscope.engine.stream.streaming_run import RunSummary
 
 
 class DevicePanel(QGroupBox):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from shardscope.app.charts import keep_top_clear
-from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.widgets import LiveChart
 
 EXPERT_COLORS = {"expert_hit": "#d62728", "spec": "#f2a93b", "dense_tok": "#555d66", "expert_tok": "#d9822b"}

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushBu
 
 from shardscope.app.background import BackgroundTask
 from shardscope.app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.moe_layout import MoeLayout
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.widgets import ExpertMap
 from shardscope.widgets.cacheability_plot import CacheabilityPlot
 

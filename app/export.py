@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from shardscope.engine.csv_out import TIMELINE_COLUMNS, timeline_rows, write_rows
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.metrics import MetricsSample
-from shardscope.engine.streaming_run import RunSummary
+from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, timeline_rows, write_rows
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.stream.streaming_run import RunSummary
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from PySide6.QtWidgets import QFormLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knob_ranges import parse_knob
-from shardscope.engine.knobs import KNOBS
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_ranges import parse_knob
+from shardscope.engine.knobs.knobs import KNOBS
 
 _ERROR_STYLE = "color: #b00020"
 _FIELD_ERROR_STYLE = "QLineEdit { border: 1px solid #b00020; }"

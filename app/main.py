@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return run_gui(rest[0] if rest else None)
-    from shardscope.engine.cli import main as cli_main
+    from shardscope.engine.cli.cli import main as cli_main
 
     return cli_main(args)
 

@@ -38,15 +38,15 @@ from shardscope.app.window_actions import build_actions, build_menus
 from shardscope.app.window_experts import WindowExperts
 from shardscope.app.window_files import WindowFiles
 from shardscope.app.window_profiles import WindowProfiles
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knobs import changed
-from shardscope.engine.metrics import MetricsSample
-from shardscope.engine.moe_layout import MoeLayout
-from shardscope.engine.profile_file import Profile
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import ShardPlan
-from shardscope.engine.units import MIB
-from shardscope.engine.streaming_run import RunSummary
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import changed
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.knobs.profile_file import Profile
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import RunSummary
 
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardscope.engine.metrics import MetricsSample
+from shardscope.engine.measure.metrics import MetricsSample
 
 
 @dataclass

@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QPushButton, QWidget
 
 from shardscope.app.profile_store import ProfileStore
-from shardscope.engine.profile_file import Profile
+from shardscope.engine.knobs.profile_file import Profile
 
 
 class ProfilePanel(QGroupBox):

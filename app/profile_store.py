@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.profile_file import Profile, list_profiles, load_profile, profile_filename, save_profile
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.profile_file import Profile, list_profiles, load_profile, profile_filename, save_profile
+from shardscope.engine.knobs.settings import RunSettings
 
 
 class ProfileStore:

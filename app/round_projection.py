@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shardscope.engine.devices import Device, get_device
-from shardscope.engine.projection import Projection
-from shardscope.engine.run_projection import projection_for
+from shardscope.engine.devices.devices import Device, get_device
+from shardscope.engine.devices.projection import Projection
+from shardscope.engine.devices.run_projection import projection_for
 from shardscope.widgets import format_number
 
 # The preset quantities the roofline's three terms read; the app memory limit sets no tok/s.

@@ -17,10 +17,10 @@ from collections import deque
 from PySide6.QtCore import QObject, Signal
 
 from shardscope.app.run_worker import RunThread, RunWorker
-from shardscope.engine.metrics import MetricsSample
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import ShardPlan
-from shardscope.engine.streaming_run import RunSummary
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.stream.streaming_run import RunSummary
 
 CLOSE_WAIT_MS = 15_000  # a run stops within ~1-2 s; this only bounds a wedged llama.cpp load
 TIMELINE_MAX = 36_000  # one hour at 10 Hz: export what the session saw, bounded

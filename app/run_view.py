@@ -7,11 +7,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
 from shardscope.app.round_projection import RoundProjection
-from shardscope.engine.metrics import MetricsSample
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.shard_plan import ShardPlan
-from shardscope.engine.units import MIB
-from shardscope.engine.streaming_run import RunSummary, min_budget_mb
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import RunSummary, min_budget_mb
 from shardscope.widgets import NumbersPanel, ShardMap
 
 LIVE_FIELDS = [

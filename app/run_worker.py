@@ -28,10 +28,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knobs import LIVE, changed
-from shardscope.engine.run_factory import open_run
-from shardscope.engine.settings import RunSettings, validate
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import LIVE, changed
+from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.knobs.settings import RunSettings, validate
 
 
 def describe_exception(exc: BaseException, model_path: str | None) -> str:

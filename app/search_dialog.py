@@ -9,7 +9,7 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QPushButton
 
 from shardscope.app.search_runner import SearchHost
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.knobs.settings import RunSettings
 
 
 class DialogHost(Protocol):

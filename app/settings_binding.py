@@ -18,8 +18,8 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from shardscope.engine.knobs import ENABLED, KNOBS, Knob
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.knobs.knobs import ENABLED, KNOBS, Knob
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.widgets import LabelledSlider, format_number
 
 SLIDERS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].slider)

@@ -29,10 +29,10 @@ from shardscope.app.progress_text import eta_text
 from shardscope.app.search_runner import SearchRunner
 from shardscope.app.sweep_plot import Y_METRICS, SweepPlot
 from shardscope.app.sweep_table import SweepTable
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knobs import KNOBS
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import KNOBS
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.search.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
 
 DEFAULT_TOKENS = 8  # as `shardscope sweep`: the first is warm-up, 7 are averaged
 

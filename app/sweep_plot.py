@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pyqtgraph as pg
 from PySide6.QtWidgets import QWidget
 
-from shardscope.engine.sweep import SweepResult, describe_settings
+from shardscope.engine.search.sweep import SweepResult, describe_settings
 from shardscope.widgets import format_number
 
 MAX_TICKS = 12  # more swept values than this: let pyqtgraph choose the ticks

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
-from shardscope.engine.knobs import KNOBS
-from shardscope.engine.sweep import SweepResult
+from shardscope.engine.knobs.knobs import KNOBS
+from shardscope.engine.search.sweep import SweepResult
 from shardscope.widgets import format_number
 
 RESULT_ROLE = Qt.ItemDataRole.UserRole + 1

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayo
                                QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from shardscope.app.background import BackgroundTask
-from shardscope.engine.synth import MIN_SIZE_MB, write_synthetic_model
+from shardscope.engine.synth.synth import MIN_SIZE_MB, write_synthetic_model
 
 
 class SynthDialog(QDialog):

@@ -29,11 +29,11 @@ from shardscope.app.search_dialog import DialogHost, SearchDialog
 from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.round_projection import unverified_inputs
 from shardscope.app.search_runner import SearchRunner
-from shardscope.engine.devices import get_device
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knobs import KNOBS, describe
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
+from shardscope.engine.devices.devices import get_device
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import KNOBS, describe
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.search.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
 from shardscope.widgets import format_number
 
 DEFAULT_TOKENS = 6  # as `shardscope tune`

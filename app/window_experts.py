@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from shardscope.app.expert_charts import show_expert_row
 from shardscope.app.expert_panel import ExpertPanel
-from shardscope.engine.moe_layout import MoeLayout
+from shardscope.engine.layout.moe_layout import MoeLayout
 
 MIB = 1024 * 1024
 

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QFileDialog
 from shardscope.app.background import BackgroundTask
 from shardscope.app.export import ExportPaths, base_from_chosen, export_session
 from shardscope.app.synth_dialog import SynthDialog
-from shardscope.engine.errors import ShardscopeError
+from shardscope.engine.base.errors import ShardscopeError
 
 
 class WindowFiles:
@@ -88,9 +88,10 @@ class WindowFiles:
 
     def calibrate_from(self, device_id: str, path: str) -> BackgroundTask:
         """Runs the bundled model here for the reference rows, so off the GUI thread."""
-        from shardscope.engine.calibrate import calibrate
+        from shardscope.engine.devices.calibrate import calibrate
+        from shardscope.engine.runs.calibration_reference import measure_here
 
-        task = BackgroundTask(lambda _progress: calibrate(device_id, path), self)
+        task = BackgroundTask(lambda _progress: calibrate(device_id, path, measure_here=measure_here), self)
         task.succeeded.connect(lambda result: self._calibrated(device_id, result))
         task.failed.connect(lambda message: self.show_error(f"Calibrate: {message}"))
         self.statusBar().showMessage(f"calibrating {device_id} from {Path(path).name} …")

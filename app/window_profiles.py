@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QInputDialog
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.profile_file import Profile
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.profile_file import Profile
+from shardscope.engine.knobs.settings import RunSettings
 
 
 class WindowProfiles:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardscope.engine.bundled_model import bundled_model_path
-from shardscope.engine.synth import write_synthetic_model
-from shardscope.engine.user_dirs import cache_dir
+from shardscope.engine.base.bundled_model import bundled_model_path
+from shardscope.engine.synth.synth import write_synthetic_model
+from shardscope.engine.base.user_dirs import cache_dir
 
 
 def synthetic_model(size_mb: int) -> str:

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from shardscope.engine import memory_calls
-from shardscope.engine.units import MB_S, MIB
+from shardscope.engine.base import memory_calls
+from shardscope.engine.base.units import MB_S, MIB
 
 
 def cached_fraction(path: str) -> float:

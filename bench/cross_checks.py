@@ -4,7 +4,7 @@ Runs the scenarios of tests/test_cross_checks.py (lru and pinned at budget ½ mo
 prefetch depth 2; pinned after a budget cut from "fits" to ½ model mid-run), each
 ``--repeats`` times with ``--tokens`` tokens, and prints one markdown row per figure:
 the median and the worst relative difference over all compared points of all runs,
-and whether every run passed (engine/verify.py's rules, 5 %).
+and whether every run passed (engine/runs/verify.py's rules, 5 %).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_models import synthetic_model  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.units import MIB  # noqa: E402
-from shardscope.engine.verify import format_report, verified_run  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.base.units import MIB  # noqa: E402
+from shardscope.engine.runs.verify import format_report, verified_run  # noqa: E402
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from shardscope.engine.expert_view import ExpertView
+from shardscope.engine.experts.expert_view import ExpertView
 
 
 class FakeExpertViews:

@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.units import MIB  # noqa: E402
-from shardscope.engine.streaming_run import StreamingRun, prepare_plan  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.base.units import MIB  # noqa: E402
+from shardscope.engine.stream.streaming_run import StreamingRun, prepare_plan  # noqa: E402
 
 _BUFFER = re.compile(r"(\S+) model buffer size\s*=\s*([\d.]+) MiB")
 _REPEATING = re.compile(r"offloading (\d+) repeating layers to GPU")
@@ -53,7 +53,7 @@ def _int_list(text: str) -> list[int]:
 def _model(args) -> str:
     if args.model:
         return args.model
-    from shardscope.engine.synth import write_synthetic_model
+    from shardscope.engine.synth.synth import write_synthetic_model
 
     out = Path(args.synth_out or f"/tmp/shardscope-gpu-{args.synth_mb}mb-{args.synth_layers}l.gguf")
     if not out.exists():
@@ -66,7 +66,7 @@ def _model(args) -> str:
 
 def _buffers() -> dict[str, float]:
     """Model buffer sizes llama.cpp logged during the last load (e.g. CUDA0, CPU_Mapped)."""
-    from shardscope.engine import llama_session
+    from shardscope.engine.stream import llama_session
 
     found: dict[str, float] = {}
     for match in _BUFFER.finditer("".join(llama_session._log_tail)):
@@ -76,7 +76,7 @@ def _buffers() -> dict[str, float]:
 
 def _llama_offload() -> tuple[int | None, bool]:
     """What llama.cpp said it offloaded in the last load: (repeating layers, output layer)."""
-    from shardscope.engine import llama_session
+    from shardscope.engine.stream import llama_session
 
     log = "".join(llama_session._log_tail)
     found = _REPEATING.findall(log)
@@ -152,8 +152,8 @@ def main() -> None:
 
     import llama_cpp
 
-    from shardscope.engine import llama_session
-    from shardscope.engine.llama_session import gpu_offload_supported
+    from shardscope.engine.stream import llama_session
+    from shardscope.engine.stream.llama_session import gpu_offload_supported
 
     # The engine keeps the last 400 log lines; a load logs more, and the buffer sizes come early.
     llama_session._log_tail = deque(maxlen=50_000)

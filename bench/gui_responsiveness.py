@@ -29,8 +29,8 @@ from bench.bench_models import synthetic_model  # noqa: E402
 from bench.cold_cache import drop_from_cache  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.fake_expert_views import FakeExpertViews  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.streaming_run import StreamingRun  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
 
 MIB = 1024 * 1024
 

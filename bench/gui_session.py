@@ -17,7 +17,7 @@ if not os.environ.get("DISPLAY"):
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from shardscope.engine.settings import RunSettings  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
 
 def application() -> QApplication:

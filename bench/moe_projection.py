@@ -6,7 +6,7 @@ The README's 1.56 TB example projects a MoE token as
 
 (misses are waited for, so the terms add). This script runs the same arithmetic on a
 synthetic MoE with the example's routing ratio, here, and compares it with what the
-run does under engine/ssd_rate_limiter.py at each emulated bandwidth:
+run does under engine/stream/ssd_rate_limiter.py at each emulated bandwidth:
 
 1. writes (once, cached) a synthetic MoE: 96 experts per layer, 2 picked per token
    (2/96 = Kimi K2's 8/384 = 2.08 % of the experts per token), one shared expert like
@@ -38,15 +38,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.engine.expert_run import ExpertRun  # noqa: E402
-from shardscope.engine.expert_streaming import min_cache_bytes  # noqa: E402
-from shardscope.engine.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.projection import moe_ssd_bytes_per_token  # noqa: E402
-from shardscope.engine.replay import replay_one  # noqa: E402
-from shardscope.engine.routing_trace import read_trace  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.experts.expert_run import ExpertRun  # noqa: E402
+from shardscope.engine.experts.expert_streaming import min_cache_bytes  # noqa: E402
+from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
+from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
+from shardscope.engine.devices.projection import moe_ssd_bytes_per_token  # noqa: E402
+from shardscope.engine.experts.replay import replay_one  # noqa: E402
+from shardscope.engine.experts.routing_trace import read_trace  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -54,8 +54,8 @@ N_EXPERT, N_USED, N_SHARED = 96, 2, 1
 
 
 def model_path(size_mb: int) -> str:
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = cache_dir() / "bench" / f"moe-{N_EXPERT}x{N_USED}-shexp{N_SHARED}-{size_mb}mb.gguf"
     if not path.exists():

@@ -29,20 +29,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
-from shardscope.engine.expert_run import ExpertRun  # noqa: E402
-from shardscope.engine.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.streaming_run import StreamingRun  # noqa: E402
-from shardscope.engine.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.experts.expert_run import ExpertRun  # noqa: E402
+from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
+from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
+from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
 
 
 def moe_model(size_mb: int, skew: float) -> str:
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = cache_dir() / "bench" / f"moe-64x8-{size_mb}mb-skew{skew:g}.gguf"
     if not path.exists():
@@ -61,7 +61,7 @@ def expert_run(model: str, budget_mb: float, tokens: int, threads: int, speculat
 
 def layer_run(model: str, budget_mb: float, layer_mb: float, tokens: int, threads: int):
     """Whole-layer streaming: quarter-layer shards, the deepest prefetch the budget allows."""
-    from shardscope.engine.errors import ShardscopeError
+    from shardscope.engine.base.errors import ShardscopeError
 
     for depth in (2, 1, 0):
         settings = RunSettings(model_path=model, budget_mb=int(budget_mb) + 1, shard_mb=max(1, int(layer_mb / 4)),
@@ -137,7 +137,7 @@ def plain_mmap_capped(model: str, cap_mb: float, tokens: int, threads: int) -> t
 def _plain_mmap_child(model: str, tokens: int, threads: int) -> None:
     import psutil
 
-    from shardscope.engine.llama_session import LlamaSession
+    from shardscope.engine.stream.llama_session import LlamaSession
 
     proc = psutil.Process()
     with LlamaSession(model, n_threads=threads, n_ctx=128) as session:
@@ -211,7 +211,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from shardscope.engine.errors import ShardscopeError
+    from shardscope.engine.base.errors import ShardscopeError
 
     try:
         main()

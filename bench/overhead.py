@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_models import bundled_model  # noqa: E402
-from shardscope.engine.llama_session import LlamaSession  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.streaming_run import StreamingRun  # noqa: E402
+from shardscope.engine.stream.llama_session import LlamaSession  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
 
 PROMPT = "The history of the printing press begins"
 

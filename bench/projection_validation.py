@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.engine.devices import MIB  # noqa: E402
-from shardscope.engine.errors import ShardscopeError  # noqa: E402
-from shardscope.engine.finite import is_finite_number  # noqa: E402
-from shardscope.engine.projection import project_from_bandwidth  # noqa: E402
-from shardscope.engine.run_projection import measurement_from_summary  # noqa: E402
+from shardscope.engine.devices.devices import MIB  # noqa: E402
+from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
+from shardscope.engine.base.finite import is_finite_number  # noqa: E402
+from shardscope.engine.devices.projection import project_from_bandwidth  # noqa: E402
+from shardscope.engine.devices.run_projection import measurement_from_summary  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _run_once(settings):
     import os
     import time
 
-    from shardscope.engine.streaming_run import StreamingRun
+    from shardscope.engine.stream.streaming_run import StreamingRun
 
     marks = {}
     holder = {}
@@ -114,7 +114,7 @@ def validate_on_emulated_ssd(model_path: str, rates: list[float], *, budget_mb: 
     a first run without emulation gives the measurement the ``cross_*`` columns
     project onto each rate. ``progress`` (optional) is called with each finished row.
     """
-    from shardscope.engine.settings import RunSettings
+    from shardscope.engine.knobs.settings import RunSettings
 
     base = RunSettings(model_path=model_path, budget_mb=budget_mb, shard_mb=shard_mb, n_gen=n_gen,
                        threads=threads, policy=policy, prefetch_depth=prefetch_depth, n_ctx=128)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
     import sys
 
-    from shardscope.engine.knob_ranges import parse_knob
+    from shardscope.engine.knobs.knob_ranges import parse_knob
 
     p = argparse.ArgumentParser(prog="bench/projection_validation.py", description=main.__doc__)
     p.add_argument("model")

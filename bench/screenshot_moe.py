@@ -72,10 +72,10 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from bench.gui_session import pump
-    from shardscope.engine.gguf_layout import read_layout
-    from shardscope.engine.moe_layout import read_moe_layout
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.layout.gguf_layout import read_layout
+    from shardscope.engine.layout.moe_layout import read_moe_layout
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     model = Path(args.dir) / f"moe-{args.layers}x{args.experts}x{args.used}-{args.size_mb}mb.gguf"
     if not model.exists():

@@ -27,7 +27,7 @@ DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform o
 
 from bench.bench_models import synthetic_model  # noqa: E402
 from bench.gui_session import open_window, pump, stop  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
 MIB = 1024 * 1024
 

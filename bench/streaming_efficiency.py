@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_models import synthetic_model  # noqa: E402
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
 from bench.controller_alone import controller_alone_mb_s  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.streaming_run import StreamingRun  # noqa: E402
-from shardscope.engine.units import MB_S, MIB  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
+from shardscope.engine.base.units import MB_S, MIB  # noqa: E402
 
 
 def streaming_run(model: str, budget_mb: int, policy: str, depth: int, shard_mb: float, tokens: int, threads: int,

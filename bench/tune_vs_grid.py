@@ -10,10 +10,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.engine.knobs import TUNED, describe  # noqa: E402
-from shardscope.engine.settings import RunSettings  # noqa: E402
-from shardscope.engine.streaming_run import RunSummary  # noqa: E402
-from shardscope.engine.tune import (  # noqa: E402
+from shardscope.engine.knobs.knobs import TUNED, describe  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.stream.streaming_run import RunSummary  # noqa: E402
+from shardscope.engine.search.tune import (  # noqa: E402
     TUNE_KNOBS,
     _fits,
     _knobs_text,
@@ -29,7 +29,7 @@ def grid_settings(device_id: str, *, model_path: str | None, candidates: dict[st
                   budget_cap_mb: float | None, n_gen: int, n_ctx: int = 128,
                   ssd_mb_s: float | None = None) -> tuple[RunSettings, dict[str, list]]:
     """The base settings and grid a full sweep over the same candidates runs (same budget, start profile)."""
-    from shardscope.engine.devices import get_device
+    from shardscope.engine.devices.devices import get_device
 
     device = get_device(device_id)
     budget = device_weight_budget_mb(device)
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import time
 
-    from shardscope.engine.csv_out import append_rows
-    from shardscope.engine.sweep import iter_sweep
+    from shardscope.engine.output.csv_out import append_rows
+    from shardscope.engine.search.sweep import iter_sweep
 
     p = argparse.ArgumentParser(prog="bench/tune_vs_grid.py", description=main.__doc__)
     p.add_argument("model")

@@ -1,4 +1,6 @@
-"""shardscope engine: GGUF layout, shard planning, residency, llama.cpp session, metrics.
+"""shardscope engine, pure Python with no Qt import, in rooms by idea. Each room imports only
+rooms ranked below it (tests/test_layering.py enforces the order):
 
-Pure Python with no Qt import, so the CLI, the benches and the GUI share one engine.
+    base < layout, synth < knobs < measure < stream < experts < devices < output < runs
+         < search < cli
 """

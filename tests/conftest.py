@@ -28,7 +28,7 @@ def collect_on_the_main_thread():
 
 @pytest.fixture(scope="session")
 def bundled_model() -> str:
-    from shardscope.engine.bundled_model import bundled_model_path
+    from shardscope.engine.base.bundled_model import bundled_model_path
 
     return str(bundled_model_path())
 
@@ -36,7 +36,7 @@ def bundled_model() -> str:
 @pytest.fixture(scope="session")
 def synthetic_model(tmp_path_factory) -> str:
     """A ~320 MB llama-architecture model: large enough that half of it must stream."""
-    from shardscope.engine.synth import write_synthetic_model
+    from shardscope.engine.synth.synth import write_synthetic_model
 
     path = tmp_path_factory.mktemp("models") / "synthetic-320mb.gguf"
     write_synthetic_model(path, 320, n_layers=16, seed=1)
@@ -47,7 +47,7 @@ def blank_summary(**values):
     """A RunSummary with every required field zero/empty except the ones given (robust to new columns)."""
     import dataclasses
 
-    from shardscope.engine.streaming_run import RunSummary
+    from shardscope.engine.stream.streaming_run import RunSummary
 
     filled = {f.name: "" if f.type in (str, "str") else 0 for f in dataclasses.fields(RunSummary)
               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}

@@ -19,7 +19,7 @@ import pytest
 from PySide6.QtCore import QPointF
 
 from shardscope.app.cacheability_curve import cache_sizes
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.knobs.settings import RunSettings
 from tests.conftest import make_window, stop_and_wait, wait_for
 from shardscope.widgets.expert_map import PICKED_COLOR
 from shardscope.widgets.shard_map import STATE_COLORS
@@ -31,8 +31,8 @@ PROMPT = "The history of the printing press begins"
 
 @pytest.fixture(scope="module")
 def moe_model(tmp_path_factory) -> str:
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("moe-window") / "moe-120.gguf"
     write_synthetic_model(path, 120, moe=MoeSpec(16, 2, routing_skew=2.0), seed=3)
@@ -43,7 +43,7 @@ def moe_model(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def trace_file(moe_model, tmp_path_factory) -> str:
     """A routing trace written by a headless ExpertRun (what ``bench --trace`` writes)."""
-    from shardscope.engine.expert_run import ExpertRun
+    from shardscope.engine.experts.expert_run import ExpertRun
 
     path = tmp_path_factory.mktemp("trace") / "routing.jsonl"
     settings = RunSettings(model_path=moe_model, budget_mb=BUDGET_MB, n_gen=16, n_ctx=128, prompt=PROMPT)
@@ -190,7 +190,7 @@ def test_expert_knobs_reach_the_running_engine_and_a_saved_profile(qtbot, tmp_pa
 
 def _cli_replay(trace: str, sizes: list[float]) -> dict[str, dict[float, float]]:
     """``shardscope replay`` in another process: {policy: {cache MB: hit rate %}}."""
-    out = subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "replay", trace,
+    out = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "replay", trace,
                           "--cache-mb", ",".join(f"{s:g}" for s in sizes), "--policy", "lru,lfu,hot"],
                          capture_output=True, text=True, check=True, env={**os.environ}).stdout
     table: dict[str, dict[float, float]] = {}

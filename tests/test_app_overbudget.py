@@ -13,8 +13,8 @@ import sys
 import textwrap
 
 from shardscope.app.overbudget_watch import OverBudgetWatch
-from shardscope.engine.metrics import MetricsSample
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.knobs.settings import RunSettings
 
 
 def sample(t: float, weights: float, accounted: float = 190.0, budget: float = 200.0,

@@ -18,9 +18,9 @@ import pytest
 
 from shardscope.app.main_window import MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.gguf_layout import read_layout
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.knobs.settings import RunSettings
 
 STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
 

@@ -8,8 +8,8 @@ from shardscope.app.export import base_from_chosen, export_paths
 from shardscope.app.main import main
 from shardscope.app.profile_store import ProfileStore
 from shardscope.app.settings_binding import describe_change
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.settings import RunSettings
 
 
 def test_profile_store_refuses_to_overwrite_another_profile_with_the_same_file_name(tmp_path):
@@ -66,8 +66,8 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
 @pytest.mark.parametrize("platform", ["linux", "darwin", "win32"])
 def test_the_window_lists_profiles_where_the_cli_saves_them(tmp_path, monkeypatch, platform):
     from shardscope.app.config_paths import default_config_dir, profiles_dir
-    from shardscope.engine.profile_file import Profile, save_profile
-    from shardscope.engine.tune import user_profiles_dir
+    from shardscope.engine.knobs.profile_file import Profile, save_profile
+    from shardscope.engine.search.tune import user_profiles_dir
 
     monkeypatch.delenv("SHARDSCOPE_CONFIG_DIR", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))

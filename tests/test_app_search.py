@@ -18,10 +18,10 @@ from PySide6.QtCore import QPoint, Qt
 from shardscope.app.sweep_dialog import SweepDialog
 from shardscope.app.tune_dialog import TuneDialog
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from shardscope.engine.csv_out import read_rows
-from shardscope.engine.profile_file import load_profile
-from shardscope.engine.projection import BOUNDS
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.output.csv_out import read_rows
+from shardscope.engine.knobs.profile_file import load_profile
+from shardscope.engine.devices.projection import BOUNDS
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.widgets import format_number
 
 KNOBS = ("budget_mb", "shard_mb", "prefetch_depth", "threads", "policy", "ssd_mb_s")

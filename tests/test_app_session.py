@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from shardscope.app.run_session import RunSession
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.knobs.settings import RunSettings
 
 
 def sample(t: float):

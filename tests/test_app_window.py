@@ -19,10 +19,10 @@ from PySide6.QtGui import QDropEvent, QImage
 
 from shardscope.app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from shardscope.engine.csv_out import TIMELINE_COLUMNS, read_rows
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.units import MIB
-from shardscope.engine.streaming_run import RunSummary
+from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import RunSummary
 from shardscope.widgets import format_number
 
 CURVES = ("rss", "weights", "other", "ssd", "hit", "toks")
@@ -195,7 +195,7 @@ def test_bad_file_and_refusals_are_shown_and_a_new_run_still_works(qtbot, window
     assert "below the minimum" in window.last_error and "gemma-3-270m" in window.last_error
 
     # Any other exception: "internal error", no traceback text.
-    from shardscope.engine.streaming_run import StreamingRun
+    from shardscope.engine.stream.streaming_run import StreamingRun
 
     def broken(self, *args, **kwargs):
         raise RuntimeError("simulated llama.cpp failure")

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.gguf_layout import read_layout
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.streaming_run import StreamingRun
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.stream.streaming_run import StreamingRun
 
 
 def _small_gguf(path) -> bytes:

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _cli(*args: str, config: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SHARDSCOPE_CONFIG_DIR": str(config), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", *args], capture_output=True, text=True,
                           timeout=600, cwd=REPO, env=env)
 
 
@@ -52,7 +52,7 @@ def test_fitted_scale_matches_the_measured_ratio(result_files, tmp_path):
     measured = (1000 / device_row["llama_eval_ms_per_token"] / 1) / (1000 / host_row["llama_eval_ms_per_token"] / 2)
     saved = config / "devices" / "iphone-16-pro.toml"
     assert saved.exists(), proc.stdout
-    from shardscope.engine.toml_file import read_toml
+    from shardscope.engine.base.toml_file import read_toml
 
     stored = read_toml(saved, "device calibration file")
     scale = stored["compute_scale"]["value"]
@@ -63,8 +63,8 @@ def test_fitted_scale_matches_the_measured_ratio(result_files, tmp_path):
     assert "dram_mb_s" not in stored and "not fitted" in proc.stdout
 
     # The device now projects with the calibrated number, and says where it came from.
-    from shardscope.engine.devices import get_device
-    from shardscope.engine.projection import inputs_provenance
+    from shardscope.engine.devices.devices import get_device
+    from shardscope.engine.devices.projection import inputs_provenance
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHARDSCOPE_CONFIG_DIR", str(config))
@@ -123,7 +123,7 @@ def _assert_refused(proc, config: Path, *needles: str) -> None:
 
 # ------------------------------------------------------------ the rule itself
 def test_fit_rule_on_known_numbers():
-    from shardscope.engine.calibrate import Observation, fit
+    from shardscope.engine.devices.calibrate import Observation, fit
 
     model = ("m", 100 * 10**6, 1)
     host = [Observation("tg", 20.0, 2, model)]  # 10 tok/s per core here
@@ -138,7 +138,7 @@ def test_fit_rule_on_known_numbers():
 
 
 def test_pp_rows_set_the_scale_when_both_sides_have_them():
-    from shardscope.engine.calibrate import Observation, fit
+    from shardscope.engine.devices.calibrate import Observation, fit
 
     model = ("m", 10, 1)
     host = [Observation("pp", 400.0, 2, model), Observation("tg", 20.0, 2, model)]
@@ -150,8 +150,8 @@ def test_pp_rows_set_the_scale_when_both_sides_have_them():
 
 def test_csv_results_read_like_jsonl(result_files, tmp_path):
     """llama-bench's CSV has no samples: each row is one observation at its avg_ts."""
-    from shardscope.engine.calibrate import observations, read_rows
-    from shardscope.engine.llama_bench_format import render
+    from shardscope.engine.devices.calibrate import observations, read_rows
+    from shardscope.engine.output.llama_bench_format import render
 
     row = json.loads(result_files["device"].read_text())
     as_csv = tmp_path / "device.csv"

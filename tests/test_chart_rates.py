@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from shardscope.app.charts import build_run_chart, sample_values
-from shardscope.engine import metrics
-from shardscope.engine.metrics import MetricsSampler, TokenClock
+from shardscope.engine.measure import metrics
+from shardscope.engine.measure.metrics import MetricsSampler, TokenClock
 
 LAYERS = 10
 

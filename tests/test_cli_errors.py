@@ -10,7 +10,7 @@ import pytest
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "bench", "--tokens", "2", *args],
+    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--tokens", "2", *args],
                           capture_output=True, text=True, timeout=300)
 
 

@@ -1,7 +1,7 @@
 """Every figure a run charts or writes, against a source the engine does not compute.
 
 The sources: a second process reading this one's /proc/<pid>/io, /status and /smaps
-and the model's page cache through its own mapping (engine/outside_watch.py);
+and the model's page cache through its own mapping (engine/measure/outside_watch.py);
 /proc/diskstats of the backing device; llama.cpp's own perf counters. Runs are long
 enough to mean something (24 decoded tokens), under both policies with prefetch
 depth 2, and after a mid-run budget cut. docs/cross-checks.md has the measured table.
@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.units import MIB
-from shardscope.engine.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.base.units import MIB
+from shardscope.engine.runs.verify import TOLERANCE, Check, _above, _bracket, format_report, verified_run
 
 PROMPT = "The history of the printing press begins"
 N_GEN = 25  # the first token is the prompt pass: 24 decoded tokens
@@ -69,7 +69,7 @@ def test_bench_verify_prints_each_pair_and_exits_0(synthetic_model):
     import sys
 
     size_mb = os.path.getsize(synthetic_model) / MIB
-    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "bench", "--verify", "--quiet", "--model",
+    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--verify", "--quiet", "--model",
                            synthetic_model, "--budget-mb", str(int(size_mb / 2)), "--shard-mb", "32",
                            "--prefetch-depth", "2", "--policy", "lru", "--tokens", str(N_GEN)],
                           capture_output=True, text=True, timeout=600)

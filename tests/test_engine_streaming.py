@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from shardscope.engine import memory_calls
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.units import MIB
-from shardscope.engine.streaming_run import StreamingRun
+from shardscope.engine.base import memory_calls
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import StreamingRun
 
 PROMPT = "The history of the printing press begins"
 

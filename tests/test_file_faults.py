@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.units import MIB
-from shardscope.engine.streaming_run import StreamingRun
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import StreamingRun
 
 
 @pytest.fixture

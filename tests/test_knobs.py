@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from shardscope.engine.cli import build_parser
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knob_ranges import parse_knob
-from shardscope.engine.knobs import ENABLED, KNOBS, LIVE, SWEPT, RunSettings, describe
-from shardscope.engine.profile_file import SETTINGS_KEYS
-from shardscope.engine.settings import RANGES, validate
-from shardscope.engine.streaming_run import StreamingRun
+from shardscope.engine.cli.cli import build_parser
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_ranges import parse_knob
+from shardscope.engine.knobs.knobs import ENABLED, KNOBS, LIVE, SWEPT, RunSettings, describe
+from shardscope.engine.knobs.profile_file import SETTINGS_KEYS
+from shardscope.engine.knobs.settings import RANGES, validate
+from shardscope.engine.stream.streaming_run import StreamingRun
 
 MOE = ("expert_cache_mb", "expert_policy", "expert_speculation")
 
@@ -48,7 +48,7 @@ def test_describe_reads_settings_and_summaries_alike():
 
 
 def test_bench_flags_come_from_the_registry():
-    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "bench", "--policy", "fifo"],
+    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--policy", "fifo"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--policy" in proc.stderr and "pinned" in proc.stderr
 
@@ -72,8 +72,8 @@ def test_apply_answers_live_or_restart_and_refuses_changing_nothing(bundled_mode
 
 
 def test_expert_knobs_take_sweep_and_tune_lists():
-    from shardscope.engine.knob_ranges import format_values, parse_knob
-    from shardscope.engine.tune import DEFAULT_CANDIDATES, searched_candidates
+    from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
+    from shardscope.engine.search.tune import DEFAULT_CANDIDATES, searched_candidates
 
     assert parse_knob("--expert-speculation", "off,on", "expert_speculation") == [False, True]
     assert parse_knob("--expert-policy", "lru,hot", "expert_policy") == ["lru", "hot"]

@@ -38,3 +38,59 @@ def test_package_keeps_its_dependency_direction(package):
         for path in (ROOT / package).rglob("*.py")
     }
     assert not {k: v for k, v in offenders.items() if v}
+
+
+# engine/'s rooms, lowest first: a module imports only its own room and rooms ranked below it
+# (imports inside functions count too: deferring an import does not change who depends on whom).
+ENGINE_RANKS = [
+    ("base",),
+    ("layout", "synth"),
+    ("knobs",),
+    ("measure",),
+    ("stream",),
+    ("experts",),
+    ("devices",),
+    ("output",),
+    ("runs",),
+    ("search",),
+    ("cli",),
+]
+RANK = {room: i for i, rooms in enumerate(ENGINE_RANKS) for room in rooms}
+
+
+def _engine_rooms_imported(path: Path) -> set[str]:
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[:2] == ["shardscope", "engine"] and len(parts) > 2 and parts[2] in RANK:
+                rooms.add(parts[2])
+    return rooms
+
+
+def test_engine_rooms_are_the_ranked_list():
+    rooms = {p.name for p in (ROOT / "engine").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == set(RANK)
+
+
+@pytest.mark.parametrize("room", sorted(RANK))
+def test_engine_room_imports_only_lower_rooms(room):
+    offenders = {}
+    for path in (ROOT / "engine" / room).glob("*.py"):
+        higher = {r for r in _engine_rooms_imported(path) if r != room and RANK[r] >= RANK[room]}
+        if higher:
+            offenders[path.name] = sorted(higher)
+    assert not offenders
+
+
+def test_engine_is_small_modules_in_few_top_level_files():
+    top = [p.name for p in (ROOT / "engine").glob("*.py")]
+    assert len(top) <= 3, top
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "engine").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert not long

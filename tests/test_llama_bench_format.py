@@ -73,7 +73,7 @@ COMPARE_KEYS_USE_MMAP = [
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", *args], capture_output=True, text=True,
                           timeout=600, cwd=REPO)
 
 
@@ -89,7 +89,7 @@ def jsonl_rows(bundled_model):
 
 
 def test_jsonl_rows_follow_llama_bench_schema(jsonl_rows):
-    from shardscope.engine.streaming_run import RunSummary
+    from shardscope.engine.stream.streaming_run import RunSummary
 
     row = jsonl_rows[0]
     keys = list(row)
@@ -142,7 +142,7 @@ def test_rows_load_with_numeric_types(jsonl_rows):
 
 
 def test_csv_round_trip(jsonl_rows, bundled_model):
-    from shardscope.engine.llama_bench_format import columns, render
+    from shardscope.engine.output.llama_bench_format import columns, render
 
     proc = _cli("bench", "--model", bundled_model, "--tokens", "3", "-o", "csv", "--quiet")
     assert proc.returncode == 0, proc.stderr
@@ -207,7 +207,7 @@ def test_rows_load_with_compare_llama_bench_expectations(jsonl_rows, bundled_mod
 
 
 def test_json_is_an_array_of_the_same_rows(jsonl_rows):
-    from shardscope.engine.llama_bench_format import render
+    from shardscope.engine.output.llama_bench_format import render
 
     rows = [_row_from_json(r) for r in jsonl_rows]
     parsed = json.loads(render(rows, "json"))
@@ -216,7 +216,7 @@ def test_json_is_an_array_of_the_same_rows(jsonl_rows):
 
 # ------------------------------------------------------------ pure parts
 def _summary(**changes):
-    from shardscope.engine.streaming_run import RunSummary
+    from shardscope.engine.stream.streaming_run import RunSummary
 
     base = dict(model_filename="m.gguf", model_size_mb=10.0, n_layers=2, n_shards=2, n_threads=2, n_gpu_layers=0,
                 n_gpu_layers_requested=0, shard_mb=8, prefetch_depth=1, budget_mb=64.0, policy="pinned",
@@ -241,7 +241,7 @@ FACTS = {"build_commit": "abc1234", "build_number": 0, "cpu_info": "cpu", "gpu_i
 
 
 def test_repetitions_use_llama_bench_statistics():
-    from shardscope.engine.llama_bench_format import bench_row, test_label
+    from shardscope.engine.output.llama_bench_format import bench_row, test_label
 
     row = bench_row([_summary(avg_ts=10.0, read_mb_per_token=2.0), _summary(avg_ts=20.0, read_mb_per_token=4.0)],
                     FACTS, test_time="2026-11-30T00:00:00Z")
@@ -254,7 +254,7 @@ def test_repetitions_use_llama_bench_statistics():
 
 
 def test_markdown_looks_like_llama_bench():
-    from shardscope.engine.llama_bench_format import bench_row, render
+    from shardscope.engine.output.llama_bench_format import bench_row, render
 
     text = render([bench_row([_summary()], FACTS, test_time="t")], "md")
     lines = text.splitlines()
@@ -265,8 +265,8 @@ def test_markdown_looks_like_llama_bench():
 
 
 def test_nothing_timed_is_refused_in_one_line():
-    from shardscope.engine.errors import ShardscopeError
-    from shardscope.engine.llama_bench_format import bench_row, render
+    from shardscope.engine.base.errors import ShardscopeError
+    from shardscope.engine.output.llama_bench_format import bench_row, render
 
     with pytest.raises(ShardscopeError, match="at least 2 tokens"):
         bench_row([_summary(n_gen=1)], FACTS, test_time="t")

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from shardscope.engine import memory_calls
+from shardscope.engine.base import memory_calls
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux eviction calls")
 MIB = 1024 * 1024

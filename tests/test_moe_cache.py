@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from shardscope.engine.cli import main
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.expert_cache import ExpertCache
-from shardscope.engine.replay import replay, replay_one
-from shardscope.engine.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
+from shardscope.engine.cli.cli import main
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.experts.expert_cache import ExpertCache
+from shardscope.engine.experts.replay import replay, replay_one
+from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
 
 UNIT = 1000
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.gguf_layout import ModelLayout, TensorInfo, read_layout
-from shardscope.engine.moe_layout import read_moe_layout
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo, read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
 
 Q8_0, F32 = 8, 0
 
@@ -98,8 +98,8 @@ def test_expert_count_without_expert_tensors():
 
 
 def test_truncated_expert_tensor_is_refused(tmp_path):
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     info = write_synthetic_model(tmp_path / "moe.gguf", 24, n_layers=2, moe=MoeSpec(8, 2))
     layout = read_layout(info.path)
@@ -113,8 +113,8 @@ def test_truncated_expert_tensor_is_refused(tmp_path):
 
 
 def test_synthetic_moe_layout_matches_file(tmp_path):
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     info = write_synthetic_model(tmp_path / "moe.gguf", 24, n_layers=2, moe=MoeSpec(8, 2))
     moe = read_moe_layout(read_layout(info.path))

@@ -11,12 +11,14 @@ import random
 
 import pytest
 
-from shardscope.engine.cli import main
-from shardscope.engine.gguf_layout import read_layout
-from shardscope.engine.projection import moe_ssd_bytes_per_token
-from shardscope.engine.replay import replay_one
-from shardscope.engine.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
-from shardscope.engine.sizing import SizingInput, size_from_gguf_header, size_from_numbers
+from shardscope.engine.cli.cli import main
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
+from shardscope.engine.experts.replay import replay_one
+from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
+from shardscope.engine.devices.sizing import SizingInput
+from shardscope.engine.devices.sizing_numbers import size_from_numbers
+from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
 
 MIB = 1024 * 1024
 KIMI_LIKE = SizingInput(total_params=1.56e12, active_params=48e9, bits_per_weight=8, n_layers=61,
@@ -25,8 +27,8 @@ KIMI_LIKE = SizingInput(total_params=1.56e12, active_params=48e9, bits_per_weigh
 
 @pytest.fixture(scope="module")
 def moe_gguf(tmp_path_factory) -> str:
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("moe-proj") / "moe-60.gguf"
     write_synthetic_model(path, 60, moe=MoeSpec(16, 4, shared_experts=1, routing_skew=2.0), seed=4)
@@ -66,7 +68,7 @@ def test_given_hit_rate_scales_the_expert_bytes_only(moe_gguf):
 
 
 def test_worked_example_states_its_hit_rate():
-    from shardscope.engine.devices import get_device
+    from shardscope.engine.devices.devices import get_device
 
     iphone = get_device("iphone-16-pro").with_extended_limit()
     plain = size_from_numbers(KIMI_LIKE, iphone)
@@ -119,8 +121,8 @@ def test_bad_moe_plan_input_is_one_line_exit_2(args, words, capsys):
 
 
 def test_expert_run_summary_projects_its_touched_bytes(tmp_path):
-    from shardscope.engine.expert_run import ExpertRunSummary
-    from shardscope.engine.run_projection import measurement_from_summary
+    from shardscope.engine.experts.expert_run import ExpertRunSummary
+    from shardscope.engine.devices.run_projection import measurement_from_summary
     from tests.conftest import blank_summary
 
     base = blank_summary(model_size_mb=400.0, globals_mb=40.0, read_mb_per_token=30.0, avg_ts=5.0,

@@ -14,13 +14,13 @@ import os
 import numpy as np
 import pytest
 
-from shardscope.engine.cli import main
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.expert_run import ExpertRun
-from shardscope.engine.replay import cacheability
-from shardscope.engine.run_factory import is_moe, open_run
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.streaming_run import StreamingRun
+from shardscope.engine.cli.cli import main
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.experts.expert_run import ExpertRun
+from shardscope.engine.experts.replay import cacheability
+from shardscope.engine.runs.run_factory import is_moe, open_run
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.stream.streaming_run import StreamingRun
 
 MIB = 1024 * 1024
 N_GEN = 6
@@ -28,8 +28,8 @@ N_GEN = 6
 
 @pytest.fixture(scope="module")
 def small_moe(tmp_path_factory) -> str:
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("moe-api") / "moe-100.gguf"
     write_synthetic_model(path, 100, moe=MoeSpec(16, 4, routing_skew=2.0), seed=3)
@@ -160,7 +160,7 @@ def test_emulated_ssd_caps_expert_loads(small_moe):
 
 
 def test_sweep_varies_the_expert_knobs_of_an_moe(small_moe):
-    from shardscope.engine.sweep import iter_sweep
+    from shardscope.engine.search.sweep import iter_sweep
 
     grid = {"expert_policy": ["lru", "hot"], "expert_speculation": [False, True]}
     results = list(iter_sweep(_settings(small_moe, n_gen=3), grid))

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.engine.cli import main
-from shardscope.engine.expert_run import ExpertRun
-from shardscope.engine.gguf_layout import read_layout
-from shardscope.engine.moe_layout import read_moe_layout
-from shardscope.engine.replay import replay_one
-from shardscope.engine.routing_trace import read_trace
-from shardscope.engine.settings import RunSettings
+from shardscope.engine.cli.cli import main
+from shardscope.engine.experts.expert_run import ExpertRun
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.experts.replay import replay_one
+from shardscope.engine.experts.routing_trace import read_trace
+from shardscope.engine.knobs.settings import RunSettings
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -29,8 +29,8 @@ N_GEN = 12
 @pytest.fixture(scope="module")
 def moe_model(tmp_path_factory) -> str:
     """≥ 400 MB, 64 experts, top-8, a skewed router (real routers are), page-aligned experts."""
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("moe") / "moe-450.gguf"
     info = write_synthetic_model(path, 450, moe=MoeSpec(64, 8, routing_skew=2.0), seed=5)
@@ -42,7 +42,7 @@ def moe_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def reference_tokens(moe_model) -> list[int]:
-    from shardscope.engine.llama_session import LlamaSession
+    from shardscope.engine.stream.llama_session import LlamaSession
 
     with LlamaSession(moe_model, n_threads=2, n_ctx=128) as session:  # all resident, no callback
         return session.generate(PROMPT, N_GEN).tokens
@@ -155,8 +155,8 @@ def _patched(src: str, dst: Path, old: bytes, new: bytes, value: int | None = No
 
 @pytest.fixture(scope="module")
 def small_moe(tmp_path_factory) -> str:
-    from shardscope.engine.synth import write_synthetic_model
-    from shardscope.engine.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("small-moe") / "m.gguf"
     write_synthetic_model(path, 24, n_layers=2, moe=MoeSpec(8, 2))

@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.engine.cli import main
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.gguf_layout import read_layout
-from shardscope.engine.moe_layout import read_moe_layout
-from shardscope.engine.synth import write_synthetic_model
-from shardscope.engine.synth_moe import MoeSpec
+from shardscope.engine.cli.cli import main
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.synth.synth import write_synthetic_model
+from shardscope.engine.synth.synth_moe import MoeSpec
 
 MIB = 1024 * 1024
 
 
 def _generate(path: str, n: int = 6) -> list[int]:
-    from shardscope.engine.llama_session import LlamaSession
+    from shardscope.engine.stream.llama_session import LlamaSession
 
     with LlamaSession(path, n_threads=2, n_ctx=128) as session:
         return session.generate("The history of the printing press begins", n).tokens

@@ -11,8 +11,8 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.profile_file import (
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.profile_file import (
     REQUIRED_SETTINGS,
     SETTINGS_KEYS,
     TOP_LEVEL_KEYS,
@@ -23,7 +23,7 @@ from shardscope.engine.profile_file import (
     profile_filename,
     save_profile,
 )
-from shardscope.engine.settings import EXPERT_POLICIES, POLICIES, RANGES, RunSettings, validate
+from shardscope.engine.knobs.settings import EXPERT_POLICIES, POLICIES, RANGES, RunSettings, validate
 
 FUZZ = hsettings(
     max_examples=200,

@@ -1,4 +1,4 @@
-"""The roofline in engine/projection.py, checked against numbers worked out by hand."""
+"""The roofline in engine/devices/projection.py, checked against numbers worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from shardscope.engine.devices import Device, get_device
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.projection import (
+from shardscope.engine.devices.devices import Device, get_device
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.projection import (
     RunMeasurement,
     compute_factor_for,
     project,

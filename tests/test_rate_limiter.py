@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardscope.engine.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 
 class FakeTime:

@@ -14,10 +14,10 @@ import os
 
 import pytest
 
-from shardscope.engine import memory_calls
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.units import MIB
-from shardscope.engine.streaming_run import StreamingRun
+from shardscope.engine.base import memory_calls
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import StreamingRun
 
 PROMPT = "The history of the printing press begins"
 RESIDENT_PAGES = 0.99  # a page or two of a large folio at a shard's edge is not a read from disk
@@ -26,7 +26,7 @@ RESIDENT_PAGES = 0.99  # a page or two of a large folio at a shard's edge is not
 @pytest.fixture(scope="module")
 def small_layer_model(tmp_path_factory) -> str:
     """30 layers of ~3 MB (94 MB): a 4 MB shard holds one layer, so every layer streams alone."""
-    from shardscope.engine.synth import write_synthetic_model
+    from shardscope.engine.synth.synth import write_synthetic_model
 
     path = tmp_path_factory.mktemp("small-layers") / "small-30x3mb.gguf"
     write_synthetic_model(path, 94, n_layers=30, seed=3)

@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from conftest import blank_summary
-from shardscope.engine.devices import MIB, get_device
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.projection import project_from_bandwidth
-from shardscope.engine.run_projection import MIN_COMPUTE_S, measurement_from_summary, project_summary
-from shardscope.engine.streaming_run import RunSummary
+from shardscope.engine.devices.devices import MIB, get_device
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.projection import project_from_bandwidth
+from shardscope.engine.devices.run_projection import MIN_COMPUTE_S, measurement_from_summary, project_summary
+from shardscope.engine.stream.streaming_run import RunSummary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,7 +89,7 @@ def test_refuses_a_run_without_decoded_tokens():
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli", "plan", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "plan", *args], capture_output=True, text=True,
                           timeout=120, cwd=REPO)
 
 
@@ -159,7 +159,7 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
 
 
 def test_projection_is_a_value_the_caller_attaches():
-    from shardscope.engine.run_projection import fill_device_columns, projection_for
+    from shardscope.engine.devices.run_projection import fill_device_columns, projection_for
 
     s = _summary(model_size_mb=1024, read_mb_per_token=1024, avg_ts=0.5, n_threads=2)
     before = dataclasses.replace(s)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.engine.devices import (
+from shardscope.engine.devices.devices import (
     DEVICES_DIR,
     MIB,
     builtin_devices,
@@ -16,8 +16,11 @@ from shardscope.engine.devices import (
     load_device,
     weight_budget_mb,
 )
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.sizing import SizingInput, format_sizing, size_from_gguf_header, size_from_numbers
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.sizing import SizingInput
+from shardscope.engine.devices.sizing_numbers import size_from_numbers
+from shardscope.engine.devices.sizing_text import format_sizing
+from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
 
 IPHONE_TOML = DEVICES_DIR / "iphone-16-pro.toml"
 
@@ -201,7 +204,7 @@ def test_ssd_what_if():
 
 def test_dense_1_56_tb_is_half_an_hour_per_token_at_usb_speed():
     # The README's dense comparison: 1.56e12 bytes / 0.86e9 bytes/s = 1814 s = 30.2 min.
-    from shardscope.engine.projection import RunMeasurement, project_from_bandwidth
+    from shardscope.engine.devices.projection import RunMeasurement, project_from_bandwidth
 
     p = project_from_bandwidth(RunMeasurement(1.56e12, 0, 0), ssd_mb_s=860)
     assert p.s_per_token == pytest.approx(1813.95, rel=1e-5)
@@ -355,6 +358,6 @@ def test_plan_stays_an_alias_of_size():
 
     args = ["--device", "iphone-16-pro", "--total-params", "8e9", "--bits", "4", "--layers", "32",
             "--globals-bytes", "0.5e9", "--budget-mb", "2048"]
-    out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli", name, *args], capture_output=True, text=True,
+    out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", name, *args], capture_output=True, text=True,
                           check=True).stdout for name in ("size", "plan")]
     assert out[0] == out[1] and out[0].startswith("Plan: ")

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.knob_ranges import parse_knob
-from shardscope.engine.settings import RunSettings
-from shardscope.engine.streaming_run import RunSummary
-from shardscope.engine.sweep import expand_grid
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_ranges import parse_knob
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.stream.streaming_run import RunSummary
+from shardscope.engine.search.sweep import expand_grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,7 +75,7 @@ def test_expand_grid_is_the_cartesian_product():
 
 # ------------------------------------------------------------------ real sweeps
 def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", *args], capture_output=True, text=True,
                           timeout=240, cwd=REPO, **kw)
 
 
@@ -122,7 +122,7 @@ def test_sweep_refuses_bad_knob_list_in_one_line(tmp_path):
 def test_ctrl_c_keeps_the_rows_written_and_exits_130(bundled_model, tmp_path):
     out = tmp_path / "interrupted.csv"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardscope.engine.cli", "sweep", "--model", bundled_model, "--shard-mb", "4",
+        [sys.executable, "-m", "shardscope.engine.cli.cli", "sweep", "--model", bundled_model, "--shard-mb", "4",
          "--prefetch-depth", "0-9", "--budget-mb", "4096", "--tokens", "40", "--csv", str(out), "--quiet"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -148,7 +148,7 @@ def test_ctrl_c_keeps_the_rows_written_and_exits_130(bundled_model, tmp_path):
 
 
 def test_iter_sweep_stops_when_asked(bundled_model):
-    from shardscope.engine.sweep import iter_sweep
+    from shardscope.engine.search.sweep import iter_sweep
 
     base = RunSettings(model_path=bundled_model, budget_mb=4096, shard_mb=16, n_gen=3, n_ctx=128)
     results = []

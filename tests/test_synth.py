@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardscope.engine.errors import ShardscopeError
-from shardscope.engine.synth import SynthInfo, write_synthetic_model
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth.synth import SynthInfo, write_synthetic_model
 
 MIB = 1024 * 1024
 SIZE_MB = 64

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shardscope.engine.token_rate import Tally, tokens_per_second, windowed_fraction
+from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
 
 SAMPLE_S = 0.1
 

@@ -1,0 +1,5 @@
+"""Base: errors, units, finite-number checks, atomic writes, TOML, user dirs, the bundled model,
+and the kernel's memory calls (madvise/mincore/fadvise). Imports nothing else of the engine.
+"""
+
+__all__ = ['errors', 'units', 'finite', 'atomic_write', 'toml_file', 'user_dirs', 'bundled_model', 'memory_calls']

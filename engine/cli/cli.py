@@ -1,0 +1,257 @@
+"""``shardscope`` command line: bench, synth (and the GUI via the app package).
+
+Every refusal is one line on stderr naming the file or flag and what is wrong, with a
+non-zero exit code — never a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+
+from shardscope.engine.cli.cli_args import (add_output_arguments, add_run_arguments, non_negative_float, non_negative_int, positive_float,
+                             positive_int, settings_from_args)
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import describe
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other refusal
+        self.exit(2, f"shardscope: error: {message}\n")
+
+
+def _percent(fraction: float, missing: str = "n/a (no layer access measured)") -> str:
+    """A fraction as a percentage; NaN (nothing measured) reads as ``missing``."""
+    return missing if math.isnan(fraction) else f"{100 * fraction:.1f} %"
+
+
+def _print_summary(summary) -> None:
+    print(f"model      {summary.model_filename}  ({summary.model_size_mb:.0f} MB, {summary.n_layers} layers, "
+          f"{summary.n_shards} shards, globals {summary.globals_mb:.0f} MB, pinned {summary.pinned_mb:.0f} MB)")
+    print(f"settings   {describe(summary)}")
+    if summary.n_gpu_layers_requested and not summary.n_gpu_layers:
+        print(f"note       n_gpu_layers {summary.n_gpu_layers_requested} requested, but this llama.cpp build "
+              f"has no GPU offload: ran with 0")
+    print(f"speed      {summary.avg_ts:.2f} tok/s (±{summary.stddev_ts:.2f}), TTFT {summary.ttft_ms:.0f} ms, "
+          f"{summary.n_gen} tokens")
+    print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
+    print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
+          f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
+    print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
+    if getattr(summary, "n_expert", 0):
+        _print_experts(summary)
+    if summary.projected_bound:
+        from shardscope.engine.devices.devices import get_device
+        from shardscope.engine.devices.projection import inputs_provenance
+
+        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
+              f"{inputs_provenance(get_device(summary.device))})")
+
+
+def _print_experts(s) -> None:
+    def pct(x):
+        return _percent(x, "n/a")
+
+    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MB "
+          f"({s.expert_policy}, speculation {'on' if s.expert_speculation else 'off'}), hit rate "
+          f"{pct(s.expert_hit_rate)} ({s.expert_hits} hits, {s.expert_misses} misses)")
+    print(f"per token  {s.read_mb_per_token:.2f} MB read (dense {s.dense_mb_per_token:.2f} + experts "
+          f"{s.expert_mb_per_token:.2f}), waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
+          f"{s.compute_ms_per_token:.1f} ms")
+    if s.expert_speculation:
+        print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
+    if s.trace_path:
+        print(f"trace      {s.trace_path}")
+
+
+def cmd_bench(args) -> int:
+    from shardscope.engine.runs.bench_command import run_repetitions
+    from shardscope.engine.output.llama_bench_output import print_rows, utc_now
+
+    settings = settings_from_args(args)
+    started = utc_now()
+    reports = []
+    summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
+                                device=args.device, trace_path=args.trace,
+                                on_verify=reports.append if args.verify else None)
+    human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
+    with contextlib.redirect_stdout(human):
+        if not args.quiet:
+            print(f"text       {summaries[-1].text!r}")
+        _print_summary(summaries[-1])
+    print_rows(settings, [(summaries, started)], args.output)
+    if reports:  # last, so the verdict is the last line a reader sees
+        from shardscope.engine.runs.verify import format_report
+
+        print("\n".join(format_report(reports[0])), file=human)
+    if reports and not reports[0].ok:
+        return 1
+    return 0
+
+
+def cmd_synth(args) -> int:
+    from shardscope.engine.synth.synth import write_synthetic_model
+
+    last = [-1]
+
+    def progress(fraction: float) -> None:
+        pct = int(fraction * 100)
+        if pct >= last[0] + 10 and not args.quiet:
+            last[0] = pct
+            print(f"  {pct:3d} %", file=sys.stderr)
+
+    moe = _moe_spec(args)
+    info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed, progress=progress,
+                                 moe=moe)
+    experts = (f", {info.n_expert} experts (top-{info.n_expert_used}"
+               f"{f', {info.n_shared_experts} shared' if info.n_shared_experts else ''}), arch {info.architecture}"
+               if info.n_expert else "")
+    print(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers, "
+          f"n_embd {info.n_embd}, n_ff {info.n_ff}, vocab {info.n_vocab}{experts}")
+    return 0
+
+
+_MOE_FLAGS = {"experts": "--experts", "experts_used": "--experts-used", "shared_experts": "--shared-experts",
+              "routing_skew": "--routing-skew"}
+
+
+def _moe_spec(args):
+    """The MoE shape from --moe and its flags; those flags without --moe are refused."""
+    given = [flag for key, flag in _MOE_FLAGS.items() if getattr(args, key) is not None]
+    if not args.moe:
+        if given:
+            raise ShardscopeError(f"{given[0]} needs --moe")
+        return None
+    from shardscope.engine.synth.synth_moe import MoeSpec
+
+    d = MoeSpec()
+    return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
+                      for key in _MOE_FLAGS})
+
+
+def _mb_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MB sizes separated by commas, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"sizes must be > 0 MB, got {text!r}")
+    return values
+
+
+def cmd_replay(args) -> int:
+    from pathlib import Path
+
+    from shardscope.engine.experts.replay import format_rows, replay
+    from shardscope.engine.experts.routing_trace import read_trace
+
+    trace = read_trace(args.trace)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    rows = replay(trace, args.cache_mb, policies, where=args.trace)
+    print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from shardscope.engine.devices.calibrate import calibrate
+    from shardscope.engine.runs.calibration_reference import measure_here
+
+    fit, path = calibrate(args.device, args.results, reference_path=args.reference,
+                          measure_here=lambda model, where: measure_here(model, where, threads=args.threads,
+                                                                         tokens=args.tokens))
+    error = "n/a (one observation)" if math.isnan(fit.held_out_error_pct) else f"{fit.held_out_error_pct:.1f} %"
+    print(f"compute_scale {fit.compute_scale:.4g} ({fit.basis} rate per core: {fit.device_rate_per_core:.4g} "
+          f"tok/s on {args.device} vs {fit.host_rate_per_core:.4g} here); held-out error {error}")
+    print(f"dram_mb_s     " + (f"{fit.dram_mb_s:.6g} ({fit.dram_note})" if fit.dram_mb_s is not None
+                               else fit.dram_note))
+    print(f"saved to {path}")
+    return 0
+
+
+def _gui_not_here(args) -> int:
+    raise ShardscopeError("gui: start the window with the `shardscope` command (app.main), not engine.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="shardscope", description="Stream LLM weights from SSD under a memory budget. "
+                     "`shardscope` alone, or `shardscope gui [MODEL.gguf]`, opens the workbench window.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    # Listed so --help names the window; app.main starts it before this parser is reached.
+    gui = sub.add_parser("gui", help="open the workbench window (shardscope gui [MODEL.gguf])")
+    gui.add_argument("model", nargs="?", help="GGUF file to open (default: the bundled gemma-3-270m)")
+    gui.set_defaults(func=_gui_not_here)
+    bench = sub.add_parser("bench", help="one headless run; prints and writes what happened")
+    add_run_arguments(bench)
+    bench.add_argument("--csv", help="append one summary row to this CSV")
+    bench.add_argument("--timeline", help="write the 10 Hz samples to this CSV")
+    bench.add_argument("--device", help="project tok/s onto this device (e.g. iphone-16-pro)")
+    bench.add_argument("--quiet", action="store_true")
+    add_output_arguments(bench)
+    bench.add_argument("--trace", help="MoE: write the routing trace (JSON lines) here, for shardscope replay")
+    bench.add_argument("--verify", action="store_true",
+                       help="print each figure next to an independent source (another process's /proc "
+                            "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
+    bench.set_defaults(func=cmd_bench)
+    synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
+    synth.add_argument("--size-mb", type=positive_float, required=True)
+    synth.add_argument("--out", required=True)
+    synth.add_argument("--layers", type=positive_int, default=None)
+    synth.add_argument("--seed", type=non_negative_int, default=0)
+    synth.add_argument("--quiet", action="store_true")
+    synth.add_argument("--moe", action="store_true", help="a mixture-of-experts model (Mixtral-style)")
+    synth.add_argument("--experts", type=positive_int, default=None, help="experts per layer (default 64)")
+    synth.add_argument("--experts-used", type=positive_int, default=None, help="experts per token (default 8)")
+    synth.add_argument("--shared-experts", type=non_negative_int, default=None,
+                       help="always-used experts per layer (arch qwen2moe; default 0)")
+    synth.add_argument("--routing-skew", type=non_negative_float, default=None,
+                       help="make some experts win more often (0: uniform router)")
+    synth.set_defaults(func=cmd_synth)
+    cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
+                         description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "
+                                     "device, pairs them with this machine's rows for the same model (--reference, "
+                                     "or a run of the bundled model here) and stores the fitted per-core speed "
+                                     "(and DRAM bandwidth where the rows allow) in your device file. "
+                                     "See docs/calibration.md.")
+    cal.add_argument("results", help="llama-bench result file from the device (JSON, JSONL or CSV)")
+    cal.add_argument("--device", required=True, help="device preset id, e.g. iphone-16-pro")
+    cal.add_argument("--reference", help="this machine's rows for the same model (default: run the bundled model)")
+    cal.add_argument("--threads", type=positive_int, default=2, help="threads of the run here (no --reference)")
+    cal.add_argument("--tokens", type=positive_int, default=16, help="tokens of the run here (no --reference)")
+    cal.set_defaults(func=cmd_calibrate)
+    replay_p = sub.add_parser("replay", help="replay a routing trace through expert-cache policies and sizes")
+    replay_p.add_argument("trace", help="routing trace written by bench --trace (JSON lines)")
+    replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
+    replay_p.add_argument("--policy", default="lru,lfu,hot", help="policies, e.g. lru,lfu,hot")
+    replay_p.set_defaults(func=cmd_replay)
+    from shardscope.engine.cli.cli_search import register  # sweep, tune, plan: their own module
+
+    register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except ShardscopeError as exc:
+        print(f"shardscope: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("shardscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `shardscope plan … | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
+    except MemoryError:
+        print("shardscope: error: out of memory", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,424 @@
+"""Subcommands that search or extrapolate: sweep, tune, plan.
+
+    shardscope sweep [--model PATH] --shard-mb 16,64,256 --prefetch-depth 0-4 --threads 1,2 \\
+        --n-gpu-layers 0 --budget-mb 200,300 --policy pinned,lru --ssd-mb-s 0 --tokens N \\
+        --csv out.csv [--device iphone-16-pro]
+    shardscope tune --device iphone-16-pro [--model PATH] [--budget-cap-mb N] [--csv out.csv] \\
+        [--save-profile NAME] [--shard-mb 8,16,32,64,128] [--prefetch-depth 0-4] [--threads 1-2] \\
+        [--policy pinned,lru]
+    shardscope plan --device iphone-16-pro (--gguf PATH | --total-params 1.56e12 \\
+        --active-params 48e9 --bits 8 --layers 61 [--globals-bytes 2.35e9]) [--budget-mb N] \\
+        [--policy pinned|lru] [--ssd-mb-s N] [--extended-limit] [--no-prefetch]
+
+Knob flags of sweep and tune take lists: "16,64,256" or llama-bench ranges "0-4",
+"1-8+2", "1-16*2" (engine.knob_ranges). Every refusal is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+import threading
+import types
+
+from shardscope.engine.cli import cli_args
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.finite import finite_float_arg
+from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
+
+# flag → RunSettings field, in the order the sweep varies them (last fastest)
+SWEEP_FLAGS = {KNOBS[key].flag: key for key in SWEPT}
+TUNE_FLAGS = {KNOBS[key].flag: key for key in TUNED}
+
+
+def register(sub) -> None:
+    """Add the search subcommands to the ``shardscope`` parser."""
+    _register_sweep(sub)
+    _register_tune(sub)
+    _register_sizing(sub)
+
+
+# ------------------------------------------------------------------ shared bits
+_COMMON = ("model_path", "n_gen", "n_ctx", "prompt", "temperature", "seed")  # the run flags searches keep
+
+
+def _add_common_run_flags(p: argparse.ArgumentParser, default_tokens: int) -> None:
+    cli_args.add_run_arguments(p, skip=tuple(k for k in KNOBS if k not in _COMMON), n_gen={
+        "default": default_tokens, "help": "tokens per run (the first is warm-up, excluded from tok/s; at least 2)"})
+    p.add_argument("--csv", help="append one row per run to this CSV (bench columns)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _parse_knobs(args, flags: dict[str, str]) -> dict[str, list]:
+    from shardscope.engine.knobs.knob_ranges import parse_knob
+
+    grid = {}
+    for flag, key in flags.items():
+        text = getattr(args, key)
+        if text is not None:
+            grid[key] = parse_knob(flag, str(text), key)
+    return grid
+
+
+def _check_tokens(args) -> None:
+    if args.n_gen < 2:
+        raise ShardscopeError("--tokens: at least 2 (the first token is warm-up, excluded from tok/s)")
+
+
+def _base_settings(args, first_values: dict[str, object]):
+    """RunSettings from the common flags, the knobs at their first values (same n_ctx rule as bench)."""
+    ns = types.SimpleNamespace(**{key: getattr(args, key) for key in _COMMON}, **first_values)
+    return cli_args.settings_from_args(ns)
+
+
+class _Interrupt:
+    """First Ctrl+C: stop the current run at its next token and end cleanly (exit 130).
+
+    llama.cpp runs Python callbacks inside its decode, and an exception raised
+    there is swallowed by ctypes, so a plain KeyboardInterrupt could be lost; a flag
+    the sweep polls is reliable. A second Ctrl+C raises KeyboardInterrupt as usual.
+    """
+
+    def __init__(self, say):
+        self.flag = threading.Event()
+        self._say = say
+        self._old = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        self.flag.set()
+        self._say("interrupted: stopping after the current token (Ctrl+C again to abort at once)")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+        return False
+
+    def __call__(self) -> bool:
+        return self.flag.is_set()
+
+
+def _progress(total: int, quiet: bool, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, file=sys.stderr, unit="run", desc=desc, disable=quiet, dynamic_ncols=True)
+
+
+def _note(bar, text: str) -> None:
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr) if not bar.disable else print(text, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------- sweep
+def _register_sweep(sub) -> None:
+    d = RunSettings()
+    p = sub.add_parser(
+        "sweep", help="run every combination of knob values (one cold run and one CSV row each)",
+        description="Each knob takes a list: 16,64,256 or llama-bench ranges 0-4, 1-8+2, 1-16*2. "
+                    "Every combination runs cold (fresh run, non-pinned shards paged out); the first "
+                    "token is warm-up. Combinations below the minimum budget are skipped with a note. "
+                    "Ctrl+C stops after the current token and keeps the rows written (exit 130).")
+    for flag, key in SWEEP_FLAGS.items():
+        spec = KNOBS[key]
+        p.add_argument(flag, dest=key, default="0" if spec.off else str(getattr(d, key)),
+                       metavar=cli_args.metavar(key), help=cli_args.list_help(key))
+    _add_common_run_flags(p, default_tokens=8)
+    p.add_argument("--device", help="also project each run onto this device (e.g. iphone-16-pro)")
+    cli_args.add_output_arguments(p)  # -o, -r: each repetition is one more cold pass over the grid
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args) -> int:
+    from shardscope.engine.knobs.knob_ranges import format_values
+    from shardscope.engine.search.sweep import best_of, describe_settings, expand_grid, run_sweep
+
+    _check_tokens(args)
+    grid = _parse_knobs(args, SWEEP_FLAGS)
+    base = _base_settings(args, {k: v[0] for k, v in grid.items()})
+    total = len(expand_grid(base, grid))
+    varied = [k for k, v in grid.items() if len(v) > 1]
+    shown = varied or list(grid)
+    passes = args.repetitions
+    human = sys.stdout if args.output == "md" else sys.stderr  # with csv/json/jsonl stdout carries only the rows
+    print(f"sweep: {total} combinations ("
+          + " x ".join(f"{k} {format_values(grid[k])}" for k in varied or ["shard_mb"])
+          + f"), {args.n_gen} tokens each" + (f", {passes} passes" if passes > 1 else "")
+          + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
+    results = []
+    bar = _progress(total * passes, args.quiet, "sweep")
+
+    def on_result(result, totals) -> None:
+        results.append((result, _llama_bench_time()))
+        label = describe_settings(result.settings, shown)
+        if result.skipped:
+            _note(bar, f"skipped {label}: {result.error}")
+        elif result.stopped:
+            _note(bar, f"stopped {label} (not written)")
+        elif result.error:
+            _note(bar, f"failed {label}: {result.error}")
+        else:
+            s = result.summary
+            proj = f", {s.device} {s.projected_ts:.3g} tok/s" if s.device else ""
+            bar.set_postfix_str(f"last {s.avg_ts:.3g} tok/s{proj}", refresh=False)
+        bar.update(1)
+
+    from shardscope.engine.search.sweep import SweepTotals
+
+    latest = {"totals": SweepTotals(combinations=total)}
+
+    def on_result_kept(result, totals) -> None:
+        latest["totals"] = totals
+        on_result(result, totals)
+
+    totals = SweepTotals(combinations=total)
+    try:
+        with _Interrupt(lambda text: _note(bar, text)) as interrupted:
+            for _ in range(passes):
+                latest["totals"] = SweepTotals(combinations=total)
+                done = run_sweep(base, grid, csv_path=args.csv, device=args.device,
+                                 should_stop=interrupted, on_result=on_result_kept)
+                totals = _add_totals(totals, done)
+                if done.stopped:
+                    break
+    except KeyboardInterrupt:  # a second Ctrl+C: abort at once, still say what was kept
+        totals = _add_totals(totals, latest["totals"])
+        totals.stopped = True
+    finally:
+        bar.close()
+    where = f" to {args.csv}" if args.csv else " (no --csv: nothing saved)"
+    tail = f"{totals.rows_written} rows written{where}, {totals.skipped} skipped, {totals.failed} failed"
+    if totals.stopped:
+        print(f"shardscope: sweep interrupted after {totals.rows_written} of {total * passes} runs: {tail}",
+              file=sys.stderr)
+        return 130
+    finished = [r for r, _ in results]
+    best = best_of(finished)
+    if best:
+        print(f"fastest here: {best.summary.avg_ts:.3g} tok/s with {describe_settings(best.settings, shown)}",
+              file=human)
+    if args.device:
+        best_p = best_of(finished, "projected_ts")
+        if best_p:
+            print(f"fastest on {args.device} (projected): {best_p.summary.projected_ts:.3g} tok/s "
+                  f"({best_p.summary.projected_bound}-bound) with {describe_settings(best_p.settings, shown)}",
+                  file=human)
+    print(f"sweep: {tail}", file=human)
+    _print_llama_bench_rows(base, results, args.output)
+    return 0 if totals.rows_written or not total else 1
+
+
+def _llama_bench_time() -> str:
+    from shardscope.engine.output.llama_bench_output import utc_now
+
+    return utc_now()
+
+
+def _add_totals(a, b):
+    from shardscope.engine.search.sweep import SweepTotals
+
+    return SweepTotals(combinations=a.combinations, rows_written=a.rows_written + b.rows_written,
+                       skipped=a.skipped + b.skipped, failed=a.failed + b.failed, stopped=a.stopped or b.stopped)
+
+
+def _print_llama_bench_rows(base, results, fmt: str) -> None:
+    """One llama-bench row per combination that ran: its passes are the repetitions."""
+    from shardscope.engine.output.llama_bench_output import print_rows
+
+    groups: dict = {}
+    for result, finished_at in results:
+        if result.ok:
+            summaries, started = groups.setdefault(result.settings, ([], finished_at))
+            summaries.append(result.summary)
+    if groups:
+        print_rows(base, groups.values(), fmt)
+
+
+# ------------------------------------------------------------------------ tune
+def _register_tune(sub) -> None:
+    p = sub.add_parser(
+        "tune", help="find the settings with the best projected tok/s on a device (coordinate descent)",
+        description="Coordinate descent over policy, shard size, prefetch depth and threads, budget fixed "
+                    "at the device's weight budget (or --budget-cap-mb), starting from the device's "
+                    "built-in profile; each candidate is a real cold run here projected onto the device; "
+                    "results are cached so no combination runs twice.")
+    p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
+    p.add_argument("--budget-cap-mb", type=cli_args.positive_float, default=None,
+                   help="cap the weight budget below the device's (so streaming matters for small models)")
+    for flag, key in TUNE_FLAGS.items():
+        spec = KNOBS[key]
+        p.add_argument(flag, dest=key, default=spec.tune or None, metavar=cli_args.metavar(key),
+                       help=cli_args.list_help(key, "candidates") + ("" if spec.tune else
+                                                                     " (default: 1 to this host's cores)"))
+    p.add_argument("--ssd-mb-s", type=cli_args.non_negative_float, default=None,
+                   help="SSD emulated while measuring here (default: the device profile's; 0: off)")
+    p.add_argument("--min-gain", type=cli_args.non_negative_float, default=0.02,
+                   help="relative gain a move must bring (default 0.02 = 2 %%, the host's noise)")
+    p.add_argument("--max-passes", type=cli_args.positive_int, default=6)
+    p.add_argument("--save-profile", metavar="NAME", help="save the best settings as a user profile")
+    p.add_argument("--profile-dir", help="where to save it (default: $SHARDSCOPE_CONFIG_DIR/profiles or "
+                                         "~/.config/shardscope/profiles)")
+    _add_common_run_flags(p, default_tokens=6)
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    import os
+
+    from shardscope.engine.devices.devices import get_device
+    from shardscope.engine.search.tune import SEARCH_DESCRIPTION, auto_tune, save_tuned_profile
+
+    _check_tokens(args)
+    if args.min_gain >= 1:
+        raise ShardscopeError(f"--min-gain: must be below 1, got {args.min_gain:g}")
+    device = get_device(args.device)
+    cands = _parse_knobs(args, TUNE_FLAGS)
+    if "threads" not in cands:
+        cands["threads"] = list(range(1, (os.cpu_count() or 1) + 1))
+    grid = math.prod(len(v) for v in cands.values())
+    base = _base_settings(args, {})
+    print(f"tune for {device.name}: {SEARCH_DESCRIPTION.format(gain=args.min_gain)}", file=sys.stderr)
+    from shardscope.engine.knobs.knob_ranges import format_values
+
+    print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
+          + f" ({grid} combinations in the full grid)", file=sys.stderr)
+    bar = _progress(None, args.quiet, "tune")
+    from shardscope.engine.output.csv_out import append_rows
+    from shardscope.engine.stream.streaming_run import RunSummary
+    from shardscope.engine.search.sweep import check_csv_columns
+
+    if args.csv:
+        check_csv_columns(args.csv)
+
+    def on_eval(ev) -> None:
+        from shardscope.engine.search.tune import _knobs_text, _score_text
+
+        if ev.summary is not None and args.csv:
+            append_rows(args.csv, RunSummary.columns(), [ev.summary.row()])
+        if ev.order:
+            bar.update(1)
+        _note(bar, f"  {'run ' + str(ev.order) if ev.order else 'refused'}: {_knobs_text(ev.settings)} → "
+                   f"{_score_text(ev)}")
+
+    try:
+        with _Interrupt(lambda text: _note(bar, text)) as interrupted:
+            result = auto_tune(device.id, model_path=args.model_path, candidates=cands,
+                               budget_cap_mb=args.budget_cap_mb, n_gen=args.n_gen, n_ctx=base.n_ctx,
+                               ssd_mb_s=args.ssd_mb_s, min_gain=args.min_gain, max_passes=args.max_passes,
+                               on_eval=on_eval, should_stop=interrupted)
+    finally:
+        bar.close()
+    print(f"search: coordinate descent, {result.passes} pass(es), {result.runs} runs "
+          f"(+{result.refused} combinations refused before loading) of a {result.grid_size}-combination grid")
+    print(f"budget: {result.budget_mb:g} MB (device weight budget {result.weight_budget_mb:g} MB"
+          + (f", capped at {args.budget_cap_mb:g} MB" if args.budget_cap_mb else "") + ")")
+    for line in result.path:
+        print(f"  {line}")
+    if result.best is None:
+        print("tune: no candidate ran and fit the device", file=sys.stderr)
+        return 130 if result.stopped else 1
+    b = result.best
+    s = b.settings
+    print(f"best: {describe(s, (*TUNED, 'budget_mb'))}")
+    print(f"      projected {b.summary.projected_ts:.3g} tok/s on {device.id} ({b.summary.projected_bound}-bound), "
+          f"measured {b.summary.avg_ts:.3g} tok/s here (emulated SSD "
+          f"{'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}), resident weights "
+          f"{b.summary.resident_weights_mb:.0f} MB ≤ {result.weight_budget_mb:g} MB")
+    if result.stopped:
+        print(f"shardscope: tune interrupted after {result.runs} runs: best so far shown"
+              + (f", {result.runs} rows written to {args.csv}" if args.csv else ""), file=sys.stderr)
+        return 130
+    if args.save_profile:
+        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path)
+        print(f"saved profile {args.save_profile!r} to {path}")
+    return 0
+
+
+# ------------------------------------------------------------------------ size
+def _register_sizing(sub) -> None:
+    p = sub.add_parser(
+        "size", aliases=["plan"], help="what-if: how a model (too big to run here) would stream on a device",
+        description="From a GGUF header (--gguf) or from numbers (--total-params, --active-params, --bits, "
+                    "--layers). Prints the budget, what stays resident, bytes streamed per token and the "
+                    "roofline projection.")
+    p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
+    p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
+    p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
+    p.add_argument("--active-params", type=finite_float_arg, help="parameters one token uses (MoE; default: all)")
+    p.add_argument("--bits", type=finite_float_arg, help="bits per weight, e.g. 8 or 4.5")
+    p.add_argument("--layers", type=int, help="number of layers")
+    p.add_argument("--globals-fraction", type=finite_float_arg, default=None,
+                   help="embeddings + output head as a share of the bytes a token touches (default: estimated)")
+    p.add_argument("--globals-bytes", type=finite_float_arg, default=None,
+                   help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
+    p.add_argument("--name", default="", help="label for the model")
+    p.add_argument("--budget-mb", type=finite_float_arg, default=None,
+                   help="weight budget (MB); default: app limit - KV - compute - runtime")
+    p.add_argument("--policy", default="pinned", help="pinned or lru")
+    p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
+    p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
+    p.add_argument("--compute-s-per-token", type=finite_float_arg, default=0.0,
+                   help="compute time per token on the device, if measured (default: not modelled)")
+    p.add_argument("--extended-limit", action="store_true",
+                   help="use the device's larger memory limit (entitlement), when it has one")
+    p.add_argument("--expert-hit-rate", type=finite_float_arg, default=None,
+                   help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
+    p.add_argument("--trace", help="MoE: replay this routing trace (bench --trace) for the expert hit rate, with a "
+                                   "cache of the same share of the experts as the device's")
+    p.add_argument("--expert-policy", default="lru", choices=("lru", "lfu", "hot"),
+                   help="MoE: the expert cache policy the --trace replay uses (default lru)")
+    p.set_defaults(func=cmd_size)
+
+
+def cmd_size(args) -> int:
+    """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
+    from shardscope.engine.devices.devices import get_device
+    from shardscope.engine.devices.sizing import POLICIES, SizingInput
+    from shardscope.engine.devices.sizing_numbers import size_from_numbers
+    from shardscope.engine.devices.sizing_text import format_sizing
+    from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
+
+    numbers = {"--total-params": args.total_params, "--active-params": args.active_params, "--bits": args.bits,
+               "--layers": args.layers, "--globals-fraction": args.globals_fraction,
+               "--globals-bytes": args.globals_bytes}
+    given = [flag for flag, value in numbers.items() if value is not None]
+    if args.gguf and given:
+        raise ShardscopeError(f"plan: give --gguf or the model's numbers, not both ({given[0]} with --gguf)")
+    if args.policy not in POLICIES:
+        raise ShardscopeError(f"--policy: must be one of {', '.join(POLICIES)}, got {args.policy!r}")
+    device = get_device(args.device)
+    if args.extended_limit:
+        device = device.with_extended_limit()
+    if args.expert_hit_rate is not None and args.trace:
+        raise ShardscopeError("plan: give --expert-hit-rate or --trace, not both")
+    if args.expert_hit_rate is not None and not 0 <= args.expert_hit_rate <= 1:
+        raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
+    trace = None
+    if args.trace:
+        from shardscope.engine.experts.routing_trace import read_trace
+
+        trace = read_trace(args.trace)
+    common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
+                  compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
+                  expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
+    if args.gguf:
+        result = size_from_gguf_header(args.gguf, device, **common)
+    else:
+        missing = [flag for flag in ("--total-params", "--bits", "--layers") if numbers[flag] is None]
+        if missing:
+            raise ShardscopeError(
+                f"plan: missing {', '.join(missing)} (give --gguf PATH, or --total-params, --bits and --layers)")
+        result = size_from_numbers(
+            SizingInput(total_params=args.total_params, active_params=args.active_params,
+                      bits_per_weight=args.bits, n_layers=args.layers, globals_fraction=args.globals_fraction,
+                      globals_bytes=args.globals_bytes, name=args.name),
+            device, **common)
+    print(format_sizing(result))
+    return 0

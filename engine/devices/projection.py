@@ -1,0 +1,202 @@
+"""Project a run measured here onto another device: a three-term roofline per token.
+
+Why a roofline: a streamed token is limited by whichever of three resources runs out
+first, and each one is a division we can check by hand:
+
+* ``ssd``     = bytes read from disk per token / the device's SSD bandwidth
+* ``dram``    = resident weight bytes touched per token / the device's DRAM bandwidth
+* ``compute`` = measured compute seconds per token, scaled to the device's cores
+
+With prefetch (depth > 0) the next shard is read while this one is computed, so at
+best the terms overlap and a token costs ``max(ssd, dram, compute)``. Without
+prefetch the disk read and the compute take turns, so a token costs
+``ssd + max(dram, compute)``. DRAM and compute stay under one max even then: the
+kernels stream weights from memory while they multiply (that is the roofline), and
+the measured compute time already contains the host's own memory time, so adding
+the two would count memory twice.
+
+Compute scaling (simple on purpose, and an assumption): matrix-vector work is split
+evenly over threads, so compute time scales with the inverse of the threads in use.
+On the device we use ``min(host_threads, performance_cores)`` threads; efficiency
+cores are ignored because a matmul split across mixed cores runs at the slowest
+core's pace. ``compute_scale`` (device file, default 1.0) is the device's per-core
+speed relative to this host::
+
+    compute_device = compute_host * host_threads / min(host_threads, p_cores) / compute_scale
+
+What this leaves out, so the result is a best case (an upper bound on tok/s): imperfect
+overlap, per-read latency and small reads, thermal throttling, page-cache hits
+beyond what the measurement saw, and the KV cache's own memory traffic.
+
+Units: bytes, seconds, and bandwidths in MB/s = 10^6 bytes/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardscope.engine.devices.devices import Device
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.finite import POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.base.units import MB_S
+
+__all__ = [
+    "RunMeasurement",
+    "Projection",
+    "project",
+    "project_from_bandwidth",
+    "compute_factor_for",
+    "moe_ssd_bytes_per_token",
+    "BOUNDS",
+    "inputs_provenance",
+]
+
+BOUNDS = ("ssd", "dram", "compute")
+
+
+@dataclass(frozen=True)
+class RunMeasurement:
+    """Per-token costs measured by a run on this machine.
+
+    ``ssd_bytes_per_token``: bytes actually read from disk per generated token.
+    ``resident_bytes_per_token``: weight bytes touched from memory per token (the
+    resident part; streamed bytes are counted by the SSD term).
+    ``compute_s_per_token``: seconds of compute per token with ``host_threads``
+    threads, measured here (with the disk out of the way, e.g. all weights resident).
+    ``prefetch``: True when prefetch depth > 0, i.e. reads overlap compute.
+    """
+
+    ssd_bytes_per_token: float
+    resident_bytes_per_token: float
+    compute_s_per_token: float
+    host_threads: int = 1
+    prefetch: bool = True
+
+    def validated(self, source: str = "measurement") -> "RunMeasurement":
+        """Refuse values no run can produce, naming the field."""
+        for key in ("ssd_bytes_per_token", "resident_bytes_per_token", "compute_s_per_token"):
+            finite_number(getattr(self, key), source, key, sign=ZERO_OR_MORE)
+        if isinstance(self.host_threads, bool) or not isinstance(self.host_threads, int) or self.host_threads < 1:
+            raise ShardscopeError(
+                f"{source}: 'host_threads' must be a whole number of at least 1, got {self.host_threads!r}"
+            )
+        if not isinstance(self.prefetch, bool):
+            raise ShardscopeError(f"{source}: 'prefetch' must be true or false, got {self.prefetch!r}")
+        return self
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Projected per-token cost on a device.
+
+    ``terms`` holds seconds per token for "ssd", "dram" and "compute"; ``bound`` names
+    the largest term (the resource to improve first); ``overlapped`` says whether the
+    terms were combined with max (prefetch) or ssd + max(dram, compute) (no prefetch).
+    """
+
+    tokens_per_s: float
+    s_per_token: float
+    bound: str
+    terms: dict[str, float] = field(hash=False)
+    overlapped: bool = True
+
+    def describe(self) -> str:
+        """One line: the time, the bound and every term, for logs and the CLI."""
+        parts = ", ".join(f"{name} {self.terms[name]:.3g} s" for name in BOUNDS)
+        how = "max" if self.overlapped else "ssd + max(dram, compute)"
+        return (
+            f"{self.s_per_token:.3g} s/token ({self.tokens_per_s:.3g} tok/s), "
+            f"{self.bound}-bound; terms per token: {parts} (combined as {how})"
+        )
+
+
+def _positive(value, source: str, key: str) -> float:
+    return finite_number(value, source, key, sign=POSITIVE)
+
+
+def project_from_bandwidth(
+    measurement: RunMeasurement,
+    *,
+    ssd_mb_s: float,
+    dram_mb_s: float | None = None,
+    compute_factor: float = 1.0,
+) -> Projection:
+    """The roofline for "a device with X MB/s SSD", without a device file.
+
+    ``dram_mb_s`` None leaves the DRAM term out (0 s): right when projecting onto
+    this same host (e.g. the validation run that emulates a slower disk with
+    ``--ssd-mb-s``), since the measured compute time already includes this host's
+    memory traffic. ``compute_factor`` multiplies the measured compute time (1.0 =
+    same cores as the measurement; :func:`project` derives it from a device).
+    """
+    m = measurement.validated()
+    ssd = _positive(ssd_mb_s, "projection", "ssd_mb_s") * MB_S
+    terms = {
+        "ssd": m.ssd_bytes_per_token / ssd,
+        "dram": 0.0,
+        "compute": m.compute_s_per_token * _positive(compute_factor, "projection", "compute_factor"),
+    }
+    if dram_mb_s is not None:
+        terms["dram"] = m.resident_bytes_per_token / (_positive(dram_mb_s, "projection", "dram_mb_s") * MB_S)
+    if m.prefetch:
+        s_per_token = max(terms.values())
+    else:
+        s_per_token = terms["ssd"] + max(terms["dram"], terms["compute"])
+    if s_per_token <= 0:
+        raise ShardscopeError(
+            "projection: nothing to project: no bytes read, no bytes touched and no compute time per token"
+        )
+    # The largest term is the bound; ties go to ssd first, the resource this tool is about.
+    bound = max(BOUNDS, key=lambda name: (terms[name], -BOUNDS.index(name)))
+    return Projection(
+        tokens_per_s=1.0 / s_per_token,
+        s_per_token=s_per_token,
+        bound=bound,
+        terms=terms,
+        overlapped=m.prefetch,
+    )
+
+
+def moe_ssd_bytes_per_token(dense_streamed_bytes: float, used_expert_bytes: float, expert_hit_rate: float) -> float:
+    """A MoE token's disk bytes: the dense bytes it streams plus the picked experts the cache missed.
+
+    ``used_expert_bytes`` is the bytes of the experts one token picks (all layers):
+    n_expert_used / n_expert of the routed-expert bytes.
+    """
+    hit = finite_number(expert_hit_rate, "projection", "expert_hit_rate", sign=ZERO_OR_MORE)
+    if hit > 1:
+        raise ShardscopeError(f"projection: 'expert_hit_rate' must be between 0 and 1, got {hit:g}")
+    return dense_streamed_bytes + (1.0 - hit) * used_expert_bytes
+
+
+def compute_factor_for(measurement: RunMeasurement, device: Device) -> float:
+    """How much longer the measured compute takes on ``device`` (see module doc)."""
+    usable = min(measurement.host_threads, device.performance_cores)
+    return measurement.host_threads / usable / device.compute_scale
+
+
+def project(
+    measurement: RunMeasurement, device: Device, *, ssd_mb_s_override: float | None = None
+) -> Projection:
+    """Project a measurement onto a device preset (optionally with another disk)."""
+    m = measurement.validated()
+    ssd = device.ssd_read_mb_s if ssd_mb_s_override is None else ssd_mb_s_override
+    return project_from_bandwidth(
+        m, ssd_mb_s=ssd, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device)
+    )
+
+
+# The device numbers the roofline reads, in words (the memory limit only matters to the sizing).
+_INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
+
+
+def inputs_provenance(device: Device) -> str:
+    """How far to trust a projection: "per-core speed calibrated from r.jsonl on 2026-11-30;
+    SSD read speed unverified" — a calibrated number says where it was measured."""
+    parts = []
+    for key, name in _INPUT_NAMES.items():
+        if key in device.calibrated:
+            parts.append(f"{name} {device.calibrated[key]}")
+        elif not device.is_verified(key):
+            parts.append(f"{name} unverified")
+    return "; ".join(parts) if parts else "every input verified"

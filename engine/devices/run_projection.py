@@ -1,0 +1,103 @@
+"""Project a finished run (a :class:`RunSummary`) onto a device with the roofline.
+
+:mod:`engine.projection` works on three per-token costs; this module says how each
+one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
+``tune`` all project the same way:
+
+* ``ssd_bytes_per_token`` = ``read_mb_per_token`` x MiB: what the kernel says this
+  process read from disk per decoded token (/proc/self/io ``read_bytes``). Real
+  reads, not what the controller meant to load: readahead beyond a shard and page
+  cache hits are in it, the same way they would be on the device.
+* ``resident_bytes_per_token`` = model size − bytes read per token (floored at 0).
+  A dense model touches every weight once per token; whatever did not come from the
+  disk for this token came from memory: the globals, the pinned shards *and* the
+  LRU shards that happened to still be resident. (globals_mb + pinned_mb would miss
+  the last group, so it undercounts LRU runs.) An expert run (ExpertRunSummary)
+  touches only the dense bytes and its picked experts: there the model size is
+  replaced by dense + n_expert_used / n_expert of the expert bytes. Its reads are
+  on demand (prefetch_depth 0), so the projection adds the SSD term to the compute.
+* ``compute_s_per_token`` = 1 / avg_ts − wait_ms_per_token / 1000, floored at
+  1 µs: the decode time per token minus the time the decode thread sat blocked
+  waiting for a shard load. What is left is the time llama.cpp spent computing
+  (including this host's own memory traffic and whatever the loader thread's CPU
+  work slowed it down by, which a device would also pay).
+* ``host_threads`` = n_threads, ``prefetch`` = prefetch_depth > 0.
+
+Why subtract the wait rather than use llama.cpp's own eval time: llama.cpp's perf
+counter includes the time blocked in the eval callback, so it is not compute either;
+the controller's wait counter is the only clean measure of "not computing".
+
+The projection is then ``max(ssd, dram, compute)`` with prefetch and
+``ssd + max(dram, compute)`` without (see :mod:`engine.projection`), i.e. it assumes
+the loader keeps the disk busy while compute runs. How well that holds on this host
+is checked in docs/projection-validation.md (bench/projection_validation.py).
+"""
+
+from __future__ import annotations
+
+
+from shardscope.engine.devices.devices import MIB, get_device
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.finite import finite_number
+from shardscope.engine.devices.projection import Projection, RunMeasurement, project
+
+__all__ = [
+    "MIN_COMPUTE_S",
+    "measurement_from_summary",
+    "project_summary",
+    "projection_for",
+    "fill_device_columns",
+]
+
+MIN_COMPUTE_S = 1e-6  # a run that waited for its whole decode time still computed something
+
+
+def _number(summary, key: str) -> float:
+    return finite_number(getattr(summary, key), "run summary", key)
+
+
+def measurement_from_summary(summary) -> RunMeasurement:
+    """The three per-token costs of a run (see the module doc for each choice)."""
+    avg_ts = _number(summary, "avg_ts")
+    if avg_ts <= 0:
+        raise ShardscopeError(
+            "run summary: no decoded tokens to project (avg_ts is 0; generate at least 2 tokens)"
+        )
+    read = max(0.0, _number(summary, "read_mb_per_token")) * MIB
+    total = max(0.0, _number(summary, "model_size_mb")) * MIB
+    if getattr(summary, "n_expert", 0):  # an expert run touches the dense bytes and its picked experts only
+        dense = max(0.0, _number(summary, "globals_mb")) * MIB
+        total = dense + (total - dense) * summary.n_expert_used / summary.n_expert
+    wait_s = max(0.0, _number(summary, "wait_ms_per_token")) / 1000.0
+    compute = max(1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
+    threads = int(summary.n_threads)
+    return RunMeasurement(
+        ssd_bytes_per_token=read,
+        resident_bytes_per_token=max(0.0, total - read),
+        compute_s_per_token=compute,
+        host_threads=max(1, threads),
+        prefetch=int(summary.prefetch_depth) > 0,
+    ).validated("run summary")
+
+
+def projection_for(summary, device_id: str) -> Projection:
+    """The device projection of a run: a value, the summary is left as it was.
+
+    The measured bytes and compute of this run, on the device's SSD, DRAM and
+    performance cores (``engine.projection.project``).
+    """
+    return project(measurement_from_summary(summary), get_device(device_id))
+
+
+def fill_device_columns(summary, device_id: str, projection: Projection) -> None:
+    """Attach a projection to a summary's ``device``/``projected_*`` columns (what the CSV carries)."""
+    summary.device = get_device(device_id).id
+    summary.projected_ts = round(projection.tokens_per_s, 4)
+    summary.projected_bound = projection.bound
+
+
+def project_summary(summary, device_id: str) -> Projection:
+    """projection_for + fill_device_columns in one call, for engine/runs/bench_command.py until it attaches itself."""
+    projection = projection_for(summary, device_id)
+    fill_device_columns(summary, device_id, projection)
+    return projection

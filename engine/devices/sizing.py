@@ -1,0 +1,365 @@
+"""What-if sizing: how would a model too big to run here stream on a device?
+
+It answers from a model's size alone (:func:`size_from_numbers`) or from a GGUF
+header (:func:`size_from_gguf_header`): how many bytes one token touches, how many of
+those fit in the device's memory budget, how many must come from the SSD every
+token, and what the roofline in :mod:`engine.projection` makes of that.
+
+The arithmetic, every step of it in bytes (units: see :mod:`engine.devices`)::
+
+    W  = weight bytes          = total_params x bits_per_weight / 8
+    A  = bytes touched / token = active_params x bits_per_weight / 8   (dense: A = W)
+    G  = globals (embeddings, output head, final norm): always resident
+    D  = layer bytes every token touches (attention, dense FFN, shared experts, norms)
+    E  = routed-expert bytes; a token touches the fraction f of them,
+         so A = G + D + f x E and W = G + D + E
+    unit = the most bytes one layer touches for one token (max over layers of D_k + f E_k)
+
+    budget   = device app limit - KV cache - compute buffers - runtime   (default)
+    minimum  = G + 2 x unit with prefetch (the layer being computed + the one being
+               read), G + 1 x unit without; for a dense model the unit is a whole layer
+    cache C  = budget - minimum   (what may stay resident besides the globals)
+
+    model fits (W <= budget): everything resident, nothing streams.
+    pinned: pin D first (touched every token: each pinned byte saves one read per
+            token), then experts (each pinned byte saves f reads per token);
+            streamed = (D - D_pinned) + f x (E - E_pinned)
+    lru:    layers are visited in the same order every token and the model does not
+            fit, so LRU evicts every byte before it is used again:
+            streamed = D + f x E (everything a token touches except the globals)
+
+    expert hit rate h given (measured by an expert run, or replayed from a routing
+    trace at the same share of the expert bytes): the expert cache serves a share h
+    of the picked experts, whatever the policy; dense bytes are pinned first:
+            streamed = (D - D_pinned) + (1 - h) x f x E
+            and misses are waited for (reads do not overlap compute)
+
+    s/token = roofline(ssd = streamed / ssd_bw, dram = (A - streamed) / dram_bw,
+                       compute = compute_s_per_token, 0 unless given)
+
+From numbers alone the D/E split is unknown, so a MoE is treated as all-routed
+(D = 0, f = (A - G) / (W - G)): a pinned byte is then an expert byte hit with
+probability f, i.e. routing is assumed uniform over experts. A GGUF header gives the
+real split (tensors named ``*_exps*`` are routed experts; ``<arch>.expert_count`` and
+``<arch>.expert_used_count`` give f).
+
+Compute is not modelled unless ``compute_s_per_token`` is given (measure a smaller
+model of the same family on the device), so the projected tok/s is an upper bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardscope.engine.devices.devices import MIB, Device, get_device, weight_budget_mb
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import bytes_text, mib_text, seconds_text
+from shardscope.engine.base.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.devices.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
+
+__all__ = [
+    "SizingInput",
+    "SizingResult",
+    "DEFAULT_OVERHEAD_MB",
+    "DEFAULT_VOCAB",
+    "POLICIES",
+]
+
+POLICIES = ("pinned", "lru")
+
+# What the app holds besides weights when no budget is given: profiles/iphone-16-pro.toml's split.
+DEFAULT_OVERHEAD_MB = {"kv_cache_mb": 256.0, "compute_buffers_mb": 256.0, "runtime_mb": 512.0}
+
+# Unknown globals = 2 x vocab x hidden, hidden = sqrt(params per layer / 12) (a layer is ~12 h^2);
+# how close that lands on real models is in docs/decisions.md.
+DEFAULT_VOCAB = 128_000
+
+
+# ---------------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class SizingInput:
+    """A model described by numbers only.
+
+    ``active_params``: parameters one token uses (MoE); None means dense (= total).
+    ``globals_fraction``: globals as a share of the bytes one token touches (of all
+    weights for a dense model); ``globals_bytes`` gives them exactly instead. With
+    neither they are estimated from the model's shape (see :data:`DEFAULT_VOCAB`)
+    and the result says so.
+    """
+
+    total_params: float
+    active_params: float | None
+    bits_per_weight: float
+    n_layers: int
+    globals_fraction: float | None = None
+    globals_bytes: float | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A model reduced to what streaming cares about (see the module doc's letters)."""
+
+    label: str
+    weight_bytes: float  # W
+    globals_bytes: float  # G
+    dense_layer_bytes: float  # D
+    expert_bytes: float  # E
+    expert_fraction: float  # f
+    n_layers: int
+    unit_bytes: float  # most bytes one layer touches per token
+    n_params: float
+    bits_per_weight: float
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def active_bytes(self) -> float:
+        return self.globals_bytes + self.dense_layer_bytes + self.expert_fraction * self.expert_bytes
+
+    @property
+    def is_moe(self) -> bool:
+        return self.expert_bytes > 0 and self.expert_fraction < 1
+
+
+# --------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class SizingResult:
+    """Everything the sizing worked out, in bytes and seconds, plus how it got there.
+
+    ``resident_bytes`` = globals + pinned cache (memory kept across tokens);
+    ``staging_bytes`` = the layer buffers streaming needs on top (within the budget);
+    ``hit_rate`` = share of per-token layer bytes served from memory instead of disk.
+    ``assumptions`` lists every number the sizing had to assume.
+    """
+
+    model: str
+    device_id: str
+    device_name: str
+    ssd_mb_s: float
+    dram_mb_s: float
+    policy: str
+    prefetch: bool
+    weight_bytes: float
+    n_params: float
+    bits_per_weight: float
+    n_layers: int
+    bytes_per_layer: float
+    globals_bytes: float
+    active_bytes_per_token: float
+    active_bytes_per_layer: float
+    is_moe: bool
+    budget_mb: float
+    budget_bytes: float
+    budget_note: str
+    min_budget_bytes: float
+    fits_in_memory: bool
+    resident_bytes: float
+    staging_bytes: float
+    streamed_bytes_per_token: float
+    hit_rate: float
+    compute_s_per_token: float
+    projection: Projection
+    summary: str
+    assumptions: tuple[str, ...] = field(default=(), hash=False)
+    unverified: tuple[str, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.projection.tokens_per_s
+
+    @property
+    def s_per_token(self) -> float:
+        return self.projection.s_per_token
+
+    @property
+    def bound(self) -> str:
+        return self.projection.bound
+
+
+def size_number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
+    sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
+    return finite_number(value, "plan", key, sign=sign)
+
+
+
+# ------------------------------------------------------------------ the plan
+def size_shape(
+    shape: ModelShape,
+    device: Device | str,
+    *,
+    budget_mb: float | None,
+    policy: str,
+    prefetch: bool,
+    compute_s_per_token: float,
+    ssd_mb_s: float | None,
+    expert_hit_rate: float | None = None,
+    expert_trace=None,
+    expert_policy: str = "lru",
+) -> SizingResult:
+    if isinstance(device, str):
+        device = get_device(device)
+    if policy not in POLICIES:
+        raise ShardscopeError(f"plan: 'policy' must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if not isinstance(prefetch, bool):
+        raise ShardscopeError(f"plan: 'prefetch' must be true or false, got {prefetch!r}")
+    compute = size_number(compute_s_per_token, "compute_s_per_token", allow_zero=True)
+    assumptions = list(shape.assumptions)
+    unverified = set(device.unverified)
+    if ssd_mb_s is not None:
+        device = device.with_ssd(size_number(ssd_mb_s, "ssd_mb_s"))
+        unverified.add("ssd_read_mb_s")
+
+    if budget_mb is None:
+        budget_mb = weight_budget_mb(device, **DEFAULT_OVERHEAD_MB)
+        o = DEFAULT_OVERHEAD_MB
+        budget_note = (
+            f"app limit {device.app_memory_limit_mb:g} MiB - KV cache {o['kv_cache_mb']:g} "
+            f"- compute buffers {o['compute_buffers_mb']:g} - runtime {o['runtime_mb']:g}"
+        )
+        assumptions.append(
+            f"KV cache + compute buffers + runtime assumed {sum(o.values()):g} MiB "
+            "(as the built-in iPhone profile); pass budget_mb to set the weight budget"
+        )
+    else:
+        budget_mb = size_number(budget_mb, "budget_mb")
+        if budget_mb > device.app_memory_limit_mb:
+            raise ShardscopeError(
+                f"plan: budget {budget_mb:g} MiB exceeds the app memory limit of {device.name} "
+                f"({device.app_memory_limit_mb:g} MiB), which must also hold the KV cache and runtime"
+            )
+        budget_note = f"given; app limit {device.app_memory_limit_mb:g} MiB"
+    budget = budget_mb * MIB
+
+    W, G, D, E, f = (shape.weight_bytes, shape.globals_bytes, shape.dense_layer_bytes,
+                     shape.expert_bytes, shape.expert_fraction)
+    A = shape.active_bytes
+    n_units = 2 if prefetch else 1
+    staging = n_units * shape.unit_bytes
+    minimum = G + staging
+
+    if W <= budget:
+        fits, resident, staging, streamed, overlap = True, W, 0.0, 0.0, prefetch
+    elif budget < minimum:
+        raise ShardscopeError(
+            f"plan: budget {budget_mb:,.0f} MiB is below the minimum of {mib_text(minimum)} for "
+            f"{shape.label} on {device.name} (globals {mib_text(G)} + {n_units} x "
+            f"{mib_text(shape.unit_bytes)} that one layer touches per token)"
+        )
+    else:
+        fits = False
+        cache = budget - minimum
+        overlap = prefetch
+        if shape.is_moe and (expert_hit_rate is not None or expert_trace is not None):
+            d_pinned = min(cache, D)
+            e_cached = min(cache - d_pinned, E)
+            hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, e_cached / E)
+            streamed = moe_ssd_bytes_per_token(D - d_pinned, f * E, hit)
+            resident = G + d_pinned + e_cached
+            overlap = False
+            assumptions.append(
+                f"expert hit rate {hit:.1%} ({source}) on {mib_text(e_cached)} of expert cache "
+                f"({e_cached / E:.3%} of the experts): per token {bytes_text(D - d_pinned)} dense streamed + "
+                f"(1 - {hit:.3g}) x {bytes_text(f * E)} of picked experts; misses are waited for, "
+                "so reads do not overlap compute")
+        elif policy == "pinned":
+            d_pinned = min(cache, D)
+            e_pinned = min(cache - d_pinned, E)
+            streamed = (D - d_pinned) + f * (E - e_pinned)
+            resident = G + d_pinned + e_pinned
+        else:
+            streamed = D + f * E
+            resident = G + cache
+            assumptions.append(
+                "lru: every token visits the layers in the same order and the model does not fit, "
+                "so each byte is evicted before its next use (exact for dense models, pessimistic "
+                "for MoE when the cache exceeds one token's working set)"
+            )
+    touched_layers = A - G
+    hit_rate = 1.0 - streamed / touched_layers if touched_layers > 0 else 1.0
+    if shape.is_moe and not fits and expert_hit_rate is None and expert_trace is None:
+        assumptions.append(
+            f"expert hit rate not given: the cache serves picked experts only by its share of them "
+            f"(uniform routing, {hit_rate:.2%} of a token's layer bytes); pass --expert-hit-rate or --trace "
+            "for a measured or replayed one")
+
+    measurement = RunMeasurement(
+        ssd_bytes_per_token=streamed,
+        resident_bytes_per_token=A - streamed,
+        compute_s_per_token=compute,
+        host_threads=1,
+        prefetch=overlap,
+    )
+    projection = project_from_bandwidth(
+        measurement, ssd_mb_s=device.ssd_read_mb_s, dram_mb_s=device.dram_mb_s
+    )
+    if compute == 0:
+        assumptions.append("compute not modelled (0 s): the tok/s is an upper bound")
+
+    summary = (
+        f"{shape.label} on {device.name} at {device.ssd_read_mb_s / 1000:g} GB/s: "
+        f"{seconds_text(projection.s_per_token)} per token ({projection.tokens_per_s:.3g} tok/s), "
+        f"{projection.bound}-bound; "
+        + (
+            "fits in memory, nothing streams"
+            if fits
+            else f"reads {bytes_text(streamed)} per token from the SSD, {mib_text(resident)} resident"
+        )
+    )
+    return SizingResult(
+        model=shape.label,
+        device_id=device.id,
+        device_name=device.name,
+        ssd_mb_s=device.ssd_read_mb_s,
+        dram_mb_s=device.dram_mb_s,
+        policy=policy,
+        prefetch=prefetch,
+        weight_bytes=W,
+        n_params=shape.n_params,
+        bits_per_weight=shape.bits_per_weight,
+        n_layers=shape.n_layers,
+        bytes_per_layer=(W - G) / shape.n_layers,
+        globals_bytes=G,
+        active_bytes_per_token=A,
+        active_bytes_per_layer=shape.unit_bytes,
+        is_moe=shape.is_moe,
+        budget_mb=float(budget_mb),
+        budget_bytes=budget,
+        budget_note=budget_note,
+        min_budget_bytes=minimum,
+        fits_in_memory=fits,
+        resident_bytes=resident,
+        staging_bytes=staging,
+        streamed_bytes_per_token=streamed,
+        hit_rate=hit_rate,
+        compute_s_per_token=compute,
+        projection=projection,
+        summary=summary,
+        assumptions=tuple(assumptions),
+        unverified=tuple(sorted(unverified)),
+    )
+
+
+def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[float, str]:
+    """The expert hit rate to plan with, and where it came from.
+
+    A routing trace is replayed with a cache holding the same share of its model's
+    expert bytes as the device's cache holds of the planned model's.
+    """
+    if given is not None:
+        hit = size_number(given, "expert_hit_rate", allow_zero=True)
+        if hit > 1:
+            raise ShardscopeError(f"plan: --expert-hit-rate must be between 0 and 1, got {hit:g}")
+        return hit, "given"
+    from shardscope.engine.experts.replay import min_cache_bytes, replay_one
+
+    header = trace.header
+    traced_experts = header.n_expert * sum(header.unit_bytes.values())
+    cache = int(share * traced_experts)
+    floor = min_cache_bytes(trace)
+    if cache < floor:
+        raise ShardscopeError(
+            f"plan: the device's expert cache is {share:.3%} of the experts; replayed on the trace's model that is "
+            f"{cache / MIB:.2f} MiB, below the {floor / MIB:.2f} MiB one layer's picks need there (trace a "
+            "model with smaller experts, or pass --expert-hit-rate)")
+    row = replay_one(trace, policy, cache)
+    return row.expert_hit_rate, f"replayed from the trace of {header.model or 'a run'}, {policy}, {row.n_tokens} tokens"

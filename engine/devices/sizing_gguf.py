@@ -1,0 +1,124 @@
+"""What-if sizing from a GGUF header: exact sizes, layers, globals and the expert split read from
+the tensor table (never the weights), then the arithmetic of engine/devices/sizing.py."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.devices import Device
+from shardscope.engine.devices.sizing import ModelShape, SizingResult, bytes_text, size_shape
+
+
+# ---------------------------------------------------------------- from GGUF
+_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def _split_parts(path: Path) -> list[Path]:
+    """All files of a split GGUF (``name-00001-of-00003.gguf``), or just ``path``.
+
+    A model too big to run is usually split; planning from one part would silently
+    undercount it, so a missing part is an error that names it.
+    """
+    match = _SPLIT_RE.match(path.name)
+    if not match:
+        return [path]
+    count = int(match.group("count"))
+    parts = [path.with_name(f"{match.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    for part in parts:
+        if not part.exists():
+            raise ShardscopeError(f"{path}: split model part {part.name} is missing (needs all {count} parts)")
+    return parts
+
+
+def _shape_from_gguf(path: str | Path) -> ModelShape:
+    from shardscope.engine.layout.gguf_layout import read_layout  # needs the gguf package; import only when used
+
+    path = Path(path)
+    if not path.exists():
+        raise ShardscopeError(f"{path}: no such file")
+    layouts = [read_layout(part) for part in _split_parts(path)]
+    meta: dict = {}
+    for layout in layouts:
+        meta.update({k: v for k, v in layout.metadata.items() if k not in meta})
+    arch = str(meta.get("general.architecture", "unknown"))
+
+    globals_ = 0
+    dense: dict[int, int] = {}
+    experts: dict[int, int] = {}
+    n_params = 0
+    for layout in layouts:
+        for t in layout.tensors:
+            n_params += math.prod(t.shape)
+            if t.layer is None:
+                globals_ += t.n_bytes
+            elif "_exps" in t.name:
+                experts[t.layer] = experts.get(t.layer, 0) + t.n_bytes
+            else:
+                dense[t.layer] = dense.get(t.layer, 0) + t.n_bytes
+    layers = sorted(set(dense) | set(experts))
+    if not layers:
+        raise ShardscopeError(f"{path}: no layer tensors (blk.N.*) found; cannot plan streaming")
+    weight = globals_ + sum(dense.values()) + sum(experts.values())
+    assumptions: list[str] = []
+
+    f = 1.0
+    if experts:
+        n_exp = meta.get(f"{arch}.expert_count")
+        n_used = meta.get(f"{arch}.expert_used_count")
+        if isinstance(n_exp, int) and isinstance(n_used, int) and 0 < n_used <= n_exp:
+            f = n_used / n_exp
+        else:
+            assumptions.append(
+                f"{arch}.expert_count / expert_used_count missing or invalid in the header: "
+                "every expert counted as touched (pessimistic)"
+            )
+    units = [dense.get(k, 0) + f * experts.get(k, 0) for k in layers]
+    label = f"{meta.get('general.name') or path.name} ({bytes_text(weight)})"
+    return ModelShape(
+        label=label,
+        weight_bytes=float(weight),
+        globals_bytes=float(globals_),
+        dense_layer_bytes=float(sum(dense.values())),
+        expert_bytes=float(sum(experts.values())),
+        expert_fraction=f,
+        n_layers=len(layers),
+        unit_bytes=max(units),
+        n_params=float(n_params),
+        bits_per_weight=8 * weight / n_params,
+        assumptions=tuple(assumptions),
+    )
+
+
+def size_from_gguf_header(
+    path: str | Path,
+    device: Device | str,
+    budget_mb: float | None = None,
+    policy: str = "pinned",
+    prefetch: bool = True,
+    *,
+    compute_s_per_token: float = 0.0,
+    ssd_mb_s: float | None = None,
+    expert_hit_rate: float | None = None,
+    expert_trace=None,
+    expert_policy: str = "lru",
+) -> SizingResult:
+    """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
+
+    Reads only the header and tensor table (engine.gguf_layout), never the weights,
+    so planning a 1.5 TB model costs milliseconds. All parts of a split model are read.
+    """
+    return size_shape(
+        _shape_from_gguf(path),
+        device,
+        budget_mb=budget_mb,
+        policy=policy,
+        prefetch=prefetch,
+        compute_s_per_token=compute_s_per_token,
+        ssd_mb_s=ssd_mb_s,
+        expert_hit_rate=expert_hit_rate,
+        expert_trace=expert_trace,
+        expert_policy=expert_policy,
+    )

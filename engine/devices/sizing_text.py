@@ -1,0 +1,76 @@
+"""The sizing answer as text: what `shardscope plan` prints (engine/devices/sizing.py computes it)."""
+
+from __future__ import annotations
+
+from shardscope.engine.base.quantity_text import bytes_text, mib_text, params_text, rate_text, seconds_text
+from shardscope.engine.devices.sizing import SizingResult
+
+
+def format_sizing(result: SizingResult) -> str:
+    """The multi-line text ``shardscope plan`` prints: numbers, then how they were got."""
+    r = result
+    p = r.projection
+    unver = set(r.unverified)
+
+    def tag(quantity: str) -> str:
+        return " (unverified)" if quantity in unver else ""
+
+    lines = [f"Plan: {r.model} on {r.device_name}"]
+    lines.append(
+        f"  device      SSD {r.ssd_mb_s:g} MB/s{tag('ssd_read_mb_s')}, "
+        f"DRAM {r.dram_mb_s:g} MB/s{tag('dram_mb_s')}"
+    )
+    kind = "MoE" if r.is_moe else "dense"
+    lines.append(
+        f"  weights     {bytes_text(r.weight_bytes)} ({params_text(r.n_params)} params x "
+        f"{r.bits_per_weight:.3g} bits, {kind}), {r.n_layers} layers x {bytes_text(r.bytes_per_layer)}, "
+        f"globals {bytes_text(r.globals_bytes)}"
+    )
+    share = r.active_bytes_per_token / r.weight_bytes
+    lines.append(
+        f"  per token   touches {bytes_text(r.active_bytes_per_token)} ({share * 100:.3g}% of the weights)"
+    )
+    lines.append(f"  budget      {mib_text(r.budget_bytes)} for weights ({r.budget_note})")
+    lines.append(
+        f"  minimum     {mib_text(r.min_budget_bytes)} = globals {mib_text(r.globals_bytes)} + "
+        f"{2 if r.prefetch else 1} x {mib_text(r.active_bytes_per_layer)} (one layer's bytes per token"
+        + (": the layer computing and the one being read)" if r.prefetch else ")")
+    )
+    if r.fits_in_memory:
+        lines.append(f"  residency   the whole model fits: {mib_text(r.resident_bytes)} resident, nothing streams")
+    else:
+        lines.append(
+            f"  residency   {r.policy}: {mib_text(r.resident_bytes)} resident "
+            f"(globals {mib_text(r.globals_bytes)} + cache {mib_text(r.resident_bytes - r.globals_bytes)}) "
+            f"+ {mib_text(r.staging_bytes)} layer buffers; {r.hit_rate:.2%} of a token's layer bytes "
+            "served from memory"
+        )
+    lines.append(f"  streamed    {bytes_text(r.streamed_bytes_per_token)} per token from the SSD")
+    combine = (
+        "max(ssd, dram, compute): prefetch overlaps reads with compute"
+        if p.overlapped
+        else "ssd + max(dram, compute): without prefetch, compute waits for each read"
+    )
+    lines.append(f"  projection  {seconds_text(p.s_per_token)} per token = {rate_text(p.tokens_per_s)}, {p.bound}-bound")
+    lines.append(
+        f"    ssd       {seconds_text(p.terms['ssd'])} = {bytes_text(r.streamed_bytes_per_token)} / "
+        f"{r.ssd_mb_s / 1000:g} GB/s"
+    )
+    lines.append(
+        f"    dram      {seconds_text(p.terms['dram'])} = "
+        f"{bytes_text(r.active_bytes_per_token - r.streamed_bytes_per_token)} resident bytes touched / "
+        f"{r.dram_mb_s / 1000:g} GB/s"
+    )
+    if r.compute_s_per_token > 0:
+        lines.append(f"    compute   {seconds_text(p.terms['compute'])} (given)")
+    else:
+        lines.append("    compute   not modelled (pass compute_s_per_token): tok/s is an upper bound")
+    lines.append(f"    combined  {combine}")
+    if r.assumptions:
+        lines.append("  assumptions")
+        lines.extend(f"    - {a}" for a in r.assumptions)
+    lines.append(f"  summary     {r.summary}")
+    lines.append("  units       memory in MiB (2^20 bytes, the unit of budget_mb); sizes and rates in decimal MB/GB/TB")
+    return "\n".join(lines)
+
+

@@ -1,0 +1,414 @@
+"""Routing-driven expert loads: read only the experts each layer's router picks.
+
+llama.cpp's eval callback stops at every ``ffn_moe_topk-N`` node; its ask=False call
+carries the picked expert ids *before* the layer's expert matmuls are even scheduled,
+so the decode thread blocks there (``on_topk``) until the picks are resident. The
+ExpertCache decides hits, misses and victims; this class does the kernel work:
+
+- load (loader threads, several in flight): ``POSIX_FADV_WILLNEED`` on the expert's
+  exact file ranges in ≤ 8 MiB calls (one call reads at most that much), then
+  ``MADV_POPULATE_READ`` maps the now-cached pages. The mapping is ``MADV_RANDOM`` so
+  neither a populate nor a stray fault reads around into neighbouring experts.
+- evict (decode thread, between layers: a few syscalls per expert): ``MADV_DONTNEED``
+  + ``POSIX_FADV_DONTNEED`` on the page-inward ranges, mincore-checked (the shared
+  evict in memory_calls pages out what survives).
+- cold start: one eviction of the whole file right after load (the load's large folios
+  straddle expert slices, so per-expert eviction would leave pieces), then the dense
+  bytes (attention, norms, router, shared experts, embeddings) are read back and stay.
+- speculation (optional): while layer N's experts load, layer N+1's likely experts are
+  admitted and loaded too, never evicting one the current layer needs; its accuracy and
+  the misses it hid are counted. The guess is layer N+1's router applied to this
+  token's router input at layer N (the residual stream changes little from one layer
+  to the next) where the router is F32/F16 and that input was captured, else the
+  experts the previous token picked at layer N+1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardscope.engine.base import memory_calls
+from shardscope.engine.experts.expert_cache import ExpertCache, Unit, hot_reserve_bytes
+from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.stream.residency import ResidencyCounters, ResidencySnapshot
+from shardscope.engine.experts.routing_trace import TraceRecord
+from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine.base.units import MIB
+
+WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
+MADV_RANDOM = 1
+HEAT_WINDOW = 64  # decoded tokens the expert view's heat counts over
+MAX_RECORDS = 500_000  # routing records kept in memory (a long window session stays bounded)
+POSIX_FADV_WILLNEED = 3
+LOAD_MECHANISM = "FADV_WILLNEED (≤ 8 MiB calls) + MADV_POPULATE_READ, MADV_RANDOM mapping"
+
+
+@dataclass
+class ExpertCounters:
+    hits: int = 0  # picked experts already resident (loaded) when their router picked them
+    misses: int = 0  # picked experts the decode waited for
+    loads: int = 0
+    loaded_bytes: int = 0
+    evictions: int = 0
+    evicted_bytes: int = 0
+    residue_bytes: int = 0  # bytes mincore still saw after an eviction (then paged out)
+    wait_s: float = 0.0
+    spec_issued: int = 0  # experts loaded ahead on a guess
+    spec_correct: int = 0  # of those, picked by the layer they were guessed for
+    spec_hidden: int = 0  # of those, fully loaded by the time they were picked (a miss avoided)
+    dense_loaded_bytes: int = 0
+
+    def copy(self) -> "ExpertCounters":
+        return ExpertCounters(**self.__dict__)
+
+
+class ExpertStreamer:
+    def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, *, budget_bytes: int,
+                 cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 4, trace=None,
+                 ssd_mb_s: float = 0.0):
+        self.moe = moe
+        self.mapping = mapping
+        self.fd = fd
+        self.budget_bytes = budget_bytes
+        self.speculation = speculation
+        self.trace = trace  # a routing_trace.TraceWriter, or None
+        self.unit_bytes = {layer: moe.unit_bytes(layer) for layer in moe.layers}
+        self.cache = ExpertCache(policy, cache_bytes, self.unit_bytes)
+        self.counters = ExpertCounters()
+        self.load_mechanism = LOAD_MECHANISM
+        self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED"
+        self.limiter = SsdRateLimiter(ssd_mb_s)
+        self.token = 0
+        self.in_prompt = True
+        self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
+        self._lock = threading.Lock()
+        self._loads: dict[Unit, Future] = {}
+        self._previous: dict[int, tuple[int, ...]] = {}  # layer → last decoded token's picks
+        self._guessed: dict[int, set[int]] = {}
+        self._routers: dict[int, np.ndarray] = {}
+        self._hidden: tuple[int, np.ndarray] | None = None
+        self._error: str | None = None
+        self._stopped = False
+        self._pool = ThreadPoolExecutor(max(1, n_loaders), thread_name_prefix="shardscope-expert-loader")
+        # The window reads the cache from its own thread: cache and load books change under this lock.
+        self._state_lock = threading.RLock()
+        self.records: deque[TraceRecord] = deque(maxlen=MAX_RECORDS)
+        self._row = {layer: i for i, layer in enumerate(moe.layers)}
+        self.heat = np.zeros((len(moe.layers), moe.n_expert), dtype=np.int64)
+        self._heat_tokens: deque[list[tuple[int, tuple[int, ...]]]] = deque()
+        self._picks_token = -1
+        self._heat_prompt = True
+        self._picks: list[tuple[int, tuple[int, ...]]] = []
+        self.current_layer: int | None = None
+
+    @property
+    def ssd_mb_s(self) -> float:
+        return self.limiter.mb_s
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Cold start: drop the whole file, read the dense bytes back, stream experts from here."""
+        m = self.mapping
+        memory_calls._madvise(m.start, m.end, MADV_RANDOM)
+        self.evict_mechanism = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
+        merged: list[list[int]] = []
+        for start, end in self.moe.dense_ranges:
+            lo, hi = memory_calls.page_outward(start, end)
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        for lo, hi in merged:
+            self.limiter.throttle(hi - lo)
+            self._read_in([(lo, hi)])
+            self.counters.dense_loaded_bytes += hi - lo
+        if self.speculation:
+            self._routers = self._router_views()
+
+    def _router_views(self) -> dict[int, np.ndarray]:
+        """Each layer's router as an array over llama.cpp's mapping (dense: resident, no copy)."""
+        views = {}
+        for layer, (offset, ggml_type, n_embd) in self.moe.routers.items():
+            dtype = {0: np.float32, 1: np.float16}.get(ggml_type)
+            n_bytes = self.moe.n_expert * n_embd * (4 if ggml_type == 0 else 2)
+            span = self.mapping.clip(offset, offset + n_bytes)
+            if dtype is None or span is None or span[1] - span[0] != n_bytes:
+                continue
+            raw = np.ctypeslib.as_array((ctypes.c_uint8 * n_bytes).from_address(span[0]))
+            views[layer] = raw.view(dtype).reshape(self.moe.n_expert, n_embd)
+        return views
+
+    def stop(self) -> None:
+        """Release a decode thread blocked on loads (Stop pressed)."""
+        self._stopped = True
+
+    def close(self) -> None:
+        """Stop the loader threads: a populate after the model is freed fails (ENOMEM)."""
+        self._stopped = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------ live changes (decode thread, between tokens)
+    def set_cache_bytes(self, cache_bytes: int, budget_bytes: int) -> None:
+        """Grow or shrink the expert cache; a shrink evicts (really) what no longer fits."""
+        with self._state_lock:
+            self.budget_bytes = budget_bytes
+            self.cache.capacity_bytes = int(cache_bytes)
+            self._repin()
+            for victim in self.cache.make_room(0, protected=set()):
+                self._evict_unit(victim)
+
+    def set_policy(self, policy: str) -> None:
+        with self._state_lock:
+            self.cache.policy = policy
+            self._repin()
+
+    def set_speculation(self, on: bool) -> None:
+        """Guesses use the router input where the run captured it (speculation on at load),
+        else the experts the previous token picked at the next layer."""
+        with self._state_lock:
+            if on and not self._routers:
+                self._routers = self._router_views()
+            self.speculation = on
+            self._guessed.clear()
+
+    def _repin(self) -> None:
+        """``hot`` pins by the counts so far (within the current size); other policies pin nothing."""
+        self.cache.pinned = frozenset()
+        if self.cache.policy == "hot" and not self.in_prompt:
+            self.cache.set_hot(dict(self.cache.counts), hot_reserve_bytes(self.unit_bytes, self.moe.n_expert_used))
+
+    def begin_prompt(self) -> None:
+        """A new round restarts from the prompt: its pass loads the union of its tokens' picks again."""
+        self.in_prompt = True
+
+    # ------------------------------------------------------------ the window's view
+    def routing_records(self) -> tuple[TraceRecord, ...]:
+        with self._state_lock:
+            return tuple(self.records)
+
+    def view_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
+        """(states, picked, heat, current row) copied under the lock; codes as widgets/shard_map.py."""
+        states = np.zeros((len(self.moe.layers), self.moe.n_expert), dtype=np.uint8)
+        picked = np.zeros(states.shape, dtype=bool)
+        with self._state_lock:
+            for (layer, expert) in self.cache.resident:
+                states[self._row[layer], expert] = 3 if (layer, expert) in self.cache.pinned else 2
+            for (layer, expert), future in self._loads.items():
+                if not future.done() and (layer, expert) in self.cache.resident:
+                    states[self._row[layer], expert] = 1
+            for layer, experts in self._picks:
+                picked[self._row[layer], list(experts)] = True
+            heat = self.heat.copy()
+            current = self.current_layer
+        return states, picked, heat, (self._row[current] if current is not None else None)
+
+    def _note_picks(self, layer: int, picks: tuple[int, ...], prompt: bool) -> None:
+        """The current token's picks and the heat over the last HEAT_WINDOW decoded tokens."""
+        self.current_layer = layer
+        if self.token != self._picks_token:
+            if self._picks and self._picks_token >= 0 and not self._heat_prompt:
+                self._heat_tokens.append(self._picks)
+                while len(self._heat_tokens) > HEAT_WINDOW:
+                    for old_layer, old in self._heat_tokens.popleft():
+                        self.heat[self._row[old_layer], list(old)] -= 1
+            self._picks, self._picks_token, self._heat_prompt = [], self.token, prompt
+        self._picks.append((layer, picks))
+        if not prompt:
+            self.heat[self._row[layer], list(picks)] += 1
+
+    @property
+    def error(self) -> str | None:
+        return self._error
+
+    @property
+    def dense_bytes(self) -> int:
+        return self.moe.dense_bytes
+
+    # ------------------------------------------------------------ decode side
+    def end_prompt(self) -> None:
+        """The prompt pass is over: ``hot`` pins what it picked most (replay does the same)."""
+        self.in_prompt = False
+        self.cache.set_hot(dict(self.cache.counts), hot_reserve_bytes(self.unit_bytes, self.moe.n_expert_used))
+
+    def on_norm(self, layer: int, row: np.ndarray) -> None:
+        """This token's router input at ``layer`` (decode thread, before the layer's router)."""
+        self._hidden = (layer, row)
+
+    def _guess(self, layer: int, nxt: int) -> tuple[int, ...] | None:
+        router = self._routers.get(nxt)
+        hidden = self._hidden
+        if router is None or hidden is None or hidden[0] != layer or hidden[1].shape[0] != router.shape[1]:
+            return self._previous.get(nxt)
+        scores = router.astype(np.float32, copy=False) @ hidden[1]
+        k = self.moe.n_expert_used
+        return tuple(int(e) for e in np.argsort(-scores)[:k])
+
+    def on_topk(self, layer: int, ids) -> bool:
+        """Layer ``layer``'s router picked ``ids`` (n_tokens × k): return once they are resident."""
+        if self._error is not None or self._stopped:
+            return False
+        if layer not in self.unit_bytes:
+            return True
+        prompt = self.in_prompt
+        flat = [int(e) for e in ids.ravel()]
+        picks = tuple(dict.fromkeys(flat))
+        weights = Counter(flat) if prompt else None
+        started = time.perf_counter()
+        with self._state_lock:
+            try:
+                access = self.cache.access(layer, picks, weights)
+            except ValueError as exc:  # the cache minimum is checked up front; this is a bug guard
+                self._error = f"{self.moe.path}: expert cache too small ({exc})"
+                return False
+            guessed = self._guessed.pop(layer, set())
+            late_units = [u for u in access.hits if u in self._loads and not self._loads[u].done()]
+            pending = [self._loads[u] for u in late_units]
+            late = len(pending)
+            hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
+            for victim in access.evicted:
+                self._evict_unit(victim)
+            futures = [self._submit(unit) for unit in access.misses]
+            if self.speculation and not prompt:
+                self._speculate(layer, picks)
+            self._note_picks(layer, picks, prompt)
+        try:
+            for future in futures + pending:
+                future.result()
+        except OSError as exc:
+            self._error = f"{self.moe.path}: loading experts failed ({exc.strerror or exc})"
+            return False
+        waited = time.perf_counter() - started
+        with self._lock:
+            c = self.counters
+            c.hits += len(access.hits) - late
+            c.misses += len(access.misses) + late
+            c.spec_correct += len(guessed & set(picks))
+            c.spec_hidden += hidden
+            c.wait_s += waited
+        counts = tuple(weights[e] for e in picks) if prompt else ()
+        record = TraceRecord(self.token, layer, picks, counts, prompt)
+        with self._state_lock:
+            self.records.append(record)
+        if self.trace is not None:
+            self.trace.write(record)
+        if not prompt:
+            self._previous[layer] = picks
+        return not self._stopped
+
+    def _speculate(self, layer: int, picks: tuple[int, ...]) -> None:
+        """Load the next layer's likely experts now, while this layer's load and compute run."""
+        nxt = self._next_layer.get(layer)
+        guess = self._guess(layer, nxt) if nxt is not None else None
+        if not guess:
+            return
+        protected = {(layer, e) for e in picks}
+        guessed = set()
+        for expert in guess:
+            unit = (nxt, expert)
+            if unit in self.cache:
+                continue
+            evicted = self.cache.admit(unit, protected | {(nxt, e) for e in guessed})
+            if evicted is None:
+                break
+            for victim in evicted:
+                self._evict_unit(victim)
+            self._submit(unit)
+            guessed.add(expert)
+        self._guessed[nxt] = guessed
+        with self._lock:
+            self.counters.spec_issued += len(guessed)
+
+    # ------------------------------------------------------------ kernel work
+    def _submit(self, unit: Unit) -> Future:
+        future = self._pool.submit(self._load_unit, unit)
+        self._loads[unit] = future
+        return future
+
+    def _ask_disk(self, file_lo: int, file_hi: int) -> None:
+        """Start reading exactly [file_lo, file_hi) into the page cache (returns at once)."""
+        for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
+            os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
+
+    def _read_in(self, ranges: list[tuple[int, int]]) -> None:
+        """Exactly these file ranges into the page cache, then into llama.cpp's mapping; all
+        reads are queued at the disk before waiting on any, so one expert's three slices overlap."""
+        for lo, hi in ranges:
+            self._ask_disk(lo, hi)
+        for lo, hi in ranges:
+            span = self.mapping.clip(lo, hi)
+            if span:
+                memory_calls.populate(span[0], span[1])
+
+    def _load_unit(self, unit: Unit) -> None:
+        layer, expert = unit
+        self.limiter.throttle(self.unit_bytes[layer])  # the emulated SSD: bytes no faster than its rate
+        self._read_in([memory_calls.page_outward(start, end) for start, end in self.moe.unit_ranges(layer, expert)])
+        with self._lock:
+            self.counters.loads += 1
+            self.counters.loaded_bytes += self.unit_bytes[layer]
+
+    def _evict_unit(self, unit: Unit) -> None:
+        future = self._loads.pop(unit, None)
+        if future is not None and not future.done():
+            try:
+                future.result()  # a guess still loading: let it land before dropping it
+            except OSError:
+                pass
+        residue = 0
+        for start, end in self.moe.unit_ranges(*unit):
+            inner = memory_calls.page_inward(start, end)
+            span = self.mapping.clip(*inner) if inner else None
+            if not span:
+                continue
+            self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
+            residue += memory_calls.resident_bytes(span[0], span[1])
+        with self._lock:
+            self.counters.evictions += 1
+            self.counters.evicted_bytes += self.unit_bytes[unit[0]]
+            self.counters.residue_bytes += residue
+
+    # ------------------------------------------------------------ readout
+    def resident_units(self) -> set[Unit]:
+        return set(self.cache.resident)
+
+    def unit_resident_bytes(self, unit: Unit) -> int:
+        """mincore over the unit's page-inward ranges: the independent check."""
+        total = 0
+        for start, end in self.moe.unit_ranges(*unit):
+            inner = memory_calls.page_inward(start, end)
+            span = self.mapping.clip(*inner) if inner else None
+            if span:
+                total += memory_calls.resident_bytes(span[0], span[1])
+        return total
+
+    def snapshot(self) -> ResidencySnapshot:
+        """The residency controller's snapshot shape, so the metrics sampler charts experts too."""
+        with self._lock:
+            c = self.counters
+            # A guess that hid a miss still read the disk for this access: on time, not a cache hit.
+            counters = ResidencyCounters(cache_hits=c.hits - c.spec_hidden, cache_misses=c.misses + c.spec_hidden,
+                                         on_time=c.hits, stalls=c.misses, loads=c.loads, loaded_bytes=c.loaded_bytes,
+                                         evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
+        return ResidencySnapshot((), counters, self.moe.dense_bytes + self.cache.used_bytes, self.budget_bytes,
+                                 None, self.load_mechanism, self.evict_mechanism)
+
+    def snapshot_counters(self) -> ExpertCounters:
+        with self._lock:
+            return self.counters.copy()
+
+
+def min_cache_bytes(moe: MoeLayout, speculation: bool) -> int:
+    """A prompt pass may pick every expert of a layer; speculation needs room for one more layer's picks."""
+    extra = moe.n_expert_used * moe.max_unit_bytes if speculation else 0
+    return moe.n_expert * moe.max_unit_bytes + extra
+
+
+__all__ = ["ExpertStreamer", "ExpertCounters", "min_cache_bytes"]

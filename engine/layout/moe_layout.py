@@ -1,0 +1,128 @@
+"""Which bytes of a mixture-of-experts GGUF belong to which (layer, expert).
+
+A MoE layer stores each routed-expert matrix as one 3-D tensor (``ffn_gate_exps``,
+``ffn_up_exps``, ``ffn_down_exps``; ne = [.., .., n_expert]), expert-major: expert e is
+the contiguous slice [offset + e·nbytes/n_expert, offset + (e+1)·nbytes/n_expert). An
+expert of a layer is the unit expert streaming loads and evicts: its three slices.
+Everything else (attention, norms, router ``ffn_gate_inp``, shared experts ``*_shexp``,
+embeddings) is dense.
+
+Some defects make llama.cpp *abort the process* (GGML_ASSERT, no error return) instead
+of failing the load, e.g. a missing ``<arch>.expert_used_count``: they are refused
+here first, with one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo
+from shardscope.engine.base.units import MIB
+
+MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS: more aborts llama.cpp
+# Recognition is by tensor name, so llama (Mixtral), qwen2moe, qwen3moe, olmoe, granitemoe,
+# deepseek2 and the like all qualify; the counts are read under the file's own architecture.
+EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
+_EXPERT_RE = re.compile(r"^blk\.(\d+)\.(" + "|".join(EXPERT_TENSORS) + r")\.weight$")
+
+
+@dataclass(frozen=True)
+class MoeLayout:
+    """Expert units and dense ranges of one MoE file (absolute file offsets, exact)."""
+
+    path: str
+    architecture: str
+    n_expert: int
+    n_expert_used: int
+    layers: tuple[int, ...]  # layers with routed experts, numeric order
+    # per layer: its expert tensors as (offset, bytes per expert)
+    expert_tensors: dict[int, tuple[tuple[int, int], ...]]
+    dense_ranges: tuple[tuple[int, int], ...]
+    total_bytes: int
+    # per layer: the router ffn_gate_inp as (offset, ggml type, n_embd), for guessing picks
+    routers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+
+    def unit_ranges(self, layer: int, expert: int) -> tuple[tuple[int, int], ...]:
+        return tuple((off + expert * per, off + (expert + 1) * per) for off, per in self.expert_tensors[layer])
+
+    def unit_bytes(self, layer: int) -> int:
+        return sum(per for _, per in self.expert_tensors[layer])
+
+    @property
+    def n_layers(self) -> int:
+        """Layers with routed experts: the rows of the expert map (ExpertView)."""
+        return len(self.layers)
+
+    @property
+    def expert_bytes(self) -> int:
+        return sum(self.unit_bytes(layer) * self.n_expert for layer in self.layers)
+
+    @property
+    def dense_bytes(self) -> int:
+        return sum(end - start for start, end in self.dense_ranges)
+
+    @property
+    def max_unit_bytes(self) -> int:
+        return max(self.unit_bytes(layer) for layer in self.layers)
+
+
+def _key(layout: ModelLayout, name: str):
+    return layout.metadata.get(f"{layout.architecture}.{name}")
+
+
+def streams_experts(moe: MoeLayout | None, budget_mb: float) -> bool:
+    """An MoE model over its budget streams experts (ExpertRun); anything else streams layers."""
+    return moe is not None and moe.total_bytes > budget_mb * MIB
+
+
+def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
+    """The expert layout of ``layout``; None for a dense model; ShardscopeError if malformed."""
+    path, arch = layout.path, layout.architecture
+    experts: dict[int, list[TensorInfo]] = {}
+    for tensor in layout.tensors:
+        match = _EXPERT_RE.match(tensor.name)
+        if match:
+            experts.setdefault(int(match.group(1)), []).append(tensor)
+    count, used = _key(layout, "expert_count"), _key(layout, "expert_used_count")
+    if not experts:
+        if count:
+            raise ShardscopeError(f"{path}: {arch}.expert_count is {count} but the file has no "
+                                  f"ffn_*_exps expert tensors")
+        return None
+    first = min(experts)
+    example = experts[first][0].name
+    if count is None:
+        raise ShardscopeError(f"{path}: {arch}.expert_count is missing, but {example} holds experts "
+                              f"(llama.cpp would abort loading it)")
+    if used is None:
+        raise ShardscopeError(f"{path}: {arch}.expert_used_count is missing (llama.cpp would abort loading it)")
+    if not 0 < count <= MAX_EXPERTS:
+        raise ShardscopeError(f"{path}: {arch}.expert_count is {count}; llama.cpp takes 1 to {MAX_EXPERTS}")
+    if not 0 < used <= count:
+        raise ShardscopeError(f"{path}: {arch}.expert_used_count is {used}, but it must be 1 to "
+                              f"{arch}.expert_count ({count})")
+    per_layer: dict[int, tuple[tuple[int, int], ...]] = {}
+    expert_names = set()
+    for layer in sorted(experts):
+        entries = []
+        for tensor in sorted(experts[layer], key=lambda t: t.offset):
+            if len(tensor.shape) != 3 or tensor.shape[2] != count or tensor.n_bytes % count:
+                held = tensor.shape[2] if len(tensor.shape) == 3 else 1
+                raise ShardscopeError(
+                    f"{path}: {tensor.name} ({tensor.n_bytes} bytes, shape {list(tensor.shape)}) does not divide "
+                    f"into {arch}.expert_count = {count} experts (it holds {held})")
+            entries.append((tensor.offset, tensor.n_bytes // count))
+            expert_names.add(tensor.name)
+        per_layer[layer] = tuple(entries)
+    routers = {t.layer: (t.offset, t.ggml_type, t.shape[0]) for t in layout.tensors
+               if t.name.endswith(".ffn_gate_inp.weight") and t.layer is not None and len(t.shape) == 2
+               and t.shape[1] == count}
+    dense = tuple(sorted((t.offset, t.offset + t.n_bytes) for t in layout.tensors if t.name not in expert_names))
+    return MoeLayout(path=path, architecture=arch, n_expert=int(count), n_expert_used=int(used),
+                     layers=tuple(sorted(per_layer)), expert_tensors=per_layer, dense_ranges=dense,
+                     total_bytes=layout.weight_bytes, routers=routers)
+
+
+__all__ = ["MoeLayout", "read_moe_layout", "streams_experts", "EXPERT_TENSORS"]

@@ -1,0 +1,228 @@
+"""Metrics sampler: what the charts show, read from the kernel at a fixed rate.
+
+It runs on its own thread so the decode thread never pays for it. Every number comes
+from a source a user can check: RSS from psutil, resident weight bytes from mincore
+over the model's mapping (the file's bytes in RAM), disk bytes from /proc/self/io
+``read_bytes``,
+cache hits / on-time accesses and token times from the controller's counters (checked
+against mincore at layer start in tests). Consumers subscribe with
+a plain callback (the GUI wraps it in a Qt signal); they are called on this thread.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+
+from shardscope.engine.base import memory_calls
+from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
+from shardscope.engine.base.units import MIB, mb_per_s
+
+
+@dataclass(frozen=True)
+class MetricsSample:
+    t_s: float
+    rss_mb: float
+    resident_weights_mb: float  # kernel: mincore over the model's mapping
+    other_rss_mb: float  # KV cache, compute buffers, Python, Qt: RSS − weights
+    ssd_mb_s: float  # 10^6 B/s, kernel: read_bytes delta of this process
+    read_mb_total: float  # since the run started
+    cache_hit_rate: float  # fraction of layer-shard accesses with no disk read (NaN before any)
+    on_time_rate: float  # fraction resident when compute arrived (NaN before any)
+    # Both over the last second, or the last whole token when tokens are slower.
+    tok_s: float  # over the last few tokens, held between them (NaN before the first)
+    n_tokens: int
+    budget_mb: float
+    accounted_weights_mb: float  # the controller's own books, for cross-checks
+    cache_hits: int
+    cache_misses: int
+    on_time: int
+    stalls: int
+    shard_states: tuple[int, ...] = ()
+    current_layer_pos: int | None = None
+    emulated_ssd_mb_s: float = 0.0
+    phase: str = ""
+    # Expert runs only (NaN for dense runs), over the same recent window as the rates above:
+    expert_hit_rate: float = math.nan  # picked experts resident when their router picked them
+    dense_mb_per_token: float = math.nan  # dense bytes streamed per decoded token
+    expert_mb_per_token: float = math.nan  # expert bytes loaded per decoded token
+    spec_accuracy: float = math.nan  # guessed experts their layer then picked (NaN: no guesses)
+
+
+@dataclass
+class TokenClock:
+    """Token completion times, written by the decode thread, read by the sampler."""
+
+    times: deque = field(default_factory=lambda: deque(maxlen=4096))
+    durations: deque = field(default_factory=lambda: deque(maxlen=4096))
+    n_tokens: int = 0
+    phase_since: float = 0.0  # when ``phase`` last changed (set with it, below)
+    phase: str = "idle"
+
+    def __setattr__(self, name, value):
+        # A new round's first token is not late because the prompt pass came before it:
+        # the in-flight time counts from the later of the last token and the phase change.
+        if name == "phase":
+            object.__setattr__(self, "phase_since", time.perf_counter())
+        object.__setattr__(self, name, value)
+
+    def record(self, t: float, duration_s: float) -> None:
+        self.times.append(t)
+        self.durations.append(duration_s)
+        self.n_tokens += 1
+
+    def rate(self, now: float, window_s: float = 1.0) -> float:
+        """tok/s over the last few tokens; bends down only while a token runs late."""
+        durations = list(self.durations)  # one copy under the GIL: the decode thread appends
+        times = list(self.times)
+        in_flight = None
+        if self.phase == "generating" and times:
+            started = max(times[-1], self.phase_since if self.phase_since <= now else times[-1])
+            in_flight = now - started
+        return tokens_per_second(durations, in_flight_s=in_flight, window_s=window_s)
+
+
+def process_read_bytes(proc: psutil.Process) -> int:
+    try:
+        return proc.io_counters().read_bytes
+    except (AttributeError, psutil.Error):  # macOS has no per-process disk counters
+        return 0
+
+
+class MetricsSampler:
+    def __init__(self, controller, mapping, clock: TokenClock, interval_s: float = 0.1,
+                 window_s: float = 1.0):
+        self.controller = controller
+        self.mapping = mapping
+        self.clock = clock
+        self.interval_s = interval_s
+        self.window = max(1, int(round(window_s / interval_s)))
+        self._subscribers: list[Callable[[MetricsSample], None]] = []
+        self._before: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc = psutil.Process()
+        self._t0 = time.perf_counter()
+        self._read0 = process_read_bytes(self._proc)
+        self._history: deque = deque(maxlen=self.window + 1)
+        self._token_marks: deque = deque(maxlen=2)  # (cache, on-time) tallies as tokens finished
+        self._last_rates = (math.nan, math.nan)  # held while no layer is accessed
+        # Expert streamers expose their own counters; the window's expert charts read these.
+        self._expert_counters = getattr(controller, "snapshot_counters", None)
+        self._expert_history: deque = deque(maxlen=self.window + 1)
+        self._last_expert = (math.nan, math.nan, math.nan, math.nan)
+        self.samples_taken = 0
+
+    def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
+        self._subscribers.append(callback)
+
+    def before_each_sample(self, callback: Callable[[], None]) -> None:
+        """Called on this thread right before each sample reads the kernel: cross-checks
+        bracket every sample between two outside readings (engine/runs/verify.py)."""
+        self._before.append(callback)
+
+    def start(self) -> None:
+        """Start sampling; the time and read baselines were taken at construction."""
+        self._thread = threading.Thread(target=self._run, name="shardscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.sample()  # a last sample so the end state is charted too
+
+    def _run(self) -> None:
+        next_t = time.perf_counter()
+        while not self._stop.is_set():
+            self.sample()
+            next_t += self.interval_s
+            delay = next_t - time.perf_counter()
+            if delay < 0:
+                next_t = time.perf_counter()
+                delay = 0
+            self._stop.wait(delay)
+
+    def _expert_rates(self) -> tuple[float, float, float, float]:
+        """(hit rate, dense MB/token, expert MB/token, speculation accuracy) over the recent window.
+
+        An expert run's on-time rate is its expert hit rate (resident when picked, a guess in
+        time counts), already windowed per token when tokens are slow: it is taken as is."""
+        c = self._expert_counters()
+        self._expert_history.append((self.clock.n_tokens, c))
+        n_old, old = self._expert_history[0]
+        _, dense, expert, spec = self._last_expert
+        hit = self._last_rates[1]
+        tokens = self.clock.n_tokens - n_old
+        if tokens > 0:
+            dense = (c.dense_loaded_bytes - old.dense_loaded_bytes) / MIB / tokens
+            expert = (c.loaded_bytes - old.loaded_bytes) / MIB / tokens
+        issued = c.spec_issued - old.spec_issued
+        if issued > 0:
+            spec = (c.spec_correct - old.spec_correct) / issued
+        self._last_expert = (hit, dense, expert, spec)
+        return self._last_expert
+
+    def sample(self) -> MetricsSample:
+        for callback in list(self._before):
+            callback()
+        now = time.perf_counter()
+        rss = self._proc.memory_info().rss
+        # mincore, not the mapping's Rss in /proc/self/smaps: reading smaps walks and
+        # accounts every page of the mapping (5 ms of kernel time for 1 GB, 10x mincore)
+        # and, measured, compute layers that overlapped it were 7x likelier to stall.
+        # The two agree within the readahead window; tests cross-check them.
+        weights = memory_calls.resident_bytes(self.mapping.start, self.mapping.end) if self.mapping else None
+        read_total = process_read_bytes(self._proc) - self._read0
+        snap = self.controller.snapshot() if self.controller else None
+        c = snap.counters if snap else None
+        hits, misses = (c.cache_hits, c.cache_misses) if c else (0, 0)
+        on_time, stalls = (c.on_time, c.stalls) if c else (0, 0)
+        n_tokens = self.clock.n_tokens
+        tallies = (Tally(now, n_tokens, hits, hits + misses), Tally(now, n_tokens, on_time, hits + misses))
+        if not self._token_marks or self._token_marks[-1][0].n_tokens != n_tokens:
+            self._token_marks.append(tallies)
+        self._history.append((now, read_total, tallies))
+        t_old, read_old, tallies_old = self._history[0]
+        ssd = mb_per_s(read_total - read_old, now - t_old)
+        rates = tuple(windowed_fraction(old, new, [marks[i] for marks in self._token_marks])
+                      for i, (old, new) in enumerate(zip(tallies_old, tallies)))
+        self._last_rates = tuple(held if math.isnan(rate) else rate for rate, held in zip(rates, self._last_rates))
+        weights_b = weights if weights is not None else 0
+        expert = self._expert_rates() if self._expert_counters is not None else self._last_expert
+        sample = MetricsSample(
+            t_s=now - self._t0,
+            rss_mb=rss / MIB,
+            resident_weights_mb=weights_b / MIB,
+            other_rss_mb=max(0, rss - weights_b) / MIB,  # readahead can be cached, not mapped
+            ssd_mb_s=ssd,
+            read_mb_total=read_total / MIB,
+            cache_hit_rate=self._last_rates[0],
+            on_time_rate=self._last_rates[1],
+            tok_s=self.clock.rate(now),
+            n_tokens=n_tokens,
+            budget_mb=(snap.budget_bytes / MIB) if snap else math.nan,
+            accounted_weights_mb=(snap.resident_bytes / MIB) if snap else math.nan,
+            cache_hits=hits,
+            cache_misses=misses,
+            on_time=on_time,
+            stalls=stalls,
+            shard_states=snap.states if snap else (),
+            current_layer_pos=snap.current_layer_pos if snap else None,
+            emulated_ssd_mb_s=self.controller.ssd_mb_s if self.controller else 0.0,
+            phase=self.clock.phase,
+            expert_hit_rate=expert[0],
+            dense_mb_per_token=expert[1],
+            expert_mb_per_token=expert[2],
+            spec_accuracy=expert[3],
+        )
+        self.samples_taken += 1
+        for callback in list(self._subscribers):
+            callback(sample)
+        return sample

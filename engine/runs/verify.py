@@ -1,0 +1,389 @@
+"""Every charted and written figure of a run, next to a source the engine does not compute.
+
+``shardscope bench --verify`` and tests/test_cross_checks.py run through here. The
+independent sources: a second process (engine/measure/outside_watch.py) reading this
+process's /proc/<pid>/io, /status and /smaps and the model's page-cache residency
+through its own mapping; /proc/diskstats for the backing device (device-wide, so
+only a bound on a shared machine); llama.cpp's own perf counters
+(``llama_perf_context``). Every timeline sample sits between two outside readings
+taken just before and just after it, so a difference is either the engine's or
+something that moved in between, and the report says which share of points agree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import LAYER_KNOBS, describe
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.stream.streaming_run import RunSummary, StreamingRun
+from shardscope.engine.base.units import MB_S, MIB
+
+TOLERANCE = 0.05
+READAHEAD_BYTES = 8 * MIB  # what a read may pull in past its end (read_ahead_kb on this VM's disk)
+SMAPS_EVERY = 5  # smaps walks every page of the mapping: read it at 2 Hz, not 10
+_WATCH_SCRIPT = Path(__file__).with_name("outside_watch.py")
+
+
+class OutsideWatcher:
+    """The second process, asked for a reading over a pipe (about a millisecond)."""
+
+    def __init__(self, pid: int, model_path: str):
+        self._proc = subprocess.Popen([sys.executable, "-I", "-S", str(_WATCH_SCRIPT), str(pid), model_path],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._lock = threading.Lock()
+
+    def _ask(self, line: str) -> dict:
+        with self._lock:
+            try:
+                self._proc.stdin.write(line + "\n")
+                self._proc.stdin.flush()
+                reply = self._proc.stdout.readline()
+            except (BrokenPipeError, ValueError):
+                reply = ""
+        if not reply:
+            raise ShardscopeError(f"the outside watcher ({_WATCH_SCRIPT.name}) stopped answering")
+        return json.loads(reply)
+
+    def set_mapping(self, start: int, end: int, file_offset: int) -> None:
+        self._ask(f"map {start} {end} {file_offset}")
+
+    def read(self, smaps: bool = False) -> dict:
+        return self._ask("s" if smaps else "r")
+
+    def close(self) -> None:
+        try:
+            self._proc.stdin.close()
+            self._proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait()
+
+
+@dataclass
+class Check:
+    figure: str  # the engine's figure, as a user sees it
+    source: str  # where the independent value comes from
+    engine: float  # the engine's value (last point for series)
+    outside: float
+    diffs: list[float]  # relative differences, one per point compared
+    unit: str = ""
+    relation: str = "="  # "≤": the source is device-wide, an upper bound; "≥": the source counts a subset
+    # Levels (RSS, resident bytes) step by whole shards, and within the ~15 ms between
+    # the two outside readings around a sample (GIL hand-offs in this process on a
+    # loaded machine) they can step away and back. For them the median must agree
+    # within TOLERANCE and every point must lie within what can move inside one
+    # bracket of the readings around it — loads in flight + readahead — stated here:
+    allowance_mb: float | None = None
+    excess_mb: float = 0.0  # the largest distance of a point beyond what it was compared with
+    note: str = ""
+    single_instant: bool = False  # a peak: one reading each side, only the allowance applies
+
+    def _within(self, d: float) -> bool:
+        if self.relation == "≤":
+            return d <= TOLERANCE
+        if self.relation == "≥":
+            return d >= -TOLERANCE
+        return abs(d) <= TOLERANCE
+
+    @property
+    def share(self) -> float:
+        return sum(self._within(d) for d in self.diffs) / len(self.diffs) if self.diffs else math.nan
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.diffs) if self.diffs else math.nan
+
+    @property
+    def worst(self) -> float:
+        return max(self.diffs, key=abs) if self.diffs else math.nan
+
+    @property
+    def ok(self) -> bool:
+        if not self.diffs:
+            return bool(self.note)  # nothing to compare is fine only when said why
+        if self.allowance_mb is None:
+            return all(self._within(d) for d in self.diffs)
+        return (self.single_instant or self._within(self.median)) and self.excess_mb <= self.allowance_mb
+
+
+@dataclass
+class VerifyReport:
+    label: str
+    summary: RunSummary
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def check(self, figure: str) -> Check:
+        return next(c for c in self.checks if c.figure == figure)
+
+
+def _rel(engine: float, outside: float, floor: float = 0.0) -> float:
+    """(engine − outside) / outside, with a floor under the denominator for figures near 0."""
+    den = max(abs(outside), floor)
+    if den == 0:
+        return 0.0 if engine == 0 else math.inf
+    return (engine - outside) / den
+
+
+def _bracket(engine: float, a: float, b: float, floor: float = 0.0) -> float:
+    """0 when the engine's value lies between two outside readings taken just before and
+    just after it; else its relative distance from the nearer one."""
+    lo, hi = min(a, b), max(a, b)
+    if lo <= engine <= hi:
+        return 0.0
+    return _rel(engine, lo if engine < lo else hi, floor)
+
+
+def _above(engine: float, a: float, b: float) -> float:
+    """How far the engine's value lies above a subset counted before (a) and after (b)
+    it: negative only when it is below both readings, 0 inside them."""
+    lo, hi = min(a, b), max(a, b)
+    if engine < lo:
+        return _rel(engine, lo)
+    return max(0.0, _rel(engine, hi))
+
+
+@dataclass
+class _Pair:
+    """An engine sample between two outside readings (``before`` is None for the first)."""
+
+    sample: MetricsSample
+    before: dict | None
+    after: dict
+
+
+def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, cut_at_token: int = 4,
+                 label: str = "", on_sample: Callable[[MetricsSample], None] | None = None,
+                 ) -> tuple[VerifyReport, list[MetricsSample]]:
+    """One run with every figure paired to an outside reading; the budget optionally cut mid-run."""
+    import llama_cpp
+
+    pairs: list[_Pair] = []
+    token_reads: dict[str, dict] = {}
+    perf_at_first: dict[str, float] = {}
+    durations: dict[int, float] = {}
+    watcher: OutsideWatcher | None = None
+    finished = False
+    pending: dict = {}
+    n_gen = settings.n_gen
+
+    def before_sample() -> None:
+        if not finished:
+            pending["before"] = watcher.read(smaps=len(pairs) % SMAPS_EVERY == 0)
+
+    def paired(sample: MetricsSample) -> None:
+        if finished:  # close() samples once more after the run; the watcher is gone then
+            return
+        before = pending.pop("before", None)
+        pairs.append(_Pair(sample, before, watcher.read(smaps=before is not None and "smaps_rss" in before)))
+        if on_sample:
+            on_sample(sample)
+
+    def on_phase(name: str) -> None:
+        if name == "prompt" and not pending.get("hooked"):
+            pending["hooked"] = True
+            run.sampler.before_each_sample(before_sample)
+
+    def on_token(index: int, piece: str, dt: float) -> None:
+        if index == 0:
+            token_reads["first"] = watcher.read()
+            perf = llama_cpp.llama_perf_context(run.session._ctx)
+            perf_at_first["t_p_eval_ms"] = perf.t_p_eval_ms
+        else:
+            durations[index] = dt
+        if index == n_gen - 1:
+            token_reads["last"] = watcher.read()
+        if cut_budget_mb is not None and index == cut_at_token:
+            run.apply(run.settings.with_changes(budget_mb=cut_budget_mb))
+
+    run = StreamingRun(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
+    with run:
+        run.load()
+        m = run.mapping
+        if m is None:
+            raise ShardscopeError("--verify needs Linux: no /proc mapping of the model to check against")
+        watcher = OutsideWatcher(os.getpid(), run.model_path)
+        try:
+            watcher.set_mapping(m.start, m.end, m.file_offset)
+            hooked_at_start = run.session.hook_active
+            summary = run.run()
+            # A budget cut rebuilds llama.cpp's context with the layer hook: its counters restart.
+            rebuilt = run.session.hook_active and not hooked_at_start
+            allowance_mb = (run.controller.moving_bytes + READAHEAD_BYTES) / MIB
+            perf = llama_cpp.llama_perf_context(run.session._ctx)
+            perf_end = {"n_eval": perf.n_eval, "t_eval_ms": perf.t_eval_ms}
+            samples = list(run.samples)
+            window = run.sampler.window
+        finally:
+            finished = True
+            watcher.close()
+    report = VerifyReport(label=label or _label(summary, settings, cut_budget_mb, cut_at_token), summary=summary)
+    report.checks = _compare(summary, pairs, token_reads, perf_at_first, perf_end, durations, window,
+                             allowance_mb, rebuilt)
+    return report, samples
+
+
+def _label(summary: RunSummary, settings: RunSettings, cut_budget_mb: float | None, cut_at: int) -> str:
+    budget = (f"budget {settings.budget_mb:g} → {cut_budget_mb:g} MiB after token {cut_at}"
+              if cut_budget_mb is not None else f"budget {summary.budget_mb:.0f} MiB")
+    return f"{describe(summary, LAYER_KNOBS)}, {budget}, {summary.n_gen} tokens"
+
+
+def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_first: dict, perf_end: dict,
+             durations: dict[int, float], window: int, allowance_mb: float, rebuilt: bool) -> list[Check]:
+    checks: list[Check] = []
+    n_decoded = summary.n_gen - 1
+    first, last = token_reads.get("first"), token_reads.get("last")
+
+    # -- disk reads -------------------------------------------------------------------
+    if first and last and n_decoded > 0:
+        outside_mb_tok = (last["read_bytes"] - first["read_bytes"]) / MIB / n_decoded
+        checks.append(Check("read_mb_per_token (CSV)", "/proc/<pid>/io read_bytes, read by another process",
+                            summary.read_mb_per_token, outside_mb_tok,
+                            [_rel(summary.read_mb_per_token, outside_mb_tok, floor=1.0)], "MiB"))
+        wall = last["t"] - first["t"]
+        outside_rate = (last["read_bytes"] - first["read_bytes"]) / MB_S / wall if wall > 0 else math.nan
+        # The engine divides by decode time; the outside by wall time between the two
+        # readings, which also holds the per-token bookkeeping: compared with a floor.
+        checks.append(Check("ssd_mb_s (CSV)", "/proc/<pid>/io read_bytes ÷ the outside clock",
+                            summary.ssd_mb_s, outside_rate,
+                            [_rel(summary.ssd_mb_s, outside_rate, floor=10.0)], "MB/s (10^6 B/s)"))
+        if first.get("disk_read_bytes") is not None and last.get("disk_read_bytes") is not None:
+            device_mb = (last["disk_read_bytes"] - first["disk_read_bytes"]) / MIB
+            process_mb = (last["read_bytes"] - first["read_bytes"]) / MIB
+            checks.append(Check("read MiB while decoding", "/proc/diskstats of the backing device (device-wide: other processes' reads too)",
+                                process_mb, device_mb, [_rel(process_mb, device_mb, floor=n_decoded * 1.0)],
+                                "MiB", relation="≤"))
+
+    gen = [p for p in pairs if p.sample.phase == "generating" and p.before is not None]
+    if gen:
+        checks += _series_checks(pairs, gen, window, allowance_mb)
+        # A peak is one instant: the engine's sample may catch a transient (a load landing
+        # before an eviction) that no outside reading saw, or miss one that an outside
+        # reading caught; the two peaks may differ by what moves within one bracket.
+        cache_peak = max(max(p.before["cache_bytes"], p.after["cache_bytes"]) for p in gen) / MIB
+        peak = summary.resident_weights_mb
+        checks.append(Check("resident_weights_mb (CSV, peak)", "max of mincore on another process's mapping",
+                            peak, cache_peak, [_rel(peak, cache_peak, floor=1.0)], "MiB",
+                            allowance_mb=allowance_mb, excess_mb=abs(peak - cache_peak), single_instant=True,
+                            note=f"{abs(peak - cache_peak):.0f} MiB apart (≤ {allowance_mb:.0f} MiB allowed: "
+                                 f"loads in flight + readahead)"))
+
+    # -- llama.cpp's own counters -------------------------------------------------------
+    n_eval, t_eval_ms = perf_end.get("n_eval", 0), perf_end.get("t_eval_ms", 0.0)
+    if n_eval > 0 and t_eval_ms > 0:
+        # After a rebuilt context llama.cpp counts from there: compare the tokens it
+        # counted, the last n_eval ones.
+        ours = [durations[i] for i in sorted(durations)][-n_eval:]
+        engine_ts = len(ours) / sum(ours) if ours and sum(ours) > 0 else math.nan
+        llama_ts = n_eval / (t_eval_ms / 1000.0)
+        figure_ts = engine_ts if rebuilt else summary.avg_ts
+        checks.append(Check(f"tok/s, the {n_eval} tokens after the cut" if rebuilt else "avg_ts (CSV)",
+                            "llama_perf_context n_eval ÷ t_eval_ms", figure_ts, llama_ts,
+                            [_rel(figure_ts, llama_ts)], "tok/s"))
+        checks.append(Check("decoded tokens", "llama_perf_context n_eval", float(n_decoded), float(n_eval),
+                            [] if rebuilt else [_rel(n_decoded, n_eval)], "tokens",
+                            note="context rebuilt at the budget cut: llama.cpp counts from there" if rebuilt else ""))
+    if "t_p_eval_ms" in perf_first and perf_first["t_p_eval_ms"] > 0:
+        checks.append(Check("ttft_ms (CSV)", "llama_perf_context t_p_eval_ms (prompt pass)",
+                            summary.ttft_ms, perf_first["t_p_eval_ms"],
+                            [_rel(summary.ttft_ms, perf_first["t_p_eval_ms"])], "ms"))
+    return checks
+
+
+def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_mb: float) -> list[Check]:
+    """The timeline's figures at every sample while generating, each between two outside readings."""
+    checks = []
+    mib = MIB
+    base = gen[0]
+    points = []
+    for p in gen[1:]:
+        engine = p.sample.read_mb_total - base.sample.read_mb_total
+        lo = (p.before["read_bytes"] - base.after["read_bytes"]) / mib
+        hi = (p.after["read_bytes"] - base.before["read_bytes"]) / mib
+        if hi >= 32:  # early points: one shard is more than 5 %
+            points.append((engine, lo, hi))
+    checks.append(Check("read_mb_total (timeline)", "/proc/<pid>/io read_bytes, another process",
+                        points[-1][0] if points else 0.0, points[-1][2] if points else 0.0,
+                        [_bracket(e, lo, hi) for e, lo, hi in points], "MiB",
+                        note="" if points else "nothing read while generating"))
+    rates = []
+    index = {id(p): i for i, p in enumerate(pairs)}
+    for p in gen:
+        i = index[id(p)]
+        if i < window or pairs[i - window].before is None or pairs[i - window].sample.phase != "generating":
+            continue
+        old = pairs[i - window]
+        slow = (p.before["read_bytes"] - old.after["read_bytes"]) / MB_S / (p.after["t"] - old.before["t"])
+        fast = (p.after["read_bytes"] - old.before["read_bytes"]) / MB_S / max(p.before["t"] - old.after["t"], 1e-6)
+        if fast >= 10.0:
+            rates.append((p.sample.ssd_mb_s, slow, fast))
+    checks.append(Check("ssd_mb_s (timeline, 1 s window)", "/proc/<pid>/io read_bytes ÷ the outside clock",
+                        rates[-1][0] if rates else 0.0, rates[-1][2] if rates else 0.0,
+                        [_bracket(e, lo, hi) for e, lo, hi in rates], "MB/s (10^6 B/s)",
+                        note="" if rates else "no 1 s window read ≥ 10 MB/s"))
+
+    def level(field: str, key: str, scale: float = mib):
+        return [(getattr(p.sample, field), p.before[key] / scale, p.after[key] / scale) for p in gen
+                if p.before.get(key) is not None and p.after.get(key) is not None]
+
+    def beyond(points) -> float:
+        return max((max(min(a, b) - e, e - max(a, b), 0.0) for e, a, b in points), default=0.0)
+
+    def allowed(points) -> str:
+        return (f"every point within {allowance_mb:.0f} MiB of the readings around it (loads in flight + "
+                f"readahead): farthest {beyond(points):.0f} MiB")
+
+    cache = level("resident_weights_mb", "cache_bytes")
+    checks.append(Check("resident_weights_mb (timeline)", "mincore on another process's own mapping",
+                        cache[-1][0], cache[-1][2], [_bracket(e, a, b) for e, a, b in cache], "MiB",
+                        allowance_mb=allowance_mb, excess_mb=beyond(cache), note=allowed(cache)))
+    smaps = level("resident_weights_mb", "smaps_rss")
+    checks.append(Check("resident_weights_mb vs mapped (timeline)", "smaps Rss of the mapping, another process",
+                        smaps[-1][0] if smaps else math.nan, smaps[-1][2] if smaps else math.nan,
+                        [_above(e, a, b) for e, a, b in smaps], "MiB", relation="≥",
+                        allowance_mb=allowance_mb, excess_mb=beyond(smaps),
+                        note=("cached, not yet mapped: " + allowed(smaps)) if smaps else "smaps not readable"))
+    rss = level("rss_mb", "vmrss")
+    checks.append(Check("rss_mb (timeline)", "/proc/<pid>/status VmRSS, another process",
+                        rss[-1][0], rss[-1][2], [_bracket(e, a, b) for e, a, b in rss], "MiB",
+                        allowance_mb=allowance_mb, excess_mb=beyond(rss), note=allowed(rss)))
+    return checks
+
+
+def format_report(report: VerifyReport) -> list[str]:
+    """One line per pair: engine figure, independent value, median and worst difference."""
+    lines = [f"verify     {report.label}"]
+    for c in report.checks:
+        rel = c.relation
+        verdict = "ok" if c.ok else f"OFF by more than {TOLERANCE:.0%}"
+        if c.ok and c.allowance_mb is not None:
+            verdict = "ok (median; every point within the allowance)"
+        diff = (f"median {c.median:+.1%}, worst {c.worst:+.1%}, {c.share:.0%} of {len(c.diffs)} within"
+                if c.diffs else f"n/a ({c.note})")
+        lines.append(f"  {c.figure:<42} {_num(c.engine):>10} {rel} {_num(c.outside):<10} {c.unit:<16} "
+                     f"{diff:<40} {verdict}   [{c.source}]")
+        if c.note and c.diffs:
+            lines.append(f"  {'':<42} {c.note}")
+    lines.append(f"verify     {sum(c.ok for c in report.checks)} of {len(report.checks)} pairs within "
+                 f"{TOLERANCE:.0%}")
+    return lines
+
+
+def _num(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.4g}"

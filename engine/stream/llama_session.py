@@ -1,0 +1,355 @@
+"""One llama.cpp model + context, driven through the low-level API.
+
+Why low-level: the high-level ``Llama`` class cannot turn off ``use_extra_bufts``.
+That flag must be off twice over — on these CPUs the AMX repack kernels crash the
+first decode, and repacked weights are *copies* in anonymous memory that no eviction
+of the file mapping could ever release. Loading uses mmap so the weights stay a view
+of the file, which is what the residency controller streams.
+
+The eval callback asks llama.cpp to stop at each layer's first node
+(``attn_norm-N``); in the ``ask=False`` call that follows — after the previous layer
+has finished computing — the layer hook may block until the layer's weights are in.
+For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's picks
+are known there, before the layer's expert matmuls run (``topk_hook``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+import llama_cpp
+from shardscope.engine.base.errors import ShardscopeError
+
+LOAD_MODE_MMAP = 1
+_LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
+_TOPK_NODE = re.compile(rb"^ffn_moe_topk-(\d+)$")
+_FFN_NORM_NODE = re.compile(rb"^ffn_norm-(\d+)$")
+# struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
+_NE_OFFSET, _NB_OFFSET = 16, 48
+_backend_lock = threading.Lock()
+_backend_ready = False
+_log_tail: deque = deque(maxlen=400)
+
+
+@llama_cpp.llama_log_callback
+def _log_to_tail(level, text, user_data):  # keeps llama.cpp quiet; errors quote the tail
+    if text:
+        _log_tail.append(text.decode("utf-8", "replace"))
+
+
+def _ensure_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_log_to_tail, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def _last_log_error() -> str:
+    """The most telling line llama.cpp logged: its own "error loading model: …" first."""
+    lines = [l.strip() for l in "".join(_log_tail).splitlines() if l.strip()]
+    for marker in ("error loading model:", "error:", "failed"):
+        found = [l for l in lines if marker in l.lower()]
+        if found:
+            line = found[-1]
+            return line.split("error loading model:", 1)[-1].strip() if marker == "error loading model:" else line
+    return (lines or ["no details from llama.cpp"])[-1]
+
+
+def _load_ggml_base():
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
+        path = os.path.join(lib_dir, name)
+        if os.path.exists(path):
+            lib = ctypes.CDLL(path)
+            lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+            lib.ggml_get_name.restype = ctypes.c_char_p
+            lib.ggml_get_data.argtypes = [ctypes.c_void_p]
+            lib.ggml_get_data.restype = ctypes.c_void_p
+            return lib
+    raise ShardscopeError(f"cannot find libggml-base in {lib_dir}: llama-cpp-python install is incomplete")
+
+
+def _load_ggml_get_name():
+    return _load_ggml_base().ggml_get_name
+
+
+def read_last_row_f32(lib, tensor) -> np.ndarray:
+    """The last token's row of an F32 activation [n, n_tokens] (a copy: the buffer is reused)."""
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    n, n_tokens = int(ne[0]), int(ne[1])
+    start = lib.ggml_get_data(tensor) + nb[1] * (n_tokens - 1)
+    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(start)).copy()
+
+
+def read_topk_ids(lib, tensor) -> np.ndarray:
+    """The expert ids of a ``ffn_moe_topk`` node: shape (n_tokens, n_expert_used).
+
+    The node is a view of the full argsort, so rows are ``nb[1]`` bytes apart, not packed.
+    """
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    k, n_tokens = int(ne[0]), int(ne[1])
+    base = lib.ggml_get_data(tensor)
+    rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
+    return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()
+
+
+def gpu_offload_supported() -> bool:
+    _ensure_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@dataclass
+class GenerationResult:
+    prompt_tokens: int
+    tokens: list[int]
+    text: str
+    ttft_s: float  # prompt evaluation + first sampled token
+    token_s: list[float] = field(default_factory=list)  # each later token's decode time
+    perf: dict = field(default_factory=dict)  # llama.cpp's own counters, for cross-checks
+    stopped: bool = False
+
+
+class LlamaSession:
+    def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
+                 layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True,
+                 topk_hook: Callable[[int, np.ndarray], bool] | None = None,
+                 norm_hook: Callable[[int, np.ndarray], None] | None = None):
+        _ensure_backend()
+        self.model_path = model_path
+        self.n_threads = n_threads
+        self.requested_gpu_layers = n_gpu_layers
+        self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+        self.n_gpu_layers = n_gpu_layers if self.gpu_offload else 0
+        self.gpu_note = "" if self.gpu_offload or n_gpu_layers == 0 else (
+            "this llama.cpp build has no GPU offload: n_gpu_layers is 0")
+        self.n_ctx = n_ctx
+        self.layer_hook = layer_hook
+        # MoE expert streaming: called with (layer, expert ids per token) as soon as a
+        # layer's router has picked, before its expert matmuls run; it may block there.
+        self.topk_hook = topk_hook
+        # Optional: the last token's router input (``ffn_norm-N``), for guessing the next
+        # layer's experts; one more graph split per layer, so only when asked for.
+        self.norm_hook = norm_hook
+        # The eval callback costs ~5-10 % of decode speed (a Python call per graph node),
+        # so a model that fits its budget runs without it; a budget cut mid-run turns it
+        # on by rebuilding the context between tokens (see request_layer_hook).
+        self.hook_active = (layer_hook is not None or topk_hook is not None) and hook_from_start
+        self._hook_requested = False
+        self._model = None
+        self._ctx = None
+        self._callback = None
+        self._node_cache: dict[int, int] = {}
+        self._load_model()
+        self._create_context()
+
+    # ------------------------------------------------------------ lifecycle
+    def _load_model(self) -> None:
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = self.n_gpu_layers
+        params.load_mode = LOAD_MODE_MMAP
+        params.use_extra_bufts = False
+        _log_tail.clear()
+        self._model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), params)
+        if not self._model:
+            raise ShardscopeError(f"{self.model_path}: llama.cpp could not load the model ({_last_log_error()})")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_layer = llama_cpp.llama_model_n_layer(self._model)
+
+    def _create_context(self) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.n_ctx
+        params.n_ubatch = min(self.n_ctx, 512)
+        params.n_threads = self.n_threads
+        params.n_threads_batch = self.n_threads
+        params.no_perf = False
+        if self.hook_active:
+            self._ggml = _load_ggml_base()
+            self._get_name = self._ggml.ggml_get_name
+            on_node = self._on_topk_node if self.topk_hook is not None else self._on_node
+            self._callback = llama_cpp.ggml_backend_sched_eval_callback(on_node)
+            params.cb_eval = self._callback
+            params.cb_eval_user_data = None
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            raise ShardscopeError(f"{self.model_path}: llama.cpp could not create a context "
+                                  f"(n_ctx {self.n_ctx}: {_last_log_error()})")
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> "LlamaSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ callback
+    def _on_node(self, tensor, ask, user_data):
+        layer = self._node_cache.get(tensor)
+        if layer is None:
+            match = _LAYER_NODE.match(self._get_name(tensor) or b"")
+            layer = int(match.group(1)) if match else -1
+            self._node_cache[tensor] = layer
+        if ask:
+            return layer >= 0
+        if layer < 0:
+            return True
+        return self.layer_hook(layer)
+
+    def _on_topk_node(self, tensor, ask, user_data):
+        """Stop at each ``ffn_moe_topk-N``; the ask=False call has the ids, before the experts run.
+
+        Names are looked up per ask, not cached by address: the prompt and decode graphs
+        reuse addresses for different nodes.
+        """
+        name = self._get_name(tensor) or b""
+        match = _TOPK_NODE.match(name)
+        norm = _FFN_NORM_NODE.match(name) if match is None and self.norm_hook is not None else None
+        if ask:
+            return match is not None or norm is not None
+        if norm is not None:
+            self.norm_hook(int(norm.group(1)), read_last_row_f32(self._ggml, tensor))
+            return True
+        if match is None:
+            return True  # False here would abort the graph
+        return self.topk_hook(int(match.group(1)), read_topk_ids(self._ggml, tensor))
+
+    def request_layer_hook(self) -> None:
+        """Turn the per-layer hook on at the next token boundary (thread-safe flag)."""
+        if self.layer_hook is not None and not self.hook_active:
+            self._hook_requested = True
+
+    def _install_hook_now(self, history: list[int]) -> None:
+        """New context with the eval callback; replay the tokens already in the KV cache."""
+        llama_cpp.llama_free(self._ctx)
+        self._ctx = None
+        self._node_cache.clear()
+        self.hook_active = True
+        self._hook_requested = False
+        self._create_context()
+        if history:
+            self._decode(history)
+
+    # ------------------------------------------------------------ tokens
+    def set_threads(self, n_threads: int) -> None:
+        self.n_threads = n_threads
+        llama_cpp.llama_set_n_threads(self._ctx, n_threads, n_threads)
+
+    def tokenize(self, text: str) -> list[int]:
+        raw = text.encode("utf-8")
+        buf = (llama_cpp.llama_token * (len(raw) + 16))()
+        n = llama_cpp.llama_tokenize(self._vocab, raw, len(raw), buf, len(buf), True, False)
+        if n < 0:
+            raise ShardscopeError("prompt could not be tokenized")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[: max(n, 0)]
+
+    def _decode(self, tokens: list[int]) -> None:
+        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        batch = llama_cpp.llama_batch_get_one(arr, len(tokens))
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise _DecodeFailed(rc)
+
+    def _next_token(self, rng: np.random.Generator | None, temperature: float) -> int:
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        if rng is None or temperature <= 0:
+            return int(np.argmax(logits))
+        scaled = (logits - logits.max()) / temperature
+        probs = np.exp(scaled)
+        probs /= probs.sum()
+        return int(rng.choice(self.n_vocab, p=probs))
+
+    def generate(self, prompt: str, n_gen: int, *, temperature: float = 0.0, seed: int = 0,
+                 on_token: Callable[[int, int, bytes, float], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> GenerationResult:
+        """Plain completion; greedy unless ``temperature`` > 0 (then seeded sampling).
+
+        End-of-generation tokens do not stop it: like llama-bench, a run makes exactly
+        ``n_gen`` tokens so runs compare.
+        """
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self._ctx), True)
+        llama_cpp.llama_perf_context_reset(self._ctx)
+        prompt_tokens = self.tokenize(prompt)
+        if len(prompt_tokens) + n_gen > self.n_ctx:
+            raise ShardscopeError(
+                f"prompt ({len(prompt_tokens)} tokens) + {n_gen} generated tokens exceed n_ctx {self.n_ctx}")
+        rng = np.random.default_rng(seed) if temperature > 0 else None
+        out: list[int] = []
+        text = bytearray()
+        durations: list[float] = []
+        stopped = False
+        start = time.perf_counter()
+        try:
+            self._decode(prompt_tokens)
+        except _DecodeFailed:
+            if should_stop and should_stop():  # Stop pressed while the prompt was computing
+                return GenerationResult(prompt_tokens=len(prompt_tokens), tokens=[], text="",
+                                        ttft_s=float("nan"), stopped=True)
+            raise
+        token = self._next_token(rng, temperature)
+        ttft = time.perf_counter() - start
+        out.append(token)
+        text += self.piece(token)
+        if on_token:
+            on_token(0, token, self.piece(token), ttft)
+        while len(out) < n_gen:
+            if should_stop and should_stop():
+                stopped = True
+                break
+            if self._hook_requested:
+                self._install_hook_now(prompt_tokens + out[:-1])
+            t0 = time.perf_counter()
+            try:
+                self._decode([token])
+            except _DecodeFailed:
+                if should_stop and should_stop():  # the layer hook aborted the graph for Stop
+                    stopped = True
+                    break
+                raise
+            token = self._next_token(rng, temperature)
+            dt = time.perf_counter() - t0
+            durations.append(dt)
+            out.append(token)
+            piece = self.piece(token)
+            text += piece
+            if on_token:
+                on_token(len(out) - 1, token, piece, dt)
+        perf = llama_cpp.llama_perf_context(self._ctx)
+        return GenerationResult(
+            prompt_tokens=len(prompt_tokens), tokens=out, text=text.decode("utf-8", "replace"),
+            ttft_s=ttft, token_s=durations, stopped=stopped,
+            perf={"t_p_eval_ms": perf.t_p_eval_ms, "t_eval_ms": perf.t_eval_ms,
+                  "n_p_eval": perf.n_p_eval, "n_eval": perf.n_eval},
+        )
+
+
+class _DecodeFailed(Exception):
+    def __init__(self, rc: int):
+        super().__init__(f"llama_decode returned {rc}")
+        self.rc = rc

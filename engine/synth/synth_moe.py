@@ -1,0 +1,180 @@
+"""Mixture-of-experts shapes for the synthetic writer (``engine.synth`` writes the file).
+
+Expert streaming needs MoE models that llama.cpp runs, of a chosen size, without
+downloading any. Without shared experts the model is Mixtral-style (arch ``llama`` +
+``llama.expert_count``/``expert_used_count``); shared experts need an architecture that
+has them, so those models are ``qwen2moe``. Per layer the file holds, in this order:
+
+    attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate_inp (router, F32),
+    [ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp,]
+    ffn_gate_exps, ffn_up_exps, ffn_down_exps          (Q8_0, [n_embd|n_ff, .., n_expert])
+
+Widths are chosen, where the size allows, so that one expert's slice of each expert
+tensor is a whole number of 4 KiB pages: an expert then loads and evicts without
+touching its neighbours' pages.
+
+Routing skew: random routers pick experts almost uniformly, the worst case for any
+expert cache; real routers favour some experts. ``routing_skew`` S scales the router
+rows of the first ``max(2, n_expert // 8)`` experts of each layer (rotated per layer) by
+up to 1 + S, so those experts win more often; S = 0 leaves the router uniform.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
+                          _header_bytes, _n_head_kv, _pad, _q8)
+
+MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS
+_PAGE = 4096
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    experts: int = 64
+    experts_used: int = 8
+    shared_experts: int = 0
+    routing_skew: float = 0.0
+
+
+def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
+    for key in ("experts", "experts_used", "shared_experts"):
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ShardscopeError(f"{where}: {key} must be a whole number, got {value!r}")
+    if not 2 <= spec.experts <= MAX_EXPERTS:
+        raise ShardscopeError(f"{where}: experts must be 2 to {MAX_EXPERTS}, got {spec.experts}")
+    if not 1 <= spec.experts_used <= spec.experts:
+        raise ShardscopeError(
+            f"{where}: experts_used must be 1 to experts ({spec.experts}), got {spec.experts_used}")
+    if spec.shared_experts < 0:
+        raise ShardscopeError(f"{where}: shared_experts must be ≥ 0, got {spec.shared_experts}")
+    skew = spec.routing_skew
+    if isinstance(skew, bool) or not isinstance(skew, numbers.Real) or not math.isfinite(skew) or skew < 0:
+        raise ShardscopeError(f"{where}: routing_skew must be a finite number ≥ 0, got {skew!r}")
+    return spec
+
+
+def architecture(spec: MoeSpec) -> str:
+    return "qwen2moe" if spec.shared_experts else "llama"
+
+
+def default_n_layers(size_mb: float) -> int:
+    """Fewer, wider layers than a dense model: 8 at 600 MB, so experts are not slivers."""
+    return int(min(64, max(2, round(math.sqrt(size_mb) / 3))))
+
+
+def tensors_per_layer(spec: MoeSpec) -> int:
+    return 10 + (4 if spec.shared_experts else 0)
+
+
+def _ff_step(n_embd: int) -> int:
+    """Smallest n_ff step that keeps one expert's Q8_0 slice page-aligned (and n_ff % 32 == 0)."""
+    groups = n_embd // 64  # one row of n_embd Q8_0 weights = 68 bytes per 64 weights
+    need = _PAGE // math.gcd(_PAGE, groups * 68)
+    return math.lcm(_Q8_BLOCK, need)
+
+
+def _layer_bytes(e: int, f: int, kv: int, spec: MoeSpec) -> int:
+    dense = 2 * _pad(4 * e) + 2 * _pad(_q8(e, e)) + 2 * _pad(_q8(kv, e)) + _pad(4 * e * spec.experts)
+    experts = 3 * _pad(spec.experts * _q8(f, e))
+    shared = 0
+    if spec.shared_experts:
+        s = spec.shared_experts * f
+        shared = _pad(4 * e) + 3 * _pad(_q8(s, e))
+    return dense + experts + shared
+
+
+def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Shape:
+    """n_embd and the per-expert n_ff that hit the size, experts about as wide as real ones.
+
+    Real MoE models have narrower experts the more of them there are (Mixtral 8 × 3.5
+    n_embd, OLMoE 64 × 0.5, Qwen3 128 × 0.375): aim at n_ff ≈ 28 / n_expert × n_embd.
+    """
+    target = int(size_mb * MIB)
+    fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
+    ratio = min(3.5, max(0.25, 28.0 / spec.experts))
+    aligned, aligned_key = _search(target, fixed, n_layers, spec, vocab, ratio, True)
+    loose, loose_key = _search(target, fixed, n_layers, spec, vocab, ratio, False)
+    # Page-aligned experts unless that forces a shape far from real ones (over 2x off the
+    # width the unaligned search finds); small models may allow no aligned shape at all.
+    best = aligned if aligned is not None and aligned_key <= loose_key + math.log(2) else loose
+    if best is None:
+        raise ShardscopeError(
+            f"{where}: cannot make a {size_mb:g} MB model with {n_layers} layers of {spec.experts} experts "
+            f"within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
+    return best
+
+
+def _search(target: int, fixed: int, n_layers: int, spec: MoeSpec, vocab, ratio: float, aligned: bool):
+    best, best_key = None, None
+    for e in range(128, 8192 + 1, 64):
+        kv = _n_head_kv(e // HEAD_DIM) * HEAD_DIM
+        budget = (target - fixed - _global_bytes(e, vocab.n_vocab)) / n_layers
+        per_f = 3 * spec.experts * e * _Q8_BYTES / _Q8_BLOCK
+        if spec.shared_experts:
+            per_f += 3 * spec.shared_experts * e * _Q8_BYTES / _Q8_BLOCK
+        f_lin = (budget - _layer_bytes(e, 0, kv, spec)) / per_f
+        step = _ff_step(e) if aligned else _Q8_BLOCK
+        f = max(step, int(round(f_lin / step)) * step)
+        total = fixed + _global_bytes(e, vocab.n_vocab) + n_layers * _layer_bytes(e, f, kv, spec)
+        if abs(total - target) > SIZE_TOLERANCE * target:
+            continue
+        key = abs(math.log(f / (ratio * e)))
+        if best_key is None or key < best_key:
+            best, best_key = _Shape(n_layers, e, f, e // HEAD_DIM, kv // HEAD_DIM), key
+    return best, best_key
+
+
+def router_scale(spec: MoeSpec, layer: int) -> tuple[float, ...]:
+    if spec.routing_skew <= 0:
+        return ()
+    n_hot = max(2, spec.experts // 8)
+    scale = [1.0] * spec.experts
+    for rank in range(n_hot):
+        scale[(layer * n_hot + rank) % spec.experts] = 1.0 + spec.routing_skew * (n_hot - rank) / n_hot
+    return tuple(scale)
+
+
+def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
+    e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
+    s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
+    s_res = 1.0 / math.sqrt(2.0 * n)
+    head, tail = edge_tensors(n_vocab, e)
+    out = list(head)
+    for i in range(n):
+        p = f"blk.{i}."
+        out += attention_tensors(p, e, kv, n) + [
+            # Router logits of unit scale: picks then depend on the token, not on noise.
+            _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True,
+                    row_scale=router_scale(spec, i)),
+        ]
+        if spec.shared_experts:
+            s = spec.shared_experts * f
+            out += [
+                _Tensor(p + "ffn_gate_inp_shexp.weight", 1, e, False, s_e, random_f32=True),
+                _Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
+                _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
+                _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 / math.sqrt(s) * s_res),
+            ]
+        out += [
+            _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x),
+            _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
+            _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_f * s_res, n_expert=x),
+        ]
+    return out + tail
+
+
+def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:
+    writer.add_expert_count(spec.experts)
+    writer.add_expert_used_count(spec.experts_used)
+    if spec.shared_experts:
+        writer.add_expert_feed_forward_length(shape.n_ff)
+        writer.add_expert_shared_feed_forward_length(spec.shared_experts * shape.n_ff)
+
+
+__all__ = ["MoeSpec", "validate_spec", "plan", "tensors", "add_metadata", "architecture", "default_n_layers"]
