@@ -3,7 +3,8 @@
 Cross-checks are only worth something when the check does not share code or a
 process with what it checks: this script is run as its own interpreter (stdlib
 only, no engine import), reads /proc/<pid>/io, /proc/<pid>/status, /proc/<pid>/smaps
-and /proc/diskstats, and asks the kernel for the model file's page-cache residency
+and /proc/diskstats (smaps: every VMA inside the model's address range, the streamer's
+anonymous pages included), and asks the kernel for the model file's page-cache residency
 through a mapping of its own (mincore never faults pages in, so that mapping holds
 none and does not hinder eviction). One request line on stdin, one JSON line back:
 
@@ -41,16 +42,19 @@ def _vmrss(pid: int) -> int:
     raise RuntimeError("no VmRSS in /proc/<pid>/status")
 
 
-def _smaps_rss(pid: int, start: int) -> int | None:
-    header = f"{start:x}-"
-    found = False
+def _smaps_rss(pid: int, start: int, end: int) -> int:
+    """Rss of every VMA inside [start, end): the model's mapping is split where the streamer swapped
+    its own (anonymous) pages in, and those pages are model bytes in RAM too."""
+    total, inside = 0, False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
-            if not found:
-                found = line.startswith(header)
-            elif line.startswith("Rss:"):
-                return int(line.split()[1]) * 1024
-    return None
+            first = line.split(None, 1)[0]
+            if "-" in first and not first.endswith(":"):
+                lo, hi = (int(x, 16) for x in first.split("-"))
+                inside = start <= lo and hi <= end
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 def _disk_of(path: str) -> tuple[int, int] | None:
@@ -116,7 +120,7 @@ def main(argv: list[str]) -> int:
     pid, path = int(argv[1]), argv[2]
     disk = _disk_of(path)
     cache = _PageCache(path)
-    map_start = None
+    map_start = map_end = None
     for line in sys.stdin:
         words = line.split()
         if not words:
@@ -134,7 +138,7 @@ def main(argv: list[str]) -> int:
             "cache_bytes": cache.resident(),
         }
         if words[0] == "s" and map_start is not None:
-            reply["smaps_rss"] = _smaps_rss(pid, map_start)
+            reply["smaps_rss"] = _smaps_rss(pid, map_start, map_end)
         print(json.dumps(reply), flush=True)
     return 0
 
