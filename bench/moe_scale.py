@@ -7,7 +7,8 @@ Writes once (and keeps, in the user cache dir) a synthetic 64-expert top-8 MoE o
 - bytes read before the first token vs the file size (and vs dense + the prompt's experts);
 - kernel CPU seconds per GB read (getrusage: system time of this process);
 - peak resident weights read by another process (Rss of every VMA in the model's address range
-  from /proc/<pid>/smaps, 10 Hz) vs the budget;
+  from /proc/<pid>/smaps, 1 Hz, the run frozen with SIGSTOP for the ~30 ms of each read so
+  the walk is a snapshot) vs the budget;
 - llama.cpp plain mmap under the same memory cap (cgroup v2 memory.max, else v1
   memory.limit_in_bytes: bench/memory_cap.py): its tok/s, GB per token, and the ratio.
 
@@ -42,27 +43,45 @@ MIB = 1024 * 1024
 GB = 1e9
 PROMPT = "The history of the printing press begins"
 WATCHER = r"""
-import sys, time
+import os, signal, sys, time
 pid, lo, hi = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-peak = 0
+
+def all_stopped():
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in "tT":
+                    return False
+        except OSError:
+            pass
+    return True
+
 while True:
-    total, inside = 0, False
+    # The run is frozen while its smaps are read: the walk takes ~30 ms and experts come and go
+    # at GB/s, so an unfrozen read counts a unit leaving and its replacement both.
     try:
+        os.kill(pid, signal.SIGSTOP)
+        while not all_stopped():
+            time.sleep(0.0005)
         with open(f"/proc/{pid}/smaps") as f:
-            for line in f:
-                first = line.split(None, 1)[0]
-                if "-" in first and not first.endswith(":"):
-                    a, b = (int(x, 16) for x in first.split("-"))
-                    inside = lo <= a and b <= hi
-                elif inside and line.startswith("Rss:"):
-                    total += int(line.split()[1]) * 1024
+            text = f.read()
     except OSError:
         break
-    peak = max(peak, total)
-    print(total, peak, flush=True)
-    if sys.stdin.closed:
-        break
-    time.sleep(0.1)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+    total, inside = 0, False
+    for line in text.splitlines():
+        first = line.split(None, 1)[0] if line else ""
+        if "-" in first and not first.endswith(":"):
+            a, b = (int(x, 16) for x in first.split("-"))
+            inside = lo <= a and b <= hi
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    print(total, flush=True)
+    time.sleep(1.0)
 """
 
 
@@ -77,17 +96,20 @@ def scale_model(skew: float) -> str:
     from shardscope.engine.synth.synth import write_synthetic_model
     from shardscope.engine.synth.synth_moe import MoeSpec
 
-    size_mb = math.ceil(1.16 * mem_total_bytes() / MIB)
+    # synth lands within ±5 % of the size asked for (whole layers): ask for 1.21 × RAM to get ≥ 1.15 ×.
+    size_mb = math.ceil(1.21 * mem_total_bytes() / MIB)
     path = cache_dir() / "bench" / f"moe-scale-64x8-{size_mb}mb-skew{skew:g}.gguf"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"writing {path} ({size_mb} MiB, once) …", flush=True)
         write_synthetic_model(path, size_mb, moe=MoeSpec(64, 8, routing_skew=skew), seed=11)
+    if os.path.getsize(path) < 1.15 * mem_total_bytes():
+        raise SystemExit(f"moe_scale: {path} is smaller than 1.15 × RAM; delete it and run again")
     return str(path)
 
 
 class OutsideWatch:
-    """Another process samples this one's Rss inside the model's address range (10 Hz)."""
+    """Another process samples this one's Rss inside the model's address range (1 Hz, frozen while read)."""
 
     def __init__(self, lo: int, hi: int):
         self.proc = subprocess.Popen([sys.executable, "-c", WATCHER, str(os.getpid()), str(lo), str(hi)],

@@ -44,6 +44,23 @@ def edge_bytes(moe: MoeLayout, layer: int) -> int:
     return max(extra(expert) for expert in range(moe.n_expert))
 
 
+def dense_pages(moe: MoeLayout) -> list[tuple[int, int]]:
+    """The dense ranges widened to whole pages and merged: what stays resident for the whole run."""
+    merged: list[list[int]] = []
+    for start, end in sorted(moe.dense_ranges):
+        lo, hi = memory_calls.page_outward(start, end)
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def resident_dense_bytes(moe: MoeLayout) -> int:
+    """Dense bytes as they sit in RAM (whole pages): what the budget must hold before any expert."""
+    return sum(hi - lo for lo, hi in dense_pages(moe))
+
+
 def _edge_pages(start: int, end: int) -> list[int]:
     """The pages of [start, end)'s page-outward range that its page-inward range leaves out."""
     lo, hi = memory_calls.page_outward(start, end)
@@ -73,15 +90,8 @@ class ExpertIO:
         evicted = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
         if not self.slots:
             self.evict_mechanism = evicted
-        merged: list[list[int]] = []
-        for start, end in self.moe.dense_ranges:
-            lo, hi = memory_calls.page_outward(start, end)
-            if merged and lo <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
         total = 0
-        for lo, hi in merged:
+        for lo, hi in dense_pages(self.moe):
             self.limiter.throttle(hi - lo)
             self._read_in([(lo, hi)])
             for page in (lo, hi - memory_calls.PAGE):  # a dense edge page may be an expert's edge too: it stays
@@ -163,4 +173,4 @@ class ExpertIO:
             self.slots.close()
 
 
-__all__ = ["ExpertIO", "edge_bytes"]
+__all__ = ["ExpertIO", "edge_bytes", "dense_pages", "resident_dense_bytes"]

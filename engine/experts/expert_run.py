@@ -26,6 +26,8 @@ import psutil
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.bundled_model import resolve_model_path
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.experts.expert_cache import cache_advice
+from shardscope.engine.experts.expert_io import resident_dense_bytes
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.stream.direct_slots import DirectSlots
@@ -61,6 +63,7 @@ class ExpertRunSummary(RunSummary):
     spec_hidden_share: float = math.nan  # of the would-be misses, the share a guess had loaded in time
     evict_residue_mb: float = 0.0  # what mincore still saw after evictions (then paged out)
     trace_path: str = ""
+    expert_advice: str = ""  # a line when the cache cannot help the policy (expert_cache.cache_advice)
 
     @staticmethod
     def columns() -> list[str]:
@@ -75,7 +78,7 @@ def moe_layout_for(settings: RunSettings) -> MoeLayout | None:
 def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     """The expert cache the budget allows, or a one-line refusal naming the flag."""
     budget = int(settings.budget_mb * MIB)
-    dense = moe.dense_bytes
+    dense = resident_dense_bytes(moe)  # whole pages: what mincore will count
     name = Path(moe.path).name
     floor = min_cache_bytes(moe, settings.expert_speculation)
     if settings.expert_cache_mb:
@@ -360,6 +363,7 @@ class ExpertRun:
             stopped=result.stopped, text=result.text,
             n_expert=self.moe.n_expert, n_expert_used=self.moe.n_expert_used,
             expert_cache_mb=round(self.cache_bytes / MIB, 1), expert_policy=s.expert_policy,
+            expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used),
             expert_speculation=s.expert_speculation,
             expert_hit_rate=round(hits / (hits + misses), 4) if hits + misses else math.nan,
             dense_mb_per_token=round((c.dense_loaded_bytes - c0.dense_loaded_bytes) / MIB / per, 3),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardscope.engine.base import memory_calls
-from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes
+from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes, resident_dense_bytes
 from shardscope.engine.experts.expert_cache import ExpertCache, Unit, hot_reserve_bytes
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import DirectSlots
@@ -351,7 +351,7 @@ class ExpertStreamer:
             counters = ResidencyCounters(cache_hits=c.hits - c.spec_hidden, cache_misses=c.misses + c.spec_hidden,
                                          on_time=c.hits, stalls=c.misses, loads=c.loads, loaded_bytes=c.loaded_bytes,
                                          evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
-        return ResidencySnapshot((), counters, self.moe.dense_bytes + self.cache.used_bytes, self.budget_bytes,
+        return ResidencySnapshot((), counters, resident_dense_bytes(self.moe) + self.cache.used_bytes, self.budget_bytes,
                                  None, self.io.load_mechanism, self.io.evict_mechanism)
 
     def snapshot_counters(self) -> ExpertCounters:
