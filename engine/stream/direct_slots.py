@@ -66,6 +66,9 @@ class DirectSlots:
         self._pooled = 0
         self._pool_lock = threading.Lock()
         self._can_keep = True  # MREMAP_DONTUNMAP (Linux ≥ 5.13 for file-backed ranges) available
+        # Ranges this object swapped in and not out yet: only those hold our pages, so only those
+        # may move to the pool (a file-backed range there would be read into: never).
+        self._loaded: set[tuple[int, int]] = set()
         self.mapping = mapping
         if mapping.start % PAGE or (mapping.file_offset % PAGE):
             raise OSError(errno.EINVAL, "the model mapping is not page-aligned")
@@ -121,6 +124,8 @@ class DirectSlots:
         except BaseException:
             _libc.munmap(slot, length)
             raise
+        with self._pool_lock:
+            self._loaded.add((address, end))
         return done
 
     def _take_slot(self, length: int) -> int:
@@ -137,7 +142,7 @@ class DirectSlots:
         if not self._can_keep or length < MIN_RECYCLED:
             return
         with self._pool_lock:
-            if self._pooled + length > self.pool_bytes:
+            if (address, address + length) not in self._loaded or self._pooled + length > self.pool_bytes:
                 return
             self._pooled += length
         spare = _check(_libc.mmap(None, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
@@ -156,6 +161,11 @@ class DirectSlots:
         address, end = self._span(file_lo, file_hi)
         offset = address - self.mapping.base
         self._keep_pages(address, end - address)
+        with self._pool_lock:
+            if (address, end) in self._loaded:
+                self._loaded.discard((address, end))
+            else:  # part of a loaded range goes: what is left of it no longer counts as ours whole
+                self._loaded -= {(a, b) for a, b in self._loaded if a < end and address < b}
         _check(_libc.mmap(address, end - address, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, offset),
                "mmap of the file back")
 
