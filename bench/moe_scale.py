@@ -92,17 +92,20 @@ def mem_total_bytes() -> int:
     raise RuntimeError("no MemTotal")
 
 
-def scale_model(skew: float) -> str:
+def scale_model(skew: float | None) -> str:
+    """The MoE (or, with skew None, a dense llama) of ≥ 1.15 × RAM, written once into the cache dir."""
     from shardscope.engine.synth.synth import write_synthetic_model
     from shardscope.engine.synth.synth_moe import MoeSpec
 
     # synth lands within ±5 % of the size asked for (whole layers): ask for 1.21 × RAM to get ≥ 1.15 ×.
     size_mb = math.ceil(1.21 * mem_total_bytes() / MIB)
-    path = cache_dir() / "bench" / f"moe-scale-64x8-{size_mb}mb-skew{skew:g}.gguf"
+    name = f"dense-scale-{size_mb}mb.gguf" if skew is None else f"moe-scale-64x8-{size_mb}mb-skew{skew:g}.gguf"
+    path = cache_dir() / "bench" / name
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         print(f"writing {path} ({size_mb} MiB, once) …", flush=True)
-        write_synthetic_model(path, size_mb, moe=MoeSpec(64, 8, routing_skew=skew), seed=11)
+        moe = None if skew is None else MoeSpec(64, 8, routing_skew=skew)
+        write_synthetic_model(path, size_mb, moe=moe, seed=11)
     if os.path.getsize(path) < 1.15 * mem_total_bytes():
         raise SystemExit(f"moe_scale: {path} is smaller than 1.15 × RAM; delete it and run again")
     return str(path)
@@ -142,9 +145,13 @@ def stime() -> float:
 
 
 def streamed_run(model: str, budget_mb: float, tokens: int, threads: int, policy: str, speculation: bool) -> dict:
+    """One cold run of the MoE (policy = expert policy) or the dense model (policy pinned|lru)."""
     drop_from_cache(model)
+    dense = policy in ("pinned", "lru") and speculation is None
+    knobs = dict(policy=policy, shard_mb=64, prefetch_depth=2) if dense else \
+        dict(expert_policy=policy, expert_speculation=speculation)
     settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads,
-                           prompt=PROMPT, expert_policy=policy, expert_speculation=speculation)
+                           prompt=PROMPT, **knobs)
     marks: dict = {"read0": read_bytes(), "cpu0": stime()}
 
     def on_phase(name: str) -> None:
@@ -156,10 +163,15 @@ def streamed_run(model: str, budget_mb: float, tokens: int, threads: int, policy
     watch = None
     try:
         run.load()
+        note = getattr(run, "io_note", "") or run.session.load_note
         watch = OutsideWatch(run.mapping.start, run.mapping.end)
         summary = run.run()
-        prompt_expert_bytes = len({(r.layer, e) for r in run.streamer.records if r.prompt for e in r.experts}) \
-            * max(run.moe.unit_bytes(layer) for layer in run.moe.layers)
+        if dense:  # the prompt pass reads every layer once: the whole model is what it needs
+            needed = os.path.getsize(model)
+        else:
+            needed = run.moe.dense_bytes + sum(run.moe.unit_bytes(layer) for layer, _ in
+                                               {(r.layer, e) for r in run.streamer.records if r.prompt
+                                                for e in r.experts})
     finally:
         samples = watch.stop() if watch else []
         run.close()
@@ -167,9 +179,7 @@ def streamed_run(model: str, budget_mb: float, tokens: int, threads: int, policy
     cpu = stime() - marks["cpu0"]
     return {"summary": summary, "first_bytes": marks.get("first", 0), "cpu_s_per_gb": cpu / (total_read / GB),
             "peak_outside": max(samples) if samples else 0, "n_samples": len(samples),
-            "prompt_expert_bytes": prompt_expert_bytes, "dense_bytes": run.moe.dense_bytes,
-            "load_note": getattr(run.session, "load_note", "") if run.session else "",
-            "mechanism": summary.load_mechanism}
+            "needed_bytes": needed, "note": note, "mechanism": summary.load_mechanism}
 
 
 def _plain_child(model: str, tokens: int, threads: int) -> None:
@@ -207,6 +217,24 @@ def plain_mmap(model: str, cap_mb: float, tokens: int, threads: int) -> tuple[di
     return json.loads(out.stdout.strip().splitlines()[-1]), how
 
 
+def report(label: str, r: dict, size: int, budget_mb: float, seconds: float) -> None:
+    s = r["summary"]
+    wait = getattr(s, "expert_wait_ms_per_token", s.wait_ms_per_token)
+    comp = getattr(s, "compute_ms_per_token", 1000 / s.avg_ts - wait if s.avg_ts else 0.0)
+    hit = getattr(s, "expert_hit_rate", s.cache_hit_rate)
+    print(f"{label:8s} {s.avg_ts:.3f} tok/s  computing {comp:.0f} / waiting {wait:.0f} ms per token "
+          f"(overlap {comp / max(comp + wait, 1e-9):.2f})  hit {100 * hit:.1f} %  "
+          f"read {s.read_mb_per_token:.0f} MiB/token  ttft {s.ttft_ms / 1000:.1f} s  [{seconds:.0f} s]", flush=True)
+    print(f"         before first token {r['first_bytes'] / GB:.2f} GB read of the {size / GB:.1f} GB file "
+          f"(what the prompt needs {r['needed_bytes'] / GB:.2f} GB: ratio "
+          f"{r['first_bytes'] / max(1, r['needed_bytes']):.2f}); kernel CPU {r['cpu_s_per_gb']:.3f} s/GB; "
+          f"peak resident weights (smaps, another process, {r['n_samples']} samples) "
+          f"{r['peak_outside'] / MIB:.0f} MiB vs budget {budget_mb:.0f}", flush=True)
+    if r["note"]:
+        print(f"         note: {r['note']}")
+    print(f"         I/O: {r['mechanism']}", flush=True)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--plain-child":
         _plain_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
@@ -219,6 +247,7 @@ def main() -> None:
     parser.add_argument("--runs", default="lru:off,hot:on", help="policy:speculation pairs")
     parser.add_argument("--plain-tokens", type=int, default=3, help="0 skips plain mmap (minutes per token)")
     parser.add_argument("--cap-mb", type=float, default=2560, help="plain mmap's memory cap")
+    parser.add_argument("--dense-tokens", type=int, default=3, help="the dense > RAM row's tokens (0 skips it)")
     args = parser.parse_args()
 
     model = scale_model(args.routing_skew)
@@ -232,22 +261,15 @@ def main() -> None:
     for pair in args.runs.split(","):
         policy, spec = pair.split(":")
         t0 = time.perf_counter()
-        r = streamed_run(model, args.budget_mb, args.tokens, args.threads, policy, spec == "on")
-        s = r["summary"]
-        results[pair] = r
-        wait, comp = s.expert_wait_ms_per_token, s.compute_ms_per_token
-        print(f"{pair:8s} {s.avg_ts:.3f} tok/s  computing {comp:.0f} / waiting {wait:.0f} ms per token "
-              f"(overlap {comp / (comp + wait):.2f})  hit {100 * s.expert_hit_rate:.1f} %  "
-              f"read {s.read_mb_per_token:.0f} MiB/token  ttft {s.ttft_ms / 1000:.1f} s  "
-              f"[{time.perf_counter() - t0:.0f} s]", flush=True)
-        print(f"         before first token {r['first_bytes'] / GB:.2f} GB read of the {size / GB:.1f} GB file "
-              f"(dense + prompt's experts {(r['dense_bytes'] + r['prompt_expert_bytes']) / GB:.2f} GB, ratio "
-              f"{r['first_bytes'] / max(1, r['dense_bytes'] + r['prompt_expert_bytes']):.2f}); "
-              f"kernel CPU {r['cpu_s_per_gb']:.3f} s/GB; peak resident weights (smaps, another process, "
-              f"{r['n_samples']} samples) {r['peak_outside'] / MIB:.0f} MiB vs budget {args.budget_mb:.0f}", flush=True)
-        if r["load_note"]:
-            print(f"         note: {r['load_note']}")
-        print(f"         I/O: {r['mechanism']}", flush=True)
+        results[pair] = streamed_run(model, args.budget_mb, args.tokens, args.threads, policy, spec == "on")
+        report(pair, results[pair], size, args.budget_mb, time.perf_counter() - t0)
+    if args.dense_tokens:
+        dense_model = scale_model(None)
+        t0 = time.perf_counter()
+        r = streamed_run(dense_model, args.budget_mb, args.dense_tokens, args.threads, "pinned", None)
+        print(f"dense   {Path(dense_model).name}: {os.path.getsize(dense_model) / GB:.1f} GB, 64 MiB shards, "
+              f"prefetch depth 2")
+        report("pinned", r, os.path.getsize(dense_model), args.budget_mb, time.perf_counter() - t0)
     best = max(results.values(), key=lambda r: r["summary"].avg_ts)
     if args.plain_tokens:
         plain, how = plain_mmap(model, args.cap_mb, args.plain_tokens, args.threads)
