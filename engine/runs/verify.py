@@ -27,7 +27,8 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, describe
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.stream.streaming_run import RunSummary, StreamingRun
+from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.stream.run_summary import RunSummary
 from shardscope.engine.base.units import MB_S, MIB
 
 TOLERANCE = 0.05
@@ -211,7 +212,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
         if cut_budget_mb is not None and index == cut_at_token:
             run.apply(run.settings.with_changes(budget_mb=cut_budget_mb))
 
-    run = StreamingRun(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
+    # Through open_run, as bench opens it: verify checks the run the user would get.
+    run = open_run(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
     with run:
         run.load()
         m = run.mapping
