@@ -161,5 +161,7 @@ def describe(values, keys=None) -> str:
         source = spec.reported_as if spec.reported_as and not isinstance(values, RunSettings) else key
         if not hasattr(values, source):  # a dense run's summary has no expert columns
             continue
+        if spec.streams == "layers" and not isinstance(values, RunSettings) and getattr(values, "expert_policy", ""):
+            continue  # an expert run's row: no shards, no prefetch, no layer policy to show
         parts.append(f"{spec.brief} {spec.text(getattr(values, source))}")
     return ", ".join(parts)
