@@ -46,7 +46,7 @@ class ExpertRunSummary(RunSummary):
     expert_hits: int = 0
     expert_misses: int = 0  # picked experts the decode waited for
     dense_mb_per_token: float = 0.0  # dense bytes streamed per decoded token (they stay resident: 0)
-    expert_mb_per_token: float = 0.0  # experts loaded per decoded token (the controller's count)
+    expert_mb_per_token: float = 0.0  # experts loaded per decoded token (the streamer's count)
     expert_wait_ms_per_token: float = 0.0
     compute_ms_per_token: float = 0.0  # decode time not spent waiting for experts
     spec_accuracy: float = math.nan  # guessed experts that their layer then picked
