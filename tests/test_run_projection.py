@@ -135,12 +135,13 @@ def test_plan_prints_the_1_56_tb_example():
 def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
     """The validation of docs/projection-validation.md, short: lru, depth 1, budget ½ model.
 
-    Only what machine load cannot move is asserted here: both rates are disk-bound for
-    this model, lru at half the model re-reads nearly all of it per token, the limiter
-    never lets the disk run faster than asked, and the projection is made from the
-    run's own bytes at the emulated rate. How close projected and measured tok/s come
-    is a wall-clock figure another process's CPU use inflates (168 % once on a loaded
-    machine): `python -m bench.projection_validation` measures and prints it.
+    Only what machine load cannot move is asserted here: lru at half the model re-reads
+    nearly all of it per token, the limiter never lets the disk run faster than asked,
+    and the projection never promises more tokens than the emulated disk can deliver
+    the run's own bytes for (exactly that when it is disk-bound). Whether a run is
+    disk- or compute-bound, and how close projected and measured tok/s come, are
+    wall-clock figures another process's CPU use moves (168 % error once on a loaded
+    machine): `python -m bench.projection_validation` measures and prints them.
     """
     from bench.projection_validation import validate_on_emulated_ssd
 
@@ -149,11 +150,12 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
                                     n_gen=4, reference=False)
     assert [r.ssd_mb_s for r in rows] == [150, 300]
     for r in rows:
-        assert r.bound == "ssd"
         assert r.read_mb_per_token > 0.8 * size_mb  # lru at half the model re-reads ~everything
         assert r.loader_mb_s <= r.ssd_mb_s * 1.15  # the limiter does not let the disk run faster
-        assert math.isfinite(r.projected_ts) and r.projected_ts > 0
-    assert rows[0].projected_ts < rows[1].projected_ts  # disk-bound: a faster disk projects faster
+        disk_limit_ts = r.ssd_mb_s * 1e6 / (r.read_mb_per_token * MIB)
+        assert 0 < r.projected_ts <= disk_limit_ts * 1.05, rows
+        if r.bound == "ssd":
+            assert r.projected_ts == pytest.approx(disk_limit_ts, rel=0.05), rows
 
 
 def test_projection_is_a_value_the_caller_attaches():

@@ -263,6 +263,7 @@ def _register_tune(sub) -> None:
                    help="relative gain a move must bring (default 0.02 = 2 %%, the host's noise)")
     p.add_argument("--max-passes", type=cli_args.positive_int, default=6)
     p.add_argument("--save-profile", metavar="NAME", help="save the best settings as a user profile")
+    p.add_argument("--force", action="store_true", help="let --save-profile replace a profile of that name")
     p.add_argument("--profile-dir", help="where to save it (default: $SHARDSCOPE_CONFIG_DIR/profiles or "
                                          "~/.config/shardscope/profiles)")
     _add_common_run_flags(p, default_tokens=6)
@@ -273,12 +274,19 @@ def cmd_tune(args) -> int:
     import os
 
     from shardscope.engine.devices.devices import get_device
+    from shardscope.engine.search.sweep import check_csv_columns
     from shardscope.engine.search.tune import SEARCH_DESCRIPTION, auto_tune, save_tuned_profile
 
     _check_tokens(args)
     if args.min_gain >= 1:
         raise ShardscopeError(f"--min-gain: must be below 1, got {args.min_gain:g}")
     device = get_device(args.device)
+    if args.csv:  # outputs are refused now, not after the search
+        check_csv_columns(args.csv)
+    if args.save_profile:
+        from shardscope.engine.search.tune import tuned_profile_path
+
+        tuned_profile_path(args.save_profile, args.profile_dir, force=args.force)
     cands = _parse_knobs(args, TUNE_FLAGS)
     if "threads" not in cands:
         cands["threads"] = list(range(1, (os.cpu_count() or 1) + 1))
@@ -292,10 +300,7 @@ def cmd_tune(args) -> int:
     bar = _progress(None, args.quiet, "tune")
     from shardscope.engine.output.csv_out import append_rows
     from shardscope.engine.stream.streaming_run import RunSummary
-    from shardscope.engine.search.sweep import check_csv_columns
 
-    if args.csv:
-        check_csv_columns(args.csv)
 
     def on_eval(ev) -> None:
         from shardscope.engine.search.tune import _knobs_text, _score_text
@@ -336,7 +341,8 @@ def cmd_tune(args) -> int:
               + (f", {result.runs} rows written to {args.csv}" if args.csv else ""), file=sys.stderr)
         return 130
     if args.save_profile:
-        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path)
+        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path,
+                                  force=args.force)
         print(f"saved profile {args.save_profile!r} to {path}")
     return 0
 
