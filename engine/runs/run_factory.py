@@ -38,6 +38,19 @@ def check_run(settings: RunSettings) -> None:
         prepare_plan(settings)
 
 
+def row_columns(settings: RunSettings, trace_path: str | None = None) -> tuple[list[str], str]:
+    """The CSV columns of the row open_run's run will write, and what kind of run that is
+    (so a CSV of the other kind is refused before loading, not after the run)."""
+    from shardscope.engine.experts.expert_run import ExpertRunSummary, moe_layout_for
+    from shardscope.engine.layout.moe_layout import streams_experts as streams_experts_of
+    from shardscope.engine.stream.streaming_run import RunSummary
+
+    moe = moe_layout_for(settings)
+    if moe is not None and (trace_path or streams_experts_of(moe, settings.budget_mb)):
+        return ExpertRunSummary.columns(), "an expert-streaming run"
+    return RunSummary.columns(), "a layer-streaming run"
+
+
 def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_path: str | None = None,
              sample_interval_s: float = 0.1):
     """A StreamingRun, or an ExpertRun for an MoE model that exceeds the budget (or when a trace is asked for)."""
@@ -53,4 +66,4 @@ def open_run(settings: RunSettings, *, on_sample: Callable | None = None, trace_
     return StreamingRun(settings, on_sample=on_sample, sample_interval_s=sample_interval_s)
 
 
-__all__ = ["open_run", "is_moe", "streams_experts", "check_run"]
+__all__ = ["open_run", "is_moe", "streams_experts", "check_run", "row_columns"]
