@@ -42,6 +42,9 @@ def _print_summary(summary) -> None:
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
+    if "SHARED with" in summary.evict_mechanism:  # engine/stream/model_lock.py
+        print("warning    another run mapped this model during this one: eviction was shared, so resident "
+              "weights, hit rate and bytes read include its work", file=sys.stderr)
     if getattr(summary, "n_expert", 0):
         _print_experts(summary)
     if summary.projected_bound:
