@@ -32,6 +32,7 @@ def add_expert_curves(chart: LiveChart) -> None:
     chart.add_curve("per_token", "dense_tok", "dense", EXPERT_COLORS["dense_tok"])
     chart.add_curve("per_token", "expert_tok", "experts", EXPERT_COLORS["expert_tok"], fill_to_zero=True)
     keep_top_clear(chart.plot_item("per_token"))
+    chart.scale_from_zero("per_token")  # the top quarter stays free for the legend, as on the other rows
     show_expert_row(chart, False)
 
 
