@@ -22,12 +22,13 @@ EXPERT_CURVE_FIELDS = {
     "dense_tok": "dense_mb_per_token", "expert_tok": "expert_mb_per_token",
 }
 PERCENT_CURVES = ("expert_hit", "spec")  # fractions in the sample, % on the hit-rate axis
+EXPERT_HIT_LABELS = {"expert_hit": "expert hit rate", "spec": "speculation accuracy"}
 
 
 def add_expert_curves(chart: LiveChart) -> None:
     """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
-    chart.add_curve("hit", "expert_hit", "expert hit rate", EXPERT_COLORS["expert_hit"])
-    chart.add_curve("hit", "spec", "speculation accuracy", EXPERT_COLORS["spec"])
+    for key, label in EXPERT_HIT_LABELS.items():
+        chart.add_curve("hit", key, label, EXPERT_COLORS[key])
     chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MB")
     chart.add_curve("per_token", "dense_tok", "dense", EXPERT_COLORS["dense_tok"])
     chart.add_curve("per_token", "expert_tok", "experts", EXPERT_COLORS["expert_tok"], fill_to_zero=True)
@@ -37,7 +38,9 @@ def add_expert_curves(chart: LiveChart) -> None:
 
 
 def show_expert_row(chart: LiveChart, visible: bool) -> None:
-    """Put the per-token row in (MoE model) or take it out (dense); the bottom row shows time."""
+    """Put the per-token row in (MoE model) or take it out (dense); the bottom row shows time.
+    The hit-rate legend names the expert curves only for an MoE model (a dense run draws none)."""
+    _show_expert_legend(chart, visible)
     item, above = chart.plot_item("per_token"), chart.plot_item("toks")
     shown = item in chart.ci.items
     if visible == shown:
@@ -49,6 +52,21 @@ def show_expert_row(chart: LiveChart, visible: bool) -> None:
     for bottom, last in ((above, not visible), (item, visible)):
         bottom.getAxis("bottom").setStyle(showValues=last)
         bottom.getAxis("bottom").showLabel(last)
+
+
+def _show_expert_legend(chart: LiveChart, visible: bool) -> None:
+    hit = chart.plot_item("hit")
+    legend = hit.legend
+    named = {label for _sample, text in legend.items for label in [text.text]}
+    for curve in hit.listDataItems():
+        name = curve.name()
+        if name not in EXPERT_HIT_LABELS.values():
+            continue
+        if visible and name not in named:
+            legend.addItem(curve, name)
+        elif not visible and name in named:
+            legend.removeItem(curve)
+    legend.setColumnCount(max(1, len(legend.items)))
 
 
 def expert_values(s: MetricsSample) -> dict[str, float]:

@@ -78,3 +78,21 @@ def test_shard_panel_shows_no_zero_counts_while_experts_stream(qtbot):
     view.show_expert_streaming(types.SimpleNamespace(layers=list(range(12)), n_expert=64, dense_bytes=6 * 2**20))
     assert view.shard_map.isHidden()  # no "evicted 0 loading 0 resident 0"
     assert "expert streaming" in view.shard_caption.text()
+
+
+def test_dense_hit_legend_names_no_expert_curves(qtbot):
+    from shardscope.app.charts import build_run_chart
+    from shardscope.app.expert_charts import add_expert_curves, show_expert_row
+
+    chart = build_run_chart()
+    qtbot.addWidget(chart)
+    add_expert_curves(chart)  # starts dense
+
+    def names():
+        return [label.text for _sample, label in chart.plot_item("hit").legend.items]
+
+    assert names() == ["cache hit rate", "on time"]
+    show_expert_row(chart, True)
+    assert names() == ["cache hit rate", "on time", "expert hit rate", "speculation accuracy"]
+    show_expert_row(chart, False)
+    assert names() == ["cache hit rate", "on time"]
