@@ -6,8 +6,11 @@ the project's (engine/base/units.py): memory MiB, bandwidth 10^6 B/s, rates in %
 
 Layout choices come from looking at the window: the largest curve (RSS) auto-
 ranges to the very top of its plot, right under the legend and the change
-markers' labels, where it disappeared. So titles go left and legends right in
-the title row, and every plot keeps its top quarter free (see keep_top_clear).
+markers' labels, where it disappeared. So every plot keeps its top quarter free
+(see keep_top_clear). Legends sat in the title row at first, beside the title, until
+an MoE run's four hit-rate entries grew wider than the room the title leaves and
+covered it ("Cache hits, on time"): now the title row holds only the title, and the
+legend sits in the plot's free top band, right-aligned.
 """
 
 from __future__ import annotations
@@ -59,17 +62,17 @@ def build_run_chart() -> LiveChart:
 
 
 def keep_top_clear(item) -> None:
-    """Title left and legend right in the title row; 15 % padding with a floor at 0.
+    """Title left, alone in its row; legend top-right inside the plot; 15 % padding, floor 0.
 
     Every charted quantity is >= 0, and pyqtgraph shifts a padded range up to the
     floor instead of cutting it, so the data's top lands at ~77 % of the height,
-    below the marker labels (92 %).
+    below the legend and the marker labels (92 %).
     """
     item.titleLabel.setText(item.titleLabel.text, justify="left")
     legend = item.legend
     if legend is not None:
-        legend.setParentItem(item)
-        legend.anchor(itemPos=(1, 0), parentPos=(1, 0), offset=(-4, 0))
+        legend.setParentItem(item.getViewBox())  # below the title row: it can never cover the title
+        legend.anchor(itemPos=(1, 0), parentPos=(1, 0), offset=(-2, 1))
     vb = item.getViewBox()
     vb.setDefaultPadding(0.15)
     vb.setLimits(yMin=0)

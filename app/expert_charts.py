@@ -21,22 +21,26 @@ EXPERT_COLORS = {"expert_hit": "#d62728", "spec": "#f2a93b", "dense_tok": "#555d
 EXPERT_CURVES = chart_curves("experts")
 EXPERT_CURVE_FIELDS = {curve: m.name for curve, m in EXPERT_CURVES.items()}
 PERCENT_CURVES = tuple(c for c, m in EXPERT_CURVES.items() if m.fraction)  # fractions in the sample, % on the axis
+EXPERT_HIT_LABELS = {curve: EXPERT_CURVES[curve].label for curve in ("expert_hit", "spec")}  # the hit plot's
 
 
 def add_expert_curves(chart: LiveChart) -> None:
     """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
-    for curve in ("expert_hit", "spec"):
-        chart.add_curve("hit", curve, EXPERT_CURVES[curve].label, EXPERT_COLORS[curve])
+    for curve, label in EXPERT_HIT_LABELS.items():
+        chart.add_curve("hit", curve, label, EXPERT_COLORS[curve])
     chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MB")
     chart.add_curve("per_token", "dense_tok", EXPERT_CURVES["dense_tok"].label, EXPERT_COLORS["dense_tok"])
     chart.add_curve("per_token", "expert_tok", EXPERT_CURVES["expert_tok"].label, EXPERT_COLORS["expert_tok"],
                     fill_to_zero=True)
     keep_top_clear(chart.plot_item("per_token"))
+    chart.scale_from_zero("per_token")  # the top quarter stays free for the legend, as on the other rows
     show_expert_row(chart, False)
 
 
 def show_expert_row(chart: LiveChart, visible: bool) -> None:
-    """Put the per-token row in (MoE model) or take it out (dense); the bottom row shows time."""
+    """Put the per-token row in (MoE model) or take it out (dense); the bottom row shows time.
+    The hit-rate legend names the expert curves only for an MoE model (a dense run draws none)."""
+    _show_expert_legend(chart, visible)
     item, above = chart.plot_item("per_token"), chart.plot_item("toks")
     shown = item in chart.ci.items
     if visible == shown:
@@ -48,6 +52,21 @@ def show_expert_row(chart: LiveChart, visible: bool) -> None:
     for bottom, last in ((above, not visible), (item, visible)):
         bottom.getAxis("bottom").setStyle(showValues=last)
         bottom.getAxis("bottom").showLabel(last)
+
+
+def _show_expert_legend(chart: LiveChart, visible: bool) -> None:
+    hit = chart.plot_item("hit")
+    legend = hit.legend
+    named = {label for _sample, text in legend.items for label in [text.text]}
+    for curve in hit.listDataItems():
+        name = curve.name()
+        if name not in EXPERT_HIT_LABELS.values():
+            continue
+        if visible and name not in named:
+            legend.addItem(curve, name)
+        elif not visible and name in named:
+            legend.removeItem(curve)
+    legend.setColumnCount(max(1, len(legend.items)))
 
 
 def expert_values(s: MetricsSample) -> dict[str, float]:

@@ -97,6 +97,7 @@ class ExpertPanel(QWidget):
         self.moe = moe
         if self.map.shape() != (len(moe.layers), moe.n_expert):
             self.map.set_shape(len(moe.layers), moe.n_expert)
+        self.plot.set_size_limit(moe.expert_bytes / MIB)  # 0 to every expert, until a curve is computed
         self.caption.setText(
             f"{len(moe.layers)} layers \u00d7 {moe.n_expert} experts, top-{moe.n_expert_used}; "
             f"dense {moe.dense_bytes / MIB:,.0f} MB stays resident, experts {moe.expert_bytes / MIB:,.0f} MB stream")

@@ -68,6 +68,7 @@ class RunView(QWidget):
     def show_plan(self, plan: ShardPlan, settings: RunSettings) -> None:
         self.plan = plan
         self.shard_map.set_shards([s.label for s in plan.shards])
+        self.shard_map.show()
         self.shard_caption.setText(
             f"{len(plan.shards)} shards (target {plan.shard_bytes_target / MIB:,.0f} MB), {len(plan.layers)} layers; "
             f"globals {plan.globals_bytes / MIB:,.0f} MB stay resident; "
@@ -78,6 +79,9 @@ class RunView(QWidget):
         """An ExpertRun has no shards: dense weights stay, experts stream (the Experts column)."""
         self.plan = None
         self.shard_map.set_shards([])
+        # No shards to count: the map's "evicted 0 loading 0 resident 0" would read as a
+        # run with nothing resident. The caption says what streams instead.
+        self.shard_map.hide()
         self.shard_caption.setText(
             f"expert streaming: {moe.dense_bytes / MIB:,.0f} MB of dense weights stay resident; "
             f"{len(moe.layers)} layers × {moe.n_expert} experts stream through the expert cache "

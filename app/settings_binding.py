@@ -147,8 +147,16 @@ class SettingsPanel(QWidget):
         hi = max(int(maximum), slider.value(), low + step)
         slider.setRange(low, self._round_up(key, hi))
 
-    def set_disabled_reason(self, key: str, reason: str | None) -> None:
-        self.sliders[key].setDisabledReason(reason)
+    def set_disabled_reason(self, key: str, reason: str | None, tip: str | None = None) -> None:
+        """Disable a control with a short ``reason`` (a slider's readout) and a ``tip`` saying why;
+        None enables it again with its knob's own tooltip."""
+        if key in self.sliders:
+            self.sliders[key].setDisabledReason(reason)
+            widget = self.sliders[key]
+        else:
+            widget = self.combos.get(key) or self.checks[key]
+            widget.setEnabled(reason is None)
+        widget.setToolTip(KNOBS[key].tip if reason is None else (tip or reason))
 
     # ------------------------------------------------------------------ internals
     def _round_up(self, key: str, v: int) -> int:

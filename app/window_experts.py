@@ -13,8 +13,11 @@ from PySide6.QtWidgets import QFileDialog
 
 from shardscope.app.expert_charts import show_expert_row
 from shardscope.app.expert_panel import ExpertPanel
+from shardscope.engine.knobs.knobs import ENABLED, KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.base.units import MIB
+# The knobs only an expert-streaming run reads (engine/knobs: streams="experts").
+EXPERT_KNOBS = tuple(k for k in ENABLED if KNOBS[k].streams == "experts")
 
 
 class WindowExperts:
@@ -29,8 +32,14 @@ class WindowExperts:
         return panel
 
     def show_experts(self, moe: MoeLayout | None) -> None:
-        """Show the expert column for an MoE model (hide it for a dense one)."""
+        """Show the expert column for an MoE model (hide it, and disable the expert knobs, for a dense one)."""
         show_expert_row(self.chart, moe is not None)
+        name = Path(self.model_info.path).name if getattr(self, "model_info", None) else "this model"
+        for key in EXPERT_KNOBS:
+            self.controls.set_disabled_reason(
+                key, None if moe is not None else "dense model",
+                f"Disabled: {name} is a dense model (no routed experts), so the expert cache, expert policy "
+                f"and speculation change nothing. Open an MoE GGUF to use them.")
         if moe is None:
             self.expert_panel.hide()
             return

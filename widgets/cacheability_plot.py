@@ -35,7 +35,11 @@ class CacheabilityPlot(pg.PlotWidget):
         self._current = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#222", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
                                         label="current", labelOpts={"position": 0.95, "color": "#222"})
         self._current.hide()
-        self.item.addItem(self._current)
+        # The marker never sets the axis: alone (before any curve) it would auto-range the
+        # x axis to its own value ± 0.4, an axis reading 174.6-175.4 MiB.
+        self.item.addItem(self._current, ignoreBounds=True)
+        self._size_limit = 100.0
+        self._show_empty_range()
         self._points: dict[str, list[tuple[float, float]]] = {}
         self._projected: list[tuple[float, float]] = []
         self._projection_view: pg.ViewBox | None = None
@@ -48,6 +52,10 @@ class CacheabilityPlot(pg.PlotWidget):
             self.item.removeItem(item)
         self.legend.clear()
         self._points = {}
+        if not any(points.values()):
+            self._show_empty_range()
+            return
+        self.item.enableAutoRange(x=True)
         for policy, pts in points.items():
             pts = sorted((float(x), float(y)) for x, y in pts)
             self._points[policy] = pts
@@ -70,6 +78,16 @@ class CacheabilityPlot(pg.PlotWidget):
         self._projection_view.addItem(pg.PlotCurveItem([x for x, _ in self._projected], [y for _, y in self._projected],
                                                         pen=pg.mkPen("#f2a93b", width=2, style=pg.QtCore.Qt.PenStyle.DotLine)))
         self._sync_views()
+
+    def set_size_limit(self, max_mib: float) -> None:
+        """The largest cache that makes sense (all of the model's experts): the x axis before data."""
+        if max_mib > 0:
+            self._size_limit = float(max_mib)
+            if not self._points:
+                self._show_empty_range()
+
+    def _show_empty_range(self) -> None:
+        self.item.setXRange(0, self._size_limit, padding=0.02)
 
     def set_current(self, cache_mib: float | None) -> None:
         if cache_mib is None:

@@ -35,13 +35,18 @@ def _print_summary(summary) -> None:
     if summary.n_gpu_layers_requested and not summary.n_gpu_layers:
         print(f"note       n_gpu_layers {summary.n_gpu_layers_requested} requested, but this llama.cpp build "
               f"has no GPU offload: ran with 0")
-    print(f"speed      {summary.avg_ts:.2f} tok/s (±{summary.stddev_ts:.2f}), TTFT {summary.ttft_ms:.0f} ms, "
-          f"{summary.n_gen} tokens")
+    # ± here is the spread between this run's tokens; the llama-bench table's ± is between
+    # repetitions (-r), 0 for one: two different figures, so each says which it is.
+    print(f"speed      {summary.avg_ts:.2f} tok/s (tokens vary ±{summary.stddev_ts:.2f}), TTFT "
+          f"{summary.ttft_ms:.0f} ms, {summary.n_gen} tokens")
     print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"from RAM   {from_memory_line(summary.cache_hit_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
+    if "SHARED with" in summary.evict_mechanism:  # engine/stream/model_lock.py
+        print("warning    another run mapped this model during this one: eviction was shared, so resident "
+              "weights, hit rate and bytes read include its work", file=sys.stderr)
     if getattr(summary, "n_expert", 0):
         _print_experts(summary)
     if summary.projected_bound:
@@ -142,7 +147,12 @@ def _mb_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected MB sizes separated by commas, got {text!r}") from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise argparse.ArgumentTypeError(f"sizes must be > 0 MB, got {text!r}")
+    if any(v > MAX_CACHE_MB for v in values):
+        raise argparse.ArgumentTypeError(f"sizes must be at most 2^40 MB (1 EiB), got {text!r}")
     return values
+
+
+MAX_CACHE_MB = 2.0 ** 40  # far past any trace's experts; larger sizes overflow the byte counts
 
 
 def cmd_replay(args) -> int:
@@ -153,6 +163,8 @@ def cmd_replay(args) -> int:
 
     trace = read_trace(args.trace)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    if not policies:
+        raise ShardscopeError(f"--policy: give at least one policy (lru, lfu, hot), got {args.policy!r}")
     rows = replay(trace, args.cache_mb, policies, where=args.trace)
     print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
     return 0
@@ -229,9 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
     replay_p.add_argument("--policy", default="lru,lfu,hot", help="policies, e.g. lru,lfu,hot")
     replay_p.set_defaults(func=cmd_replay)
-    from shardscope.engine.cli.cli_search import register  # sweep, tune, plan: their own module
+    from shardscope.engine.cli import cli_devices, cli_search  # sweep, tune, plan; devices: their own modules
 
-    register(sub)
+    cli_search.register(sub)
+    cli_devices.register(sub)
     return parser
 
 

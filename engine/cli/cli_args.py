@@ -53,12 +53,31 @@ def add_flag(p: argparse.ArgumentParser, key: str, **overrides) -> None:
         kw["action"] = argparse.BooleanOptionalAction
     elif (kind := flag_type(key)) is not None:
         kw["type"] = kind
-    if spec.help:
-        kw["help"] = spec.help
+    kw["help"] = flag_help(key)
     kw.update(overrides)
     if "action" not in kw and "choices" not in kw:
         kw.setdefault("metavar", metavar(key))
     p.add_argument(spec.flag, dest=key, **kw)
+
+
+def flag_help(key: str) -> str:
+    """A knob's help line: its own help, else the first line of its tooltip, with the default
+    (so ``bench --help`` says what every flag does and what it is when left out)."""
+    spec = KNOBS[key]
+    tip = "; ".join(line.strip().rstrip(";") for line in spec.tip.splitlines()) if spec.choices else spec.tip.split("\n")[0]
+    text = spec.help or (tip.rstrip(".;") if tip else spec.label)
+    if spec.unit and spec.unit not in text:
+        text += f" ({spec.unit})"
+    if spec.streams == "experts":
+        text = "MoE: " + text
+    elif spec.streams == "layers":
+        text += "; layer streaming"
+    if "default" not in text and key not in _COMPUTED:
+        default = spec.default
+        shown = ("on" if default else "off") if isinstance(default, bool) else f"{default:g}" \
+            if isinstance(default, float) else str(default)
+        text += f" (default: {shown}{' = ' + spec.off if spec.off and not default else ''})"
+    return text.replace("%", "%%")  # argparse formats help with %
 
 
 def metavar(key: str) -> str:

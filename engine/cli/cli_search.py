@@ -138,7 +138,7 @@ def _register_sweep(sub) -> None:
 
 def cmd_sweep(args) -> int:
     from shardscope.engine.knobs.knob_ranges import format_values
-    from shardscope.engine.search.sweep import best_of, describe_settings, expand_grid, run_sweep
+    from shardscope.engine.search.sweep import describe_settings, expand_grid, run_sweep
 
     _check_tokens(args)
     grid = _parse_knobs(args, SWEEP_FLAGS)
@@ -152,6 +152,11 @@ def cmd_sweep(args) -> int:
           + " x ".join(f"{k} {format_values(grid[k])}" for k in varied or ["shard_mb"])
           + f"), {args.n_gen} tokens each" + (f", {passes} passes" if passes > 1 else "")
           + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
+    from shardscope.engine.search.search_noise import fits_note, ranking_line
+
+    note = fits_note(base.model_path, grid.get("budget_mb", [base.budget_mb]), "shard size, prefetch depth and policy")
+    if note:  # said first: what follows would otherwise read as a ranking of the knobs
+        print(note, file=sys.stderr)
     results = []
     bar = _progress(total * passes, args.quiet, "sweep")
 
@@ -199,17 +204,16 @@ def cmd_sweep(args) -> int:
         print(f"shardscope: sweep interrupted after {totals.rows_written} of {total * passes} runs: {tail}",
               file=sys.stderr)
         return 130
-    finished = [r for r, _ in results]
-    best = best_of(finished)
-    if best:
-        print(f"fastest here: {best.summary.avg_ts:.3g} tok/s with {describe_settings(best.settings, shown)}",
-              file=human)
+    groups: dict = {}
+    for r, _ in results:
+        if r.ok:
+            groups.setdefault(r.settings, []).append(r.summary)
+    label = lambda s: describe_settings(s, shown)  # noqa: E731
+    lines = [ranking_line(groups, label, "fastest here")]
     if args.device:
-        best_p = best_of(finished, "projected_ts")
-        if best_p:
-            print(f"fastest on {args.device} (projected): {best_p.summary.projected_ts:.3g} tok/s "
-                  f"({best_p.summary.projected_bound}-bound) with {describe_settings(best_p.settings, shown)}",
-                  file=human)
+        lines.append(ranking_line(groups, label, f"fastest on {args.device} (projected)", "projected_ts"))
+    for line in filter(None, lines):
+        print(line, file=human)
     print(f"sweep: {tail}", file=human)
     _print_llama_bench_rows(base, results, args.output)
     return 0 if totals.rows_written or not total else 1
@@ -263,6 +267,7 @@ def _register_tune(sub) -> None:
                    help="relative gain a move must bring (default 0.02 = 2 %%, the host's noise)")
     p.add_argument("--max-passes", type=cli_args.positive_int, default=6)
     p.add_argument("--save-profile", metavar="NAME", help="save the best settings as a user profile")
+    p.add_argument("--force", action="store_true", help="let --save-profile replace a profile of that name")
     p.add_argument("--profile-dir", help="where to save it (default: $SHARDSCOPE_CONFIG_DIR/profiles or "
                                          "~/.config/shardscope/profiles)")
     _add_common_run_flags(p, default_tokens=6)
@@ -273,12 +278,19 @@ def cmd_tune(args) -> int:
     import os
 
     from shardscope.engine.devices.devices import get_device
+    from shardscope.engine.search.sweep import check_csv_columns
     from shardscope.engine.search.tune import SEARCH_DESCRIPTION, auto_tune, save_tuned_profile
 
     _check_tokens(args)
     if args.min_gain >= 1:
         raise ShardscopeError(f"--min-gain: must be below 1, got {args.min_gain:g}")
     device = get_device(args.device)
+    if args.csv:  # outputs are refused now, not after the search
+        check_csv_columns(args.csv)
+    if args.save_profile:
+        from shardscope.engine.search.tune import tuned_profile_path
+
+        tuned_profile_path(args.save_profile, args.profile_dir, force=args.force)
     cands = _parse_knobs(args, TUNE_FLAGS)
     if "threads" not in cands:
         cands["threads"] = list(range(1, (os.cpu_count() or 1) + 1))
@@ -289,12 +301,16 @@ def cmd_tune(args) -> int:
 
     print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
           + f" ({grid} combinations in the full grid)", file=sys.stderr)
+    from shardscope.engine.search.search_noise import fits_note, tune_tie_line
+    from shardscope.engine.search.tune import device_weight_budget_mb
+
+    budget = device_weight_budget_mb(device)
+    note = fits_note(args.model_path, [min(budget, args.budget_cap_mb or budget)], "shard size, prefetch depth and policy")
+    if note:
+        print(note, file=sys.stderr)
     bar = _progress(None, args.quiet, "tune")
     from shardscope.engine.output.csv_out import append_rows, run_columns, run_row
-    from shardscope.engine.search.sweep import check_csv_columns
 
-    if args.csv:
-        check_csv_columns(args.csv)
 
     def on_eval(ev) -> None:
         from shardscope.engine.search.tune import _knobs_text, _score_text
@@ -330,12 +346,16 @@ def cmd_tune(args) -> int:
           f"measured {b.summary.avg_ts:.3g} tok/s here (emulated SSD "
           f"{'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}), resident weights "
           f"{b.summary.resident_weights_mb:.0f} MB ≤ {result.weight_budget_mb:g} MB")
+    tie = tune_tie_line(result.evaluations, b)
+    if tie:
+        print(tie)
     if result.stopped:
         print(f"shardscope: tune interrupted after {result.runs} runs: best so far shown"
               + (f", {result.runs} rows written to {args.csv}" if args.csv else ""), file=sys.stderr)
         return 130
     if args.save_profile:
-        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path)
+        path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path,
+                                  force=args.force)
         print(f"saved profile {args.save_profile!r} to {path}")
     return 0
 

@@ -68,7 +68,8 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
     if experts:
         n_exp = meta.get(f"{arch}.expert_count")
         n_used = meta.get(f"{arch}.expert_used_count")
-        if isinstance(n_exp, int) and isinstance(n_used, int) and 0 < n_used <= n_exp:
+        _refuse_bad_expert_counts(path, arch, n_exp, n_used, layouts)
+        if isinstance(n_exp, int) and isinstance(n_used, int):
             f = n_used / n_exp
         else:
             assumptions.append(
@@ -90,6 +91,27 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
         bits_per_weight=8 * weight / n_params,
         assumptions=tuple(assumptions),
     )
+
+
+def _refuse_bad_expert_counts(path: Path, arch: str, n_exp, n_used, layouts) -> None:
+    """Counts that are given but wrong are refused as ``bench`` refuses them (llama.cpp would abort
+    loading such a file), so plan never sizes a model no run could load. Missing counts are
+    only an assumption here: the plan then counts every expert as touched."""
+    from shardscope.engine.layout.moe_layout import MAX_EXPERTS
+
+    if n_exp is not None and not (isinstance(n_exp, int) and 0 < n_exp <= MAX_EXPERTS):
+        raise ShardscopeError(f"{path}: {arch}.expert_count is {n_exp}; llama.cpp takes 1 to {MAX_EXPERTS}")
+    if n_exp is not None and n_used is not None and not (isinstance(n_used, int) and 0 < n_used <= n_exp):
+        raise ShardscopeError(f"{path}: {arch}.expert_used_count is {n_used}, but it must be 1 to "
+                              f"{arch}.expert_count ({n_exp})")
+    if n_exp is None:
+        return
+    for layout in layouts:
+        for t in layout.tensors:
+            if t.layer is not None and "_exps" in t.name and (len(t.shape) != 3 or t.shape[2] != n_exp):
+                held = t.shape[2] if len(t.shape) == 3 else 1
+                raise ShardscopeError(f"{path}: {t.name} (shape {list(t.shape)}) does not divide into "
+                                      f"{arch}.expert_count = {n_exp} experts (it holds {held})")
 
 
 def size_from_gguf_header(

@@ -8,6 +8,7 @@ count decoded tokens only, like the run's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
@@ -65,12 +66,17 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
 
 
 def replay(trace: RoutingTrace, cache_mb: list[float], policies: list[str], where: str = "trace") -> list[ReplayRow]:
-    """One row per (policy, cache size); sizes below one access's bytes are refused."""
+    """One row per (policy, cache size); sizes below one access's bytes, or too large to count
+    in bytes, and an empty policy list are refused."""
+    if not policies:
+        raise ShardscopeError("--policy: give at least one policy (lru, lfu, hot)")
     for policy in policies:
         if policy not in POLICIES:
             raise ShardscopeError(f"--policy: '{policy}' is not one of {', '.join(POLICIES)}")
     floor = min_cache_bytes(trace)
     for mb in cache_mb:
+        if not math.isfinite(mb * MIB) or mb * MIB > 2 ** 62:
+            raise ShardscopeError(f"--cache-mb {mb:g}: too large (at most {2 ** 62 / MIB:g} MB)")
         if mb * MIB < floor:
             raise ShardscopeError(f"--cache-mb {mb:g}: below the {floor / MIB:.1f} MB that one layer's picks "
                                   f"in {where} need")

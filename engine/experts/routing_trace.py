@@ -10,7 +10,8 @@ seconds instead of re-running the model. Line 1 is a header describing the model
                                           with how many prompt tokens picked each
 
 Traces are written to a temporary file and renamed into place when complete, so a
-stopped run never leaves half a trace.
+stopped run never leaves half a trace; one killed outright (SIGKILL) leaves its temp
+file, which the next trace written to the same path removes (engine/base/stale_temp.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.stale_temp import remove_stale_temps, temp_prefix
 
 FORMAT_KEY = "shardscope_routing_trace"
 FORMAT_VERSION = 1
@@ -71,8 +73,9 @@ class TraceWriter:
     def __init__(self, path: str | os.PathLike, header: TraceHeader):
         self.path = Path(path)
         directory = self.path.parent if str(self.path.parent) else Path(".")
+        remove_stale_temps(self.path)
         try:
-            fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
+            fd, self._tmp = tempfile.mkstemp(prefix=temp_prefix(self.path), suffix=".tmp", dir=directory)
         except OSError as exc:
             raise ShardscopeError(f"{self.path}: cannot write the trace here ({exc.strerror})") from None
         self._fh = os.fdopen(fd, "w")

@@ -1,7 +1,9 @@
 """Remember each file's layout, keyed by (path, size, mtime), so reopening is instant.
 
 A changed file (new size or mtime) misses the cache and is parsed again, so a stale
-plan can never describe a different file.
+plan can never describe a different file. The cache is bounded: past ``MAX_ENTRIES``
+files the least recently used ones go (each is a few hundred KB at most; one per model
+path ever opened would otherwise grow without end).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from shardscope.engine.base.atomic_write import write_text_atomic
@@ -17,6 +20,7 @@ from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo, read_l
 from shardscope.engine.base.user_dirs import cache_dir
 
 _FORMAT = 1
+MAX_ENTRIES = 64  # models a user keeps switching between; parsing a header again costs well under a second
 
 
 def _cache_file(path: Path) -> Path:
@@ -37,6 +41,7 @@ def load_layout(model_path: str | os.PathLike) -> ModelLayout:
         if (data["format"], data["path"], data["size"], data["mtime_ns"]) == (
             _FORMAT, str(real), stat.st_size, stat.st_mtime_ns
         ) and real.is_file():
+            _touch(cached)
             return ModelLayout(
                 path=str(real), file_size=data["size"], mtime_ns=data["mtime_ns"],
                 version=data["version"], alignment=data["alignment"],
@@ -56,6 +61,40 @@ def load_layout(model_path: str | os.PathLike) -> ModelLayout:
             "metadata": layout.metadata,
             "tensors": [[t.name, t.ggml_type, list(t.shape), t.offset, t.n_bytes] for t in layout.tensors],
         }))
+        prune(cached.parent)
     except (OSError, ShardscopeError):
         pass  # a cache we cannot write only costs time
     return layout
+
+
+def _touch(cached: Path) -> None:
+    """Mark an entry as just used (its mtime orders the pruning)."""
+    try:
+        os.utime(cached)
+    except OSError:
+        pass
+
+
+def prune(directory: Path, keep: int | None = None) -> int:
+    """Delete all but the ``keep`` most recently used entries (and stray temp files); returns how many went."""
+    keep = MAX_ENTRIES if keep is None else keep
+    removed = 0
+    entries = []
+    for entry in directory.iterdir():
+        try:
+            if entry.suffix == ".tmp":  # a write killed before its rename (a live one is seconds old)
+                if time.time() - entry.stat().st_mtime > 600:
+                    entry.unlink()
+                removed += 1
+            elif entry.suffix == ".json":
+                entries.append((entry.stat().st_mtime_ns, entry))
+        except OSError:
+            continue
+    entries.sort(reverse=True)
+    for _, entry in entries[keep:]:
+        try:
+            entry.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed

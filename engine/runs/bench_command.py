@@ -36,6 +36,9 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
     Expert runs keep their expert cache between rounds the same way.
     ``on_verify`` (engine/runs/verify.py) gets the VerifyReport of a verified first round.
     """
+    from shardscope.engine.runs.output_checks import check_outputs
+
+    check_outputs(settings, csv_path=csv_path, timeline_path=timeline_path, trace_path=trace_path, device=device)
     summaries: list[RunSummary] = []
     samples: list = []
     if on_verify is not None:  # one run, every figure paired with an independent source

@@ -23,7 +23,6 @@ import itertools
 import math
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator
 
 from shardscope.engine.base.errors import ShardscopeError
@@ -170,19 +169,12 @@ class SweepTotals:
 
 
 def check_csv_columns(csv_path: str) -> None:
-    """Refuse a CSV with other columns before the first run, not after it."""
-    from shardscope.engine.output.csv_out import read_rows, run_columns
+    """Refuse a CSV with other columns, or a path that cannot be written, before the first run."""
+    from shardscope.engine.output.csv_out import run_columns
+    from shardscope.engine.runs.output_checks import check_csv_header, check_writable
 
-    path = Path(csv_path)
-    if path.is_dir():
-        raise ShardscopeError(f"{csv_path}: is a directory, not a CSV file")
-    if path.exists() and path.stat().st_size > 0:
-        header, _ = read_rows(path)
-        if header != run_columns():  # one header for dense and MoE rows alike
-            raise ShardscopeError(f"{csv_path}: has other columns than a shardscope run CSV; write to a new file")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ShardscopeError(f"{csv_path}: folder {parent} does not exist")
+    check_writable("--csv", csv_path)
+    check_csv_header(csv_path, run_columns(), "a shardscope run")
 
 
 def run_sweep(base: RunSettings, grid: dict[str, list], *, csv_path: str | None, device: str | None = None,

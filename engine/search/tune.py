@@ -313,19 +313,33 @@ def _score_text(ev: Evaluation) -> str:
             f"measured {ev.summary.avg_ts:.3g} tok/s{fit}")
 
 
+def tuned_profile_path(name: str, directory: str | os.PathLike | None = None, *, force: bool = False) -> Path:
+    """Where ``--save-profile NAME`` writes; an existing profile is refused unless ``force``
+    (checked before the search, so a tune is never run only to be refused at the end)."""
+    from shardscope.engine.knobs.profile_file import profile_filename
+
+    if not isinstance(name, str) or not name.strip():
+        raise ShardscopeError("--save-profile: the profile name must not be empty")
+    folder = Path(directory) if directory is not None else user_profiles_dir()
+    path = folder / profile_filename(name)
+    if path.exists() and not force:
+        raise ShardscopeError(f"--save-profile {name}: {path} already exists; pass --force to replace it")
+    if folder.exists() and not (folder.is_dir() and os.access(folder, os.W_OK)):
+        raise ShardscopeError(f"--save-profile {name}: cannot write into {folder}")
+    return path
+
+
 def save_tuned_profile(result: TuneResult, name: str, *, directory: str | os.PathLike | None = None,
-                       model_path: str | None = None) -> Path:
+                       model_path: str | None = None, force: bool = True) -> Path:
     """Write the best settings as a user profile; returns its path.
 
     The profile keeps the tuned knobs and budget; the measuring-only settings (a few
     tokens, the small context) go back to the defaults so the profile runs normally.
     """
-    from shardscope.engine.knobs.profile_file import Profile, profile_filename, save_profile
+    from shardscope.engine.knobs.profile_file import Profile, save_profile
 
     if result.best is None or result.best.summary is None:
         raise ShardscopeError("tune: no candidate ran and fit the device; nothing to save")
-    if not isinstance(name, str) or not name.strip():
-        raise ShardscopeError("--save-profile: the profile name must not be empty")
     best = result.best
     d = RunSettings()
     settings = best.settings.with_changes(
@@ -338,8 +352,7 @@ def save_tuned_profile(result: TuneResult, name: str, *, directory: str | os.Pat
         f"{s.projected_ts:.3g} tok/s ({s.projected_bound}-bound), measured {s.avg_ts:.3g} tok/s on the tuning "
         f"host; coordinate descent, {result.runs} runs of a {result.grid_size}-point grid."
     )
-    folder = Path(directory) if directory is not None else user_profiles_dir()
-    path = folder / profile_filename(name)
+    path = tuned_profile_path(name, directory, force=force)
     save_profile(Profile(name=name.strip(), settings=settings, description=description, device=result.device_id),
                  path)
     return path
