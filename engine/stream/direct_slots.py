@@ -36,6 +36,8 @@ PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 MAP_NORESERVE = 0x4000
 MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
+HUGE = 2 * 1024 * 1024  # a transparent huge page
+MADV_HUGEPAGE = 14
 MIN_RECYCLED = 64 * 1024  # smaller ranges (edge pages) are simply mapped over
 POOL_BYTES = 128 * 1024 * 1024  # spare slots kept for reuse (a layer's worth of evictions)
 MAP_FAILED = ctypes.c_void_p(-1).value
@@ -45,6 +47,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
 _libc.mremap.restype = ctypes.c_void_p
 
@@ -129,13 +132,45 @@ class DirectSlots:
         return done
 
     def _take_slot(self, length: int) -> int:
+        """A slot of ``length`` bytes, made of a spare one's pages where there is one: the same size,
+        else the smallest larger one cut down (mremap shrinks in place), else the largest smaller one
+        grown (only the added tail is fresh memory); a new mapping only when nothing is spare."""
         with self._pool_lock:
-            spare = self._pool.get(length)
-            if spare:
-                self._pooled -= length
-                return spare.pop()
-        return _check(_libc.mmap(None, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
-                      "mmap of a slot")
+            sizes = sorted(size for size, spares in self._pool.items() if spares)
+            if not sizes:
+                spare = size = None
+            else:
+                size = next((s for s in sizes if s >= length), sizes[-1])
+                spare = self._pool[size].pop()
+                self._pooled -= size
+        if spare is None:
+            return self._fresh_slot(length)
+        if size == length:
+            return spare
+        moved = _libc.mremap(spare, size, length, MREMAP_MAYMOVE if size < length else 0, None)
+        if moved in (None, MAP_FAILED):
+            _libc.munmap(spare, size)
+            return self._fresh_slot(length)
+        return moved
+
+    @staticmethod
+    def _fresh_slot(length: int) -> int:
+        """New anonymous memory, 2 MiB-aligned and asked for in huge pages where it is that big:
+        faulting it in (the O_DIRECT read pins every page) then costs a fault per 2 MiB, not per
+        4 KiB (measured: 0.35 → see docs/decisions.md); mremap splits them where the target is not aligned."""
+        if length < HUGE:
+            return _check(_libc.mmap(None, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+                          "mmap of a slot")
+        raw = _check(_libc.mmap(None, length + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+                     "mmap of a slot")
+        slot = (raw + HUGE - 1) // HUGE * HUGE
+        if slot > raw:
+            _libc.munmap(raw, slot - raw)
+        tail = raw + length + HUGE - (slot + length)
+        if tail > 0:
+            _libc.munmap(slot + length, tail)
+        _libc.madvise(slot, length, MADV_HUGEPAGE)
+        return slot
 
     def _keep_pages(self, address: int, length: int) -> None:
         """Move the range's pages into a spare slot (the range stays mapped, empty), if there is room."""
