@@ -114,7 +114,7 @@ def cmd_synth(args) -> int:
 
 
 _MOE_FLAGS = {"experts": "--experts", "experts_used": "--experts-used", "shared_experts": "--shared-experts",
-              "routing_skew": "--routing-skew"}
+              "routing_skew": "--routing-skew", "arch": "--arch", "like": "--like"}
 
 
 def _moe_spec(args):
@@ -124,11 +124,12 @@ def _moe_spec(args):
         if given:
             raise ShardscopeError(f"{given[0]} needs --moe")
         return None
-    from shardscope.engine.synth.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth_moe import PRESETS, MoeSpec
 
-    d = MoeSpec()
+    # --like picks a real model's ratios; explicit flags still override them
+    d = PRESETS[args.like]() if args.like else MoeSpec()
     return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
-                      for key in _MOE_FLAGS})
+                      for key in _MOE_FLAGS if key != "like"})
 
 
 def _mb_list(text: str) -> list[float]:
@@ -207,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="always-used experts per layer (arch qwen2moe; default 0)")
     synth.add_argument("--routing-skew", type=non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
+    synth.add_argument("--arch", choices=("llama", "qwen2moe", "deepseek2"), default=None,
+                       help="MoE architecture (default: llama, or qwen2moe with shared experts); "
+                            "deepseek2 is the Kimi K2 / DeepSeek-V3 shape: MLA, dense first layer, sigmoid router")
+    synth.add_argument("--like", choices=("kimi-k2",), default=None,
+                       help="a real model's expert ratios at --size-mb: kimi-k2 = deepseek2, 384 experts, top-8, 1 shared")
     synth.set_defaults(func=cmd_synth)
     cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
                          description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "
