@@ -362,8 +362,9 @@ class ExpertStreamer:
 
     def _load_unit(self, unit: Unit) -> None:
         layer, expert = unit
-        self.limiter.throttle(self.unit_bytes[layer])  # the emulated SSD: bytes no faster than its rate
-        self._read_in([memory_calls.page_outward(start, end) for start, end in self.moe.unit_ranges(layer, expert)])
+        ranges = self.moe.unit_ranges(layer, expert)
+        with self.limiter.pacing(end - start for start, end in ranges):  # the emulated SSD: one request a slice
+            self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
         with self._lock:
             self.counters.loads += 1
             self.counters.loaded_bytes += self.unit_bytes[layer]

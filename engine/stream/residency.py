@@ -356,8 +356,8 @@ class ResidencyController:
                 chunk = CHUNK_BYTES if emulating else span[1] - span[0]
                 for lo in range(span[0], span[1], chunk):
                     hi = min(lo + chunk, span[1])
-                    self._limiter.throttle(hi - lo)
-                    self.load_mechanism = self._read_in(lo, hi)
+                    with self._limiter.pacing([hi - lo]):  # done no sooner than the emulated SSD
+                        self.load_mechanism = self._read_in(lo, hi)
         with self._cond:
             self._counters.loads += 1
             self._counters.loaded_bytes += shard.n_bytes
