@@ -109,3 +109,23 @@ def test_synth_cli_writes_kimi_shape_and_refuses_bad_arch(tmp_path, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--arch" in err[0] and not (tmp_path / "x.gguf").exists()
+
+
+@pytest.mark.slow
+def test_emulated_ssd_latency_is_paid_per_layer_that_misses(kimi_model):
+    """--ssd-latency-us: every token that misses waits at least the latency once per layer with misses."""
+    from shardscope.engine.stream.ssd_rate_limiter import configure_emulation, emulated_latency
+
+    before = emulated_latency()
+    configure_emulation(latency_us=5000, queue_depth=32)  # 5 ms: far above this host's own reads
+    try:
+        with ExpertRun(_settings(kimi_model, ssd_mb_s=2000.0)) as run:
+            summary = run.run()
+            per_token = run.per_token
+            assert run.streamer.limiter.latency_s == pytest.approx(0.005)
+    finally:
+        configure_emulation(before[0] * 1e6, before[1])
+    missing_tokens = sum(1 for row in per_token if row["misses"] > 0)
+    assert missing_tokens > 0
+    waited_s = summary.expert_wait_ms_per_token / 1000 * len(per_token)
+    assert waited_s >= 0.9 * 0.005 * missing_tokens

@@ -71,6 +71,9 @@ def cmd_bench(args) -> int:
     from shardscope.engine.output.llama_bench_output import print_rows, utc_now
 
     settings = settings_from_args(args)
+    from shardscope.engine.stream.ssd_rate_limiter import configure_emulation
+
+    configure_emulation(args.ssd_latency_us, args.ssd_queue_depth)  # the emulated SSD beyond its bandwidth
     started = utc_now()
     reports = []
     summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
@@ -194,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--verify", action="store_true",
                        help="print each figure next to an independent source (another process's /proc "
                             "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
+    bench.add_argument("--ssd-latency-us", type=non_negative_float, default=0.0,
+                       help="with --ssd-mb-s: the emulated SSD's latency per request (default 0)")
+    bench.add_argument("--ssd-queue-depth", type=positive_int, default=32,
+                       help="with --ssd-mb-s: requests the emulated SSD keeps in flight (default 32)")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=positive_float, required=True)
