@@ -45,8 +45,11 @@ def _print_summary(summary) -> None:
     if summary.projected_bound:
         from shardscope.engine.devices.devices import get_device
         from shardscope.engine.devices.projection import inputs_provenance
+        from shardscope.engine.devices.run_projection import projection_for
 
-        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
+        # bound_text names the SSD's part too: "ssd-bound (latency)" or "(bandwidth)"
+        bound = projection_for(summary, summary.device).bound_text
+        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({bound}; "
               f"{inputs_provenance(get_device(summary.device))})")
 
 
