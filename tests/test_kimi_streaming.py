@@ -129,3 +129,18 @@ def test_emulated_ssd_latency_is_paid_per_layer_that_misses(kimi_model):
     assert missing_tokens > 0
     waited_s = summary.expert_wait_ms_per_token / 1000 * len(per_token)
     assert waited_s >= 0.9 * 0.005 * missing_tokens
+
+
+@pytest.mark.parametrize("budget_mb", [2000, 100])  # fits (no streaming) and streams experts: both refused
+def test_deepseek2_without_rope_dims_is_refused_before_llama_aborts(kimi_model, tmp_path, capsys, budget_mb):
+    from pathlib import Path
+
+    data = bytearray(Path(kimi_model).read_bytes())
+    key = b"deepseek2.rope.dimension_count"
+    at = data.index(key)
+    data[at:at + len(key)] = b"deepseek2.rope.dimension_cXunt"  # same length: the file stays valid GGUF
+    bad = tmp_path / "norope.gguf"
+    bad.write_bytes(data)
+    assert main(["bench", "--model", str(bad), "--budget-mb", str(budget_mb), "--tokens", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rope.dimension_count is missing" in err[0] and str(bad) in err[0]
