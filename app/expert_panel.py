@@ -61,6 +61,11 @@ class ExpertPanel(QWidget):
         self.map = ExpertMap()
         self.map.setMinimumHeight(140)
         ml.addWidget(self.map, 1)
+        self.advice = QLabel("")  # the engine's one line when the cache cannot help the policy
+        self.advice.setWordWrap(True)
+        self.advice.setStyleSheet("color: #a04000")
+        self.advice.hide()
+        ml.addWidget(self.advice)
         layout.addWidget(map_box, 1)
 
         cache_box = QGroupBox("Cacheability (routing replayed per policy)")
@@ -95,6 +100,11 @@ class ExpertPanel(QWidget):
         self.caption.setText(
             f"{len(moe.layers)} layers \u00d7 {moe.n_expert} experts, top-{moe.n_expert_used}; "
             f"dense {moe.dense_bytes / MIB:,.0f} MB stays resident, experts {moe.expert_bytes / MIB:,.0f} MB stream")
+
+    def show_advice(self, text: str) -> None:
+        """The last round's cache advice in the window's words ("" hides it)."""
+        self.advice.setText(f"{text} (set Expert policy to hot)" if text else "")
+        self.advice.setVisible(bool(text))
 
     def poll(self) -> None:
         """10 Hz: copy the engine's view into the map (the map skips unchanged arrays)."""

@@ -375,6 +375,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
             self.run_view.show_round(summary)
             self._show_projection()
             self._show_expert_cache()
+            self.expert_panel.show_advice(getattr(summary, "expert_advice", ""))
 
     # ================================================================== errors
     def show_error(self, message: str) -> None:

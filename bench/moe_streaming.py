@@ -8,8 +8,8 @@ the expert bytes. In one run, each from a cold page cache:
 3. the same with speculation on (the next layer's likely experts loaded while this one
    computes), and both again with the ``hot`` policy;
 4. whole-layer streaming of the same model (StreamingRun, one layer per shard);
-5. plain mmap (llama.cpp alone, no controller) in a child process under a cgroup v2
-   ``memory.max`` of the same memory — where this machine allows one; if not, why not.
+5. plain mmap (llama.cpp alone, no controller) in a child process under a memory cap of the
+   same size (cgroup v2 ``memory.max``, else v1 ``memory.limit_in_bytes``; bench/memory_cap.py).
 
 Last lines: expert ÷ whole-layer tok/s (goal ≥ 8), expert streaming efficiency =
 tok/s ÷ (disk MB/s ÷ MB read per token) (goal ≥ 0.8), hit rate with and without
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
+from bench.memory_cap import run_capped  # noqa: E402
 from shardscope.engine.experts.expert_run import ExpertRun  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
 from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
@@ -79,56 +79,12 @@ def layer_run(model: str, budget_mb: float, layer_mb: float, tokens: int, thread
 
 
 # ----------------------------------------------------------------- plain mmap, capped
-def _cgroup_v2_dir() -> tuple[Path | None, str]:
-    """A cgroup v2 directory where this process may create a child with memory.max, or why not."""
-    mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
-    roots = [Path(m[1]) for m in mounts if m[2] == "cgroup2"]
-    if not roots:
-        return None, "no cgroup v2 hierarchy is mounted"
-    own = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
-                if line.startswith("0::")), None)
-    if own is None:
-        return None, "this process is in no cgroup v2 group"
-    for root in roots:
-        group = root / own.lstrip("/")
-        controllers = (group / "cgroup.controllers")
-        if not controllers.exists():
-            continue
-        if "memory" not in controllers.read_text().split():
-            return None, (f"the memory controller is not enabled in cgroup v2 here ({group}; "
-                          f"it is bound to cgroup v1), so no memory.max can be set")
-        if not os.access(group, os.W_OK):
-            return None, f"{group} is not writable by this user"
-        return group, ""
-    return None, "this process's cgroup v2 group is not visible"
-
-
 def plain_mmap_capped(model: str, cap_mb: float, tokens: int, threads: int) -> tuple[dict | None, str]:
-    parent, why = _cgroup_v2_dir()
-    if parent is None:
-        return None, why
-    group = parent / f"shardscope-bench-{os.getpid()}"
-    try:
-        group.mkdir()
-        (group / "memory.max").write_text(str(int(cap_mb * MIB)))
-        (group / "memory.swap.max").write_text("0") if (group / "memory.swap.max").exists() else None
-    except OSError as exc:
-        return None, f"cannot create a capped cgroup under {parent} ({exc.strerror})"
     drop_from_cache(model)
-    procs = str(group / "cgroup.procs")
-
-    def enter_group() -> None:
-        with open(procs, "w") as f:
-            f.write(str(os.getpid()))
-
-    try:
-        out = subprocess.run([sys.executable, __file__, "--plain-mmap-child", model, str(tokens), str(threads)],
-                             preexec_fn=enter_group, capture_output=True, text=True, timeout=3600)
-    finally:
-        try:
-            group.rmdir()
-        except OSError:
-            pass
+    out, how = run_capped([sys.executable, __file__, "--plain-mmap-child", model, str(tokens), str(threads)],
+                          int(cap_mb * MIB), 3600)
+    if out is None:
+        return None, how
     if out.returncode != 0:
         return None, f"the capped child failed (exit {out.returncode}: {out.stderr.strip()[-200:]})"
     return json.loads(out.stdout.strip().splitlines()[-1]), ""
@@ -192,7 +148,7 @@ def main() -> None:
               f"{s.expert_wait_ms_per_token:.1f} | {s.compute_ms_per_token:.1f} |")
     print(f"| whole layers | {whole.avg_ts:.2f} | {whole.read_mb_per_token:.1f} | – | {whole.wait_ms_per_token:.1f} | – |")
     if mmap_result:
-        print(f"| plain mmap, memory.max {cap_mb:.0f} MB | {mmap_result['tok_s']:.2f} | "
+        print(f"| plain mmap, capped at {cap_mb:.0f} MB | {mmap_result['tok_s']:.2f} | "
               f"{mmap_result['read_mb_per_token']:.1f} | – | – | – |")
     else:
         print(f"| plain mmap | not run: {mmap_why} | | | | |")

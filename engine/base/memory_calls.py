@@ -91,20 +91,20 @@ def find_mapping(path: str) -> FileMapping | None:
 
 
 def mapping_rss_bytes(mapping: FileMapping) -> int | None:
-    """Rss of the mapping as the kernel accounts it (smaps): resident weight bytes."""
+    """Rss of the mapping's address range as the kernel accounts it (smaps): resident weight bytes,
+    summed over every VMA inside it (the expert streamer swaps anonymous pages into the range)."""
     if not IS_LINUX:
         return None
-    header = f"{mapping.start:x}-"
-    found = False
+    total, inside = 0, False
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
-            if not found:
-                if line.startswith(header):
-                    found = True
-                continue
-            if line.startswith("Rss:"):
-                return int(line.split()[1]) * 1024
-    return None
+            first = line.split(None, 1)[0]
+            if "-" in first and not first.endswith(":"):
+                lo, hi = (int(x, 16) for x in first.split("-"))
+                inside = mapping.start <= lo and hi <= mapping.end
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
 
 
 class CacheReader:

@@ -149,3 +149,19 @@ def hot_reserve_bytes(unit_bytes: Mapping[int, int], n_expert_used: int) -> int:
 
 
 __all__ = ["ExpertCache", "Access", "POLICIES", "hot_reserve_bytes"]
+
+
+def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n_expert_used: int) -> str:
+    """One line when the cache cannot help this policy, else "".
+
+    A decoded token picks ``n_expert_used`` experts in every layer, in layer order, so an LRU
+    cache smaller than one token's picks evicts every expert before the next token could reuse
+    it: its hit rate is 0 whatever the routing. ``lfu`` and ``hot`` keep the most-picked experts
+    instead and hit as often as the router repeats itself (``shardscope replay`` shows how much).
+    """
+    working_set = n_expert_used * sum(unit_bytes.values())
+    if policy != "lru" or cache_bytes >= working_set:
+        return ""
+    return (f"the expert cache ({cache_bytes / 2**20:.0f} MB) is smaller than one token's experts "
+            f"({working_set / 2**20:.0f} MB): lru evicts each before it is picked again (hit rate 0 %); "
+            f"the hot or lfu policy keeps the most-picked experts")

@@ -26,8 +26,11 @@ import psutil
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.bundled_model import resolve_model_path
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.experts.expert_cache import cache_advice
+from shardscope.engine.experts.expert_io import resident_dense_bytes
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
 from shardscope.engine.experts.expert_view import ExpertView
+from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.file_guard import ModelFileGuard
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
@@ -60,6 +63,7 @@ class ExpertRunSummary(RunSummary):
     spec_hidden_share: float = math.nan  # of the would-be misses, the share a guess had loaded in time
     evict_residue_mb: float = 0.0  # what mincore still saw after evictions (then paged out)
     trace_path: str = ""
+    expert_advice: str = ""  # a line when the cache cannot help the policy (expert_cache.cache_advice)
 
     @staticmethod
     def columns() -> list[str]:
@@ -74,7 +78,7 @@ def moe_layout_for(settings: RunSettings) -> MoeLayout | None:
 def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     """The expert cache the budget allows, or a one-line refusal naming the flag."""
     budget = int(settings.budget_mb * MIB)
-    dense = moe.dense_bytes
+    dense = resident_dense_bytes(moe)  # whole pages: what mincore will count
     name = Path(moe.path).name
     floor = min_cache_bytes(moe, settings.expert_speculation)
     if settings.expert_cache_mb:
@@ -216,15 +220,18 @@ class ExpertRun:
         self.guard = ModelFileGuard(self.model_path, self._fd, os.fstat(self._fd).st_size)
         self.session = LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
                                     topk_hook=self._on_topk, hook_from_start=True,
-                                    norm_hook=self._on_norm if s.expert_speculation else None)
+                                    norm_hook=self._on_norm if s.expert_speculation else None, lazy_load=True)
         self.mapping = memory_calls.find_mapping(self.model_path)
         if self.mapping is None:
             raise ShardscopeError(f"{self.model_path}: no file mapping found; expert streaming needs Linux mmap")
+        slots = DirectSlots.probe(self.model_path, self.mapping)
+        self.io_note = slots if isinstance(slots, str) else ""
         if self.trace_path:
             self._trace = TraceWriter(self.trace_path, self._trace_header())
         self.streamer = ExpertStreamer(self.moe, self.mapping, self._fd, budget_bytes=int(s.budget_mb * MIB),
                                        cache_bytes=self.cache_bytes, policy=s.expert_policy,
-                                       speculation=s.expert_speculation, trace=self._trace, ssd_mb_s=s.ssd_mb_s)
+                                       speculation=s.expert_speculation, trace=self._trace, ssd_mb_s=s.ssd_mb_s,
+                                       slots=None if isinstance(slots, str) else slots)
 
     def _on_norm(self, layer: int, row) -> None:
         if self.streamer is not None:
@@ -352,10 +359,11 @@ class ExpertRun:
             wait_ms_per_token=round(wait_ms, 2),
             llama_eval_ms_per_token=round(result.perf["t_eval_ms"] / max(result.perf["n_eval"], 1), 2),
             globals_mb=round(self.moe.dense_bytes / MIB, 1), pinned_mb=round(self.moe.dense_bytes / MIB, 1),
-            load_mechanism=streamer.load_mechanism, evict_mechanism=streamer.evict_mechanism,
+            load_mechanism=streamer.io.load_mechanism, evict_mechanism=streamer.io.evict_mechanism,
             stopped=result.stopped, text=result.text,
             n_expert=self.moe.n_expert, n_expert_used=self.moe.n_expert_used,
             expert_cache_mb=round(self.cache_bytes / MIB, 1), expert_policy=s.expert_policy,
+            expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used),
             expert_speculation=s.expert_speculation,
             expert_hit_rate=round(hits / (hits + misses), 4) if hits + misses else math.nan,
             dense_mb_per_token=round((c.dense_loaded_bytes - c0.dense_loaded_bytes) / MIB / per, 3),

@@ -3,15 +3,11 @@
 llama.cpp's eval callback stops at every ``ffn_moe_topk-N`` node; its ask=False call
 carries the picked expert ids *before* the layer's expert matmuls are even scheduled,
 so the decode thread blocks there (``on_topk``) until the picks are resident. The
-ExpertCache decides hits, misses and victims; this class does the kernel work:
+ExpertCache decides hits, misses and victims; this class decides when to load and evict:
 
-- load (loader threads, several in flight): ``POSIX_FADV_WILLNEED`` on the expert's
-  exact file ranges in ≤ 8 MiB calls (one call reads at most that much), then
-  ``MADV_POPULATE_READ`` maps the now-cached pages. The mapping is ``MADV_RANDOM`` so
-  neither a populate nor a stray fault reads around into neighbouring experts.
-- evict (decode thread, between layers: a few syscalls per expert): ``MADV_DONTNEED``
-  + ``POSIX_FADV_DONTNEED`` on the page-inward ranges, mincore-checked (the shared
-  evict in memory_calls pages out what survives).
+- load (loader threads, all of a layer's misses in flight at once) and evict (decode thread,
+  between layers) are engine/experts/expert_io.py's kernel work: O_DIRECT into our own pages
+  swapped into the mapping where the file allows it, else the page cache.
 - cold start: one eviction of the whole file right after load (the load's large folios
   straddle expert slices, so per-expert eviction would leave pieces), then the dense
   bytes (attention, norms, router, shared experts, embeddings) are read back and stay.
@@ -27,7 +23,6 @@ ExpertCache decides hits, misses and victims; this class does the kernel work:
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections import Counter, deque
@@ -37,19 +32,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardscope.engine.base import memory_calls
+from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes, resident_dense_bytes
 from shardscope.engine.experts.expert_cache import ExpertCache, Unit, hot_reserve_bytes
 from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.residency import ResidencyCounters, ResidencySnapshot
 from shardscope.engine.experts.routing_trace import TraceRecord
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
-from shardscope.engine.base.units import MIB
 
-WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
-MADV_RANDOM = 1
+
 HEAT_WINDOW = 64  # decoded tokens the expert view's heat counts over
 MAX_RECORDS = 500_000  # routing records kept in memory (a long window session stays bounded)
-POSIX_FADV_WILLNEED = 3
-LOAD_MECHANISM = "FADV_WILLNEED (≤ 8 MiB calls) + MADV_POPULATE_READ, MADV_RANDOM mapping"
 
 
 @dataclass
@@ -73,8 +66,8 @@ class ExpertCounters:
 
 class ExpertStreamer:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, *, budget_bytes: int,
-                 cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 4, trace=None,
-                 ssd_mb_s: float = 0.0):
+                 cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 16, trace=None,
+                 ssd_mb_s: float = 0.0, slots: DirectSlots | None = None):
         self.moe = moe
         self.mapping = mapping
         self.fd = fd
@@ -82,11 +75,14 @@ class ExpertStreamer:
         self.speculation = speculation
         self.trace = trace  # a routing_trace.TraceWriter, or None
         self.unit_bytes = {layer: moe.unit_bytes(layer) for layer in moe.layers}
-        self.cache = ExpertCache(policy, cache_bytes, self.unit_bytes)
+        # The cache books a unit with the pages its slices may share with neighbours (read with it,
+        # see _edge_pages), so what mincore finds resident stays within the budget.
+        edge = {layer: edge_bytes(moe, layer) if slots else 0 for layer in moe.layers}
+        self.cache = ExpertCache(policy, cache_bytes, {layer: b + edge[layer] for layer, b in self.unit_bytes.items()})
         self.counters = ExpertCounters()
-        self.load_mechanism = LOAD_MECHANISM
-        self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED"
+        # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
         self.limiter = SsdRateLimiter(ssd_mb_s)
+        self.io = ExpertIO(moe, mapping, fd, slots, self.limiter)
         self.token = 0
         self.in_prompt = True
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
@@ -118,20 +114,7 @@ class ExpertStreamer:
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Cold start: drop the whole file, read the dense bytes back, stream experts from here."""
-        m = self.mapping
-        memory_calls._madvise(m.start, m.end, MADV_RANDOM)
-        self.evict_mechanism = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
-        merged: list[list[int]] = []
-        for start, end in self.moe.dense_ranges:
-            lo, hi = memory_calls.page_outward(start, end)
-            if merged and lo <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        for lo, hi in merged:
-            self.limiter.throttle(hi - lo)
-            self._read_in([(lo, hi)])
-            self.counters.dense_loaded_bytes += hi - lo
+        self.counters.dense_loaded_bytes += self.io.start()
         if self.speculation:
             self._routers = self._router_views()
 
@@ -163,6 +146,7 @@ class ExpertStreamer:
         """Stop the loader threads: a populate after the model is freed fails (ENOMEM)."""
         self._stopped = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.io.close()
 
     # ------------------------------------------------------------ live changes (decode thread, between tokens)
     def set_cache_bytes(self, cache_bytes: int, budget_bytes: int) -> None:
@@ -345,29 +329,11 @@ class ExpertStreamer:
         self._loads[unit] = future
         return future
 
-    def _ask_disk(self, file_lo: int, file_hi: int) -> None:
-        """Start reading exactly [file_lo, file_hi) into the page cache (returns at once)."""
-        for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
-            os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
-
-    def _read_in(self, ranges: list[tuple[int, int]]) -> None:
-        """Exactly these file ranges into the page cache, then into llama.cpp's mapping; all
-        reads are queued at the disk before waiting on any, so one expert's three slices overlap."""
-        for lo, hi in ranges:
-            self._ask_disk(lo, hi)
-        for lo, hi in ranges:
-            span = self.mapping.clip(lo, hi)
-            if span:
-                memory_calls.populate(span[0], span[1])
-
     def _load_unit(self, unit: Unit) -> None:
-        layer, expert = unit
-        ranges = self.moe.unit_ranges(layer, expert)
-        with self.limiter.pacing(end - start for start, end in ranges):  # the emulated SSD: one request a slice
-            self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+        self.io.load_unit(*unit)
         with self._lock:
             self.counters.loads += 1
-            self.counters.loaded_bytes += self.unit_bytes[layer]
+            self.counters.loaded_bytes += self.unit_bytes[unit[0]]
 
     def _evict_unit(self, unit: Unit) -> None:
         future = self._loads.pop(unit, None)
@@ -376,14 +342,7 @@ class ExpertStreamer:
                 future.result()  # a guess still loading: let it land before dropping it
             except OSError:
                 pass
-        residue = 0
-        for start, end in self.moe.unit_ranges(*unit):
-            inner = memory_calls.page_inward(start, end)
-            span = self.mapping.clip(*inner) if inner else None
-            if not span:
-                continue
-            self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
-            residue += memory_calls.resident_bytes(span[0], span[1])
+        residue = self.io.evict_unit(*unit)
         with self._lock:
             self.counters.evictions += 1
             self.counters.evicted_bytes += self.unit_bytes[unit[0]]
@@ -395,13 +354,7 @@ class ExpertStreamer:
 
     def unit_resident_bytes(self, unit: Unit) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""
-        total = 0
-        for start, end in self.moe.unit_ranges(*unit):
-            inner = memory_calls.page_inward(start, end)
-            span = self.mapping.clip(*inner) if inner else None
-            if span:
-                total += memory_calls.resident_bytes(span[0], span[1])
-        return total
+        return self.io.unit_resident_bytes(*unit)
 
     def snapshot(self) -> ResidencySnapshot:
         """The residency controller's snapshot shape, so the metrics sampler charts experts too."""
@@ -411,8 +364,8 @@ class ExpertStreamer:
             counters = ResidencyCounters(cache_hits=c.hits - c.spec_hidden, cache_misses=c.misses + c.spec_hidden,
                                          on_time=c.hits, stalls=c.misses, loads=c.loads, loaded_bytes=c.loaded_bytes,
                                          evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
-        return ResidencySnapshot((), counters, self.moe.dense_bytes + self.cache.used_bytes, self.budget_bytes,
-                                 None, self.load_mechanism, self.evict_mechanism)
+        return ResidencySnapshot((), counters, resident_dense_bytes(self.moe) + self.cache.used_bytes, self.budget_bytes,
+                                 None, self.io.load_mechanism, self.io.evict_mechanism)
 
     def snapshot_counters(self) -> ExpertCounters:
         with self._lock:
@@ -421,8 +374,9 @@ class ExpertStreamer:
 
 def min_cache_bytes(moe: MoeLayout, speculation: bool) -> int:
     """A prompt pass may pick every expert of a layer; speculation needs room for one more layer's picks."""
-    extra = moe.n_expert_used * moe.max_unit_bytes if speculation else 0
-    return moe.n_expert * moe.max_unit_bytes + extra
+    unit = max(moe.unit_bytes(layer) + edge_bytes(moe, layer) for layer in moe.layers)
+    extra = moe.n_expert_used * unit if speculation else 0
+    return moe.n_expert * unit + extra
 
 
 __all__ = ["ExpertStreamer", "ExpertCounters", "min_cache_bytes"]

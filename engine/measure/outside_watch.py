@@ -3,12 +3,13 @@
 Cross-checks are only worth something when the check does not share code or a
 process with what it checks: this script is run as its own interpreter (stdlib
 only, no engine import), reads /proc/<pid>/io, /proc/<pid>/status, /proc/<pid>/smaps
-and /proc/diskstats, and asks the kernel for the model file's page-cache residency
+and /proc/diskstats (smaps: every VMA inside the model's address range, the streamer's
+anonymous pages included), and asks the kernel for the model file's page-cache residency
 through a mapping of its own (mincore never faults pages in, so that mapping holds
 none and does not hinder eviction). One request line on stdin, one JSON line back:
 
     r                      -> {"t", "read_bytes", "vmrss", "disk_read_bytes", "cache_bytes"}
-    s                      -> the same plus "smaps_rss" (walks the mapping: ~5 ms per GB)
+    s                      -> the same plus "smaps_rss" and "anon_rss" (walks the mapping: ~5 ms per GB)
     map START END OFFSET   -> the run's mapping (addresses) and its file offset
 
 Usage: python outside_watch.py PID MODEL_PATH
@@ -41,16 +42,22 @@ def _vmrss(pid: int) -> int:
     raise RuntimeError("no VmRSS in /proc/<pid>/status")
 
 
-def _smaps_rss(pid: int, start: int) -> int | None:
-    header = f"{start:x}-"
-    found = False
+def _smaps_rss(pid: int, start: int, end: int) -> tuple[int, int]:
+    """(Rss, Rss of the anonymous VMAs) of every VMA inside [start, end): the model's mapping is
+    split where the streamer swapped its own (anonymous) pages in, and those pages are model bytes
+    in RAM that no mapping of the file can see."""
+    total = anon = 0
+    inside = is_anon = False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
-            if not found:
-                found = line.startswith(header)
-            elif line.startswith("Rss:"):
-                return int(line.split()[1]) * 1024
-    return None
+            words = line.split()
+            if words and "-" in words[0] and not words[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in words[0].split("-"))
+                inside, is_anon = start <= lo and hi <= end, len(words) < 6
+            elif inside and line.startswith("Rss:"):
+                total += int(words[1]) * 1024
+                anon += int(words[1]) * 1024 if is_anon else 0
+    return total, anon
 
 
 def _disk_of(path: str) -> tuple[int, int] | None:
@@ -116,7 +123,7 @@ def main(argv: list[str]) -> int:
     pid, path = int(argv[1]), argv[2]
     disk = _disk_of(path)
     cache = _PageCache(path)
-    map_start = None
+    map_start = map_end = None
     for line in sys.stdin:
         words = line.split()
         if not words:
@@ -134,7 +141,7 @@ def main(argv: list[str]) -> int:
             "cache_bytes": cache.resident(),
         }
         if words[0] == "s" and map_start is not None:
-            reply["smaps_rss"] = _smaps_rss(pid, map_start)
+            reply["smaps_rss"], reply["anon_rss"] = _smaps_rss(pid, map_start, map_end)
         print(json.dumps(reply), flush=True)
     return 0
 

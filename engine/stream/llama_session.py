@@ -28,6 +28,7 @@ import numpy as np
 
 import llama_cpp
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.stream import lazy_mapping
 
 LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
@@ -126,8 +127,16 @@ class LlamaSession:
     def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
                  layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True,
                  topk_hook: Callable[[int, np.ndarray], bool] | None = None,
-                 norm_hook: Callable[[int, np.ndarray], None] | None = None):
+                 norm_hook: Callable[[int, np.ndarray], None] | None = None, lazy_load: bool = False):
         _ensure_backend()
+        # A streamed model is mapped without reading it (lazy_mapping.py says why and how);
+        # load_note says why not where that is unavailable. A model that fits loads as before.
+        self.lazy_load = False
+        self.load_note = ""
+        if lazy_load:
+            reason = lazy_mapping.load_lazily(model_path)
+            self.lazy_load = reason is None
+            self.load_note = "" if reason is None else f"the load reads the whole model first ({reason})"
         self.model_path = model_path
         self.n_threads = n_threads
         self.requested_gpu_layers = n_gpu_layers

@@ -27,9 +27,12 @@ from shardscope.engine.stream.residency_decisions import (  # noqa: F401  (re-ex
 from shardscope.engine.measure.residency_reader import ExactReader
 from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
+from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
+DIRECT_DROP = "file mapped back over the shard (MAP_FIXED), the pages recycled for the next load"
 CACHE_LOAD = "FADV_WILLNEED+sendfile to /dev/null (no readahead), then MADV_POPULATE_READ"
 GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
 READS_IN_FLIGHT = 2  # shards whose reads are queued at the disk at once (each in the books first)
@@ -49,7 +52,7 @@ class ResidencySnapshot:
 class ResidencyController:
     def __init__(self, plan: ShardPlan, mapping: memory_calls.FileMapping | None, fd: int | None,
                  budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0,
-                 guard=None):
+                 guard=None, slots: DirectSlots | None = None):
         self.plan = plan
         self.mapping = mapping
         self.fd = fd
@@ -70,8 +73,13 @@ class ResidencyController:
         self._mapper = threading.Thread(target=self._map_loop, name="shardscope-mapper", daemon=True)
         self._evict_queue: list[int] = []
         self._map_queue: list[int] = []
-        self._reader = self._open_reader(mapping, fd)
+        # Own slots (a model mapped lazily, O_DIRECT possible): shards are read into our own pages by
+        # exact range, everything else once at start; no page cache, no mapper (direct_slots.py).
+        self.slots = slots
+        self._reader = None if slots else self._open_reader(mapping, fd)
         self._read_spans = read_spans(plan)
+        if slots:
+            self.load_mechanism, self.evict_mechanism = DIRECT_MECHANISM, DIRECT_DROP
 
     # ----------------------------------------------------------------- set-up
     @staticmethod
@@ -107,6 +115,10 @@ class ResidencyController:
 
     def start(self) -> None:
         """Cold start: measure what llama.cpp's load left resident, evict the rest, start the threads."""
+        if self.slots:
+            # The page cache may hold the file from an earlier run: drop it, or mincore counts it here.
+            memory_calls.evict(self.mapping.start, self.mapping.end, self.fd, self.mapping.file_offset)
+            self._read_always_resident()
         resident = self.shard_residency()
         with self._cond:
             victims = self._book.cold_start(resident)
@@ -116,6 +128,20 @@ class ResidencyController:
         self._evictor.start()
         if self._reader is not None:
             self._mapper.start()
+
+    def _read_always_resident(self) -> None:
+        """Own slots: the bytes no shard streams (globals, norms, the gaps between ranges) are read
+        once, by O_DIRECT, and stay; a lazily mapped model would otherwise fault them in through
+        the page cache, read-around and all."""
+        m = self.mapping
+        streamed = sorted([r for shard in self.plan.shards for r in shard.ranges] + list(self.plan.offloaded_ranges))
+        position = m.file_offset
+        file_end = m.file_offset + (m.end - m.start)
+        for start, end in streamed + [(file_end, file_end)]:
+            if start > position:
+                lo, hi = memory_calls.page_outward(position, start)
+                self.slots.load(lo, min(hi, file_end))
+            position = max(position, end)
 
     def close_waits(self) -> None:
         """Release a decode thread blocked on a load (Stop pressed mid-layer)."""
@@ -133,6 +159,9 @@ class ResidencyController:
         if self._reader is not None and not any(t.is_alive() for t in (self._thread, self._evictor, self._mapper)):
             self._reader.close()
             self._reader = None
+        if self.slots is not None and not any(t.is_alive() for t in (self._thread, self._evictor)):
+            self.slots.close()
+            self.slots = None
 
     # ----------------------------------------------------------- live knobs
     def set_budget(self, budget_mb: float) -> None:
@@ -327,7 +356,9 @@ class ResidencyController:
             return
         for start, end in ranges:
             span = self.mapping.clip(start, end)
-            if span:
+            if span and self.slots:
+                self.slots.drop(start, end)
+            elif span:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, start)
 
     def _ask(self, index: int) -> None:
@@ -344,7 +375,11 @@ class ResidencyController:
         """Wait for a shard's asked-for reads (paced by the rate limiter when emulating)."""
         shard = self.plan.shards[index]
         started = time.perf_counter()
-        if self.mapping:
+        if self.mapping and self.slots:
+            for start, end in shard.ranges:  # exact ranges: what a drop gives back is what a load took
+                with self._limiter.pacing([end - start]):  # done no sooner than the emulated SSD
+                    self.slots.load(start, end)
+        elif self.mapping:
             emulating = self._limiter.mb_s > 0
             # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
             ranges = shard.ranges if emulating else self._read_spans[index]

@@ -23,6 +23,7 @@ import psutil
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.bundled_model import resolve_model_path
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.file_guard import ModelFileGuard
 from shardscope.engine.knobs.knobs import LIVE, changed
 from shardscope.engine.layout.layout_cache import load_layout
@@ -227,11 +228,17 @@ class StreamingRun:
         expected = load_layout(self.model_path).file_size
         if self.guard.expected_size != expected:
             raise ShardscopeError(f"{self.model_path}: file changed since its layout was read")
+        # A model that streams from the start is mapped without reading it and streamed through our
+        # own pages (stream/lazy_mapping.py, stream/direct_slots.py); one that fits loads as before.
         self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
-                                    n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits)
+                                    n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits,
+                                    lazy_load=not fits and not s.n_gpu_layers)
         self.mapping = memory_calls.find_mapping(self.model_path)
+        slots = DirectSlots.probe(self.model_path, self.mapping) if self.session.lazy_load and self.mapping else None
+        self.io_note = slots if isinstance(slots, str) else self.session.load_note
         self.controller = ResidencyController(self.plan, self.mapping, self._fd, s.budget_mb,
-                                              s.prefetch_depth, s.policy, s.ssd_mb_s, guard=self.guard)
+                                              s.prefetch_depth, s.policy, s.ssd_mb_s, guard=self.guard,
+                                              slots=None if isinstance(slots, str) else slots)
 
     def session_hook_active_after_load(self) -> bool:
         """Whether layers are hooked (False while the whole model fits its budget)."""

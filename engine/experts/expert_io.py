@@ -1,0 +1,177 @@
+"""How an expert's bytes get into llama.cpp's mapping and out again: the kernel work of expert
+streaming, apart from the decisions (engine/experts/expert_streaming.py decides what and when).
+
+Two paths, one surface:
+
+- own slots (default where the file allows ``O_DIRECT``): each page-outward range is read with
+  ``O_DIRECT`` into anonymous memory and swapped into the mapping; eviction maps the file back
+  (engine/stream/direct_slots.py). No page cache, no readahead, a fraction of the kernel CPU.
+- page cache (fallback, e.g. tmpfs): ``POSIX_FADV_WILLNEED`` on the exact file ranges in
+  ≤ 8 MiB calls (one call reads no more), then ``MADV_POPULATE_READ``; the mapping is
+  ``MADV_RANDOM`` so neither a populate nor a stray fault reads around into neighbours.
+  Eviction: ``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``, mincore-checked.
+
+A page an expert's slice shares with a neighbour (slices not page-aligned) is read with the
+slice and dropped only when no resident range covers it any more.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+
+from shardscope.engine.base import memory_calls
+from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
+from shardscope.engine.stream.direct_slots import DirectSlots
+from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
+
+WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
+MADV_RANDOM = 1
+POSIX_FADV_WILLNEED = 3
+PAGE_CACHE_MECHANISM = "FADV_WILLNEED (≤ 8 MiB calls) + MADV_POPULATE_READ, MADV_RANDOM mapping"
+DROP_MECHANISM = "file mapped back over the range (MAP_FIXED), the pages recycled for the next load"
+
+
+def edge_bytes(moe: MoeLayout, layer: int) -> int:
+    """The most bytes one of the layer's experts reads beyond its slices: the pages they share
+    with neighbours (0 where slices are page-aligned, as synth writes them)."""
+    def extra(expert: int) -> int:
+        return sum(hi - lo - (end - start) for start, end in moe.unit_ranges(layer, expert)
+                   for lo, hi in [memory_calls.page_outward(start, end)])
+    return max(extra(expert) for expert in range(moe.n_expert))
+
+
+def dense_pages(moe: MoeLayout) -> list[tuple[int, int]]:
+    """The dense ranges widened to whole pages and merged: what stays resident for the whole run."""
+    merged: list[list[int]] = []
+    for start, end in sorted(moe.dense_ranges):
+        lo, hi = memory_calls.page_outward(start, end)
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def resident_dense_bytes(moe: MoeLayout) -> int:
+    """Dense bytes as they sit in RAM (whole pages): what the budget must hold before any expert."""
+    return sum(hi - lo for lo, hi in dense_pages(moe))
+
+
+def _edge_pages(start: int, end: int) -> list[int]:
+    """The pages of [start, end)'s page-outward range that its page-inward range leaves out."""
+    lo, hi = memory_calls.page_outward(start, end)
+    inner = memory_calls.page_inward(start, end)
+    if inner is None:
+        return list(range(lo, hi, memory_calls.PAGE))
+    return [p for p in (lo, hi - memory_calls.PAGE) if p < inner[0] or p >= inner[1]]
+
+
+class ExpertIO:
+    def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, slots: DirectSlots | None,
+                 limiter: SsdRateLimiter):
+        self.moe = moe
+        self.mapping = mapping
+        self.fd = fd
+        self.slots = slots
+        self.limiter = limiter
+        self.load_mechanism = DIRECT_MECHANISM if slots else PAGE_CACHE_MECHANISM
+        self.evict_mechanism = DROP_MECHANISM if slots else "MADV_DONTNEED+FADV_DONTNEED"
+        self._holders: Counter = Counter()  # edge page → resident ranges covering it
+        self._lock = threading.Lock()
+
+    def start(self) -> int:
+        """Cold start: drop whatever the load left of the file, read the dense bytes; returns them."""
+        m = self.mapping
+        memory_calls._madvise(m.start, m.end, MADV_RANDOM)
+        evicted = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
+        if not self.slots:
+            self.evict_mechanism = evicted
+        total = 0
+        for lo, hi in dense_pages(self.moe):
+            self.limiter.throttle(hi - lo)
+            self._read_in([(lo, hi)])
+            for page in (lo, hi - memory_calls.PAGE):  # a dense edge page may be an expert's edge too: it stays
+                self._holders[page] += 1
+            total += hi - lo
+        return total
+
+    def _ask_disk(self, file_lo: int, file_hi: int) -> None:
+        """Start reading exactly [file_lo, file_hi) into the page cache (returns at once)."""
+        for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
+            os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
+
+    def _read_in(self, ranges: list[tuple[int, int]]) -> None:
+        """Exactly these (page-outward) file ranges into llama.cpp's mapping. Page-cache path: all
+        reads are queued at the disk before waiting on any, so one expert's three slices overlap."""
+        if self.slots:
+            for lo, hi in ranges:
+                self.slots.load(lo, hi)
+            return
+        for lo, hi in ranges:
+            self._ask_disk(lo, hi)
+        for lo, hi in ranges:
+            span = self.mapping.clip(lo, hi)
+            if span:
+                memory_calls.populate(span[0], span[1])
+
+    def load_unit(self, layer: int, expert: int) -> None:
+        ranges = self.moe.unit_ranges(layer, expert)
+        # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
+        with self.limiter.pacing(end - start for start, end in ranges):
+            self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+        if self.slots:
+            with self._lock:
+                for start, end in ranges:
+                    for page in _edge_pages(start, end):
+                        self._holders[page] += 1
+
+    def _release_edges(self, start: int, end: int) -> list[int]:
+        """Edge pages no resident range holds any more after this one goes: the caller drops them."""
+        freed = []
+        for page in _edge_pages(start, end):
+            if self._holders[page] > 0:
+                self._holders[page] -= 1
+                if self._holders[page] == 0:
+                    del self._holders[page]
+                    freed.append(page)
+        return freed
+
+    def evict_unit(self, layer: int, expert: int) -> int:
+        """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
+        residue = 0
+        for start, end in self.moe.unit_ranges(layer, expert):
+            inner = memory_calls.page_inward(start, end)
+            span = self.mapping.clip(*inner) if inner else None
+            if self.slots:
+                if span:
+                    self.slots.drop(*inner)
+                with self._lock:
+                    freed = self._release_edges(start, end)
+                for page in freed:
+                    self.slots.drop(page, page + memory_calls.PAGE)
+            elif span:
+                self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
+            if span:
+                residue += memory_calls.resident_bytes(span[0], span[1])
+        return residue
+
+    def unit_resident_bytes(self, layer: int, expert: int) -> int:
+        """mincore over the unit's page-inward ranges: the independent check."""
+        total = 0
+        for start, end in self.moe.unit_ranges(layer, expert):
+            inner = memory_calls.page_inward(start, end)
+            span = self.mapping.clip(*inner) if inner else None
+            if span:
+                total += memory_calls.resident_bytes(span[0], span[1])
+        return total
+
+    def close(self) -> None:
+        if self.slots:
+            self.slots.close()
+
+
+__all__ = ["ExpertIO", "edge_bytes", "dense_pages", "resident_dense_bytes"]

@@ -1,0 +1,187 @@
+"""Weights read with O_DIRECT into memory of our own, swapped into llama.cpp's mapping.
+
+The page-cache path (``FADV_WILLNEED`` + ``MADV_POPULATE_READ`` to load, ``MADV_DONTNEED``
++ ``FADV_DONTNEED`` to evict, 4 KiB pages each way) cost about 2 kernel CPU-seconds per GB
+streamed here: on 2 cores that is the compute's time (docs/decisions.md). This path:
+
+- load: an anonymous slot of the range's size, filled by ``preadv`` on an ``O_DIRECT``
+  descriptor (the disk DMAs into the slot: no page-cache insert, no readahead, no copy),
+  then ``mremap(MREMAP_FIXED)`` moves the filled pages over the range of llama.cpp's
+  mapping in one atomic step, so a reader sees the file's bytes before and after, never
+  a hole or zeros;
+- evict: the range's pages move out to a spare slot (``mremap(MREMAP_DONTUNMAP)``, so the
+  range stays mapped) and the file is mapped back over it (``MAP_FIXED``); nothing is left in
+  the page cache to account for — there never was any. The spare slot is kept for the next
+  load of the same size: fresh anonymous memory costs ~0.45 kernel CPU-s per GB to fault in and
+  zero, reused memory ~0.04-0.09 (docs/decisions.md), so slots are recycled, up to a bound.
+
+The ranges must be page-aligned (the loader passes page-outward ranges to load and
+page-inward ones to evict, so a boundary page shared with a neighbour is never dropped
+under it). Reads past the end of the file leave zeros, which nothing reads.
+``mincore`` reports the anonymous pages as resident, so every residency check stays valid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+import threading
+
+from shardscope.engine.base.memory_calls import PAGE, FileMapping
+
+PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
+MAP_NORESERVE = 0x4000
+MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP = 1, 2, 4
+MIN_RECYCLED = 64 * 1024  # smaller ranges (edge pages) are simply mapped over
+POOL_BYTES = 128 * 1024 * 1024  # spare slots kept for reuse (a layer's worth of evictions)
+MAP_FAILED = ctypes.c_void_p(-1).value
+MECHANISM = "O_DIRECT preadv into anonymous slots, mremap into llama.cpp's mapping"
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+_libc.mmap.restype = ctypes.c_void_p
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+_libc.mremap.restype = ctypes.c_void_p
+
+
+def _check(result, what: str):
+    if result is None or result == MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+class DirectSlots:
+    """Loads and drops page-aligned file ranges of one model mapping (thread-safe: no shared state)."""
+
+    def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES):
+        self.path = path
+        self.pool_bytes = pool_bytes
+        self._pool: dict[int, list[int]] = {}  # length → spare slots holding pages (recycled)
+        self._pooled = 0
+        self._pool_lock = threading.Lock()
+        self._can_keep = True  # MREMAP_DONTUNMAP (Linux ≥ 5.13 for file-backed ranges) available
+        # Ranges this object swapped in and not out yet: only those hold our pages, so only those
+        # may move to the pool (a file-backed range there would be read into: never).
+        self._loaded: set[tuple[int, int]] = set()
+        self.mapping = mapping
+        if mapping.start % PAGE or (mapping.file_offset % PAGE):
+            raise OSError(errno.EINVAL, "the model mapping is not page-aligned")
+        self._direct = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+        if not hasattr(os, "O_DIRECT"):
+            os.close(self._direct)
+            raise OSError(errno.EOPNOTSUPP, "no O_DIRECT on this system")
+        self._plain = os.open(path, os.O_RDONLY)
+        self.size = os.fstat(self._plain).st_size
+
+    @staticmethod
+    def probe(path: str, mapping: FileMapping) -> "DirectSlots | str":
+        """A DirectSlots, or why this file cannot use them (the caller falls back and says so)."""
+        try:
+            slots = DirectSlots(path, mapping)
+            slots.read_direct_test()
+            return slots
+        except OSError as exc:
+            return f"O_DIRECT unavailable for {os.path.basename(path)} ({exc.strerror or exc})"
+
+    def read_direct_test(self) -> None:
+        """One aligned page read: some filesystems (tmpfs) accept O_DIRECT at open, refuse at read."""
+        buf = mmap.mmap(-1, PAGE)
+        try:
+            os.preadv(self._direct, [buf], 0)
+        finally:
+            buf.close()
+
+    def _span(self, file_lo: int, file_hi: int) -> tuple[int, int]:
+        span = self.mapping.clip(file_lo, file_hi)
+        if span is None or (span[0] - self.mapping.start) % PAGE or (span[1] - span[0]) % PAGE:
+            raise ValueError(f"range {file_lo}-{file_hi} is not page-aligned inside the mapping")
+        return span
+
+    def load(self, file_lo: int, file_hi: int) -> int:
+        """Read [file_lo, file_hi) (page-aligned) and swap it into the mapping; returns bytes read."""
+        address, end = self._span(file_lo, file_hi)
+        length = end - address
+        offset = address - self.mapping.base
+        slot = self._take_slot(length)
+        try:
+            view = memoryview((ctypes.c_char * length).from_address(slot)).cast("B")
+            done = 0
+            while done < length:
+                n = os.preadv(self._direct, [view[done:]], offset + done)
+                if n <= 0:
+                    if offset + done >= self.size:
+                        break  # past the end of the file: zeros, which no tensor covers
+                    raise OSError(errno.EIO, f"read stopped at byte {offset + done} of {self.path}")
+                done += n
+            view.release()
+            _check(_libc.mremap(slot, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, address), "mremap")
+        except BaseException:
+            _libc.munmap(slot, length)
+            raise
+        with self._pool_lock:
+            self._loaded.add((address, end))
+        return done
+
+    def _take_slot(self, length: int) -> int:
+        with self._pool_lock:
+            spare = self._pool.get(length)
+            if spare:
+                self._pooled -= length
+                return spare.pop()
+        return _check(_libc.mmap(None, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+                      "mmap of a slot")
+
+    def _keep_pages(self, address: int, length: int) -> None:
+        """Move the range's pages into a spare slot (the range stays mapped, empty), if there is room."""
+        if not self._can_keep or length < MIN_RECYCLED:
+            return
+        with self._pool_lock:
+            if (address, address + length) not in self._loaded or self._pooled + length > self.pool_bytes:
+                return
+            self._pooled += length
+        spare = _check(_libc.mmap(None, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
+                       "mmap of a spare slot")
+        moved = _libc.mremap(address, length, length, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, spare)
+        with self._pool_lock:
+            if moved in (None, MAP_FAILED):
+                self._can_keep = False  # an older kernel: free the pages instead, from now on
+                self._pooled -= length
+                _libc.munmap(spare, length)
+            else:
+                self._pool.setdefault(length, []).append(moved)
+
+    def drop(self, file_lo: int, file_hi: int) -> None:
+        """Map the file back over [file_lo, file_hi) (page-aligned); its pages go to a spare slot or are freed."""
+        address, end = self._span(file_lo, file_hi)
+        offset = address - self.mapping.base
+        self._keep_pages(address, end - address)
+        with self._pool_lock:
+            if (address, end) in self._loaded:
+                self._loaded.discard((address, end))
+            else:  # part of a loaded range goes: what is left of it no longer counts as ours whole
+                self._loaded -= {(a, b) for a, b in self._loaded if a < end and address < b}
+        _check(_libc.mmap(address, end - address, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, offset),
+               "mmap of the file back")
+
+    def close(self) -> None:
+        with self._pool_lock:
+            for length, spares in self._pool.items():
+                for spare in spares:
+                    _libc.munmap(spare, length)
+            self._pool.clear()
+            self._pooled = 0
+        for fd in (self._direct, self._plain):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._direct = self._plain = -1
+
+
+__all__ = ["DirectSlots", "MECHANISM"]
