@@ -258,7 +258,7 @@ def main() -> None:
           f"dense {moe.dense_bytes / MIB:.0f} MiB; budget {args.budget_mb:.0f} MiB, {args.threads} threads, "
           f"{args.tokens} tokens, cold cache before each run", flush=True)
     results = {}
-    for pair in args.runs.split(","):
+    for pair in [p for p in args.runs.split(",") if p]:
         policy, spec = pair.split(":")
         t0 = time.perf_counter()
         results[pair] = streamed_run(model, args.budget_mb, args.tokens, args.threads, policy, spec == "on")
@@ -270,6 +270,8 @@ def main() -> None:
         print(f"dense   {Path(dense_model).name}: {os.path.getsize(dense_model) / GB:.1f} GB, 64 MiB shards, "
               f"prefetch depth 2")
         report("pinned", r, os.path.getsize(dense_model), args.budget_mb, time.perf_counter() - t0)
+    if not results:
+        return
     best = max(results.values(), key=lambda r: r["summary"].avg_ts)
     if args.plain_tokens:
         plain, how = plain_mmap(model, args.cap_mb, args.plain_tokens, args.threads)

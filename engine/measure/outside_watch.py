@@ -60,6 +60,27 @@ def _smaps_rss(pid: int, start: int, end: int) -> tuple[int, int]:
     return total, anon
 
 
+def _anon_rss_over(pid: int, spans: list[tuple[int, int]]) -> int:
+    """Rss of the anonymous VMAs lying inside these address spans (adjacent spans merged first:
+    the kernel merges the VMAs of neighbouring slots)."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(spans):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    total, counted = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            words = line.split()
+            if words and "-" in words[0] and not words[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in words[0].split("-"))
+                counted = len(words) < 6 and any(a <= lo and hi <= b for a, b in merged)
+            elif counted and line.startswith("Rss:"):
+                total += int(words[1]) * 1024
+    return total
+
+
 def _disk_of(path: str) -> tuple[int, int] | None:
     """(major, minor) of the whole block device holding ``path``, if it has one."""
     dev = os.stat(path).st_dev
@@ -106,10 +127,11 @@ class _PageCache:
         self._addr = addr
         self.file_lo, self.file_hi = 0, self._size
 
-    def resident(self) -> int:
+    def resident(self, file_lo: int | None = None, file_hi: int | None = None) -> int:
+        """Resident bytes of [file_lo, file_hi) (default: the engine's mapped range), whole pages."""
         page = mmap.PAGESIZE
-        lo = self.file_lo // page * page
-        hi = min(self._size, self.file_hi)
+        lo = (self.file_lo if file_lo is None else file_lo) // page * page
+        hi = min(self._size, self.file_hi if file_hi is None else file_hi)
         n_pages = (hi - lo + page - 1) // page
         if n_pages <= 0:
             return 0
@@ -130,8 +152,17 @@ def main(argv: list[str]) -> int:
             continue
         if words[0] == "map":
             map_start, map_end, offset = (int(w) for w in words[1:4])
+            map_offset = offset
             cache.file_lo, cache.file_hi = offset, offset + (map_end - map_start)
             print("{}", flush=True)
+            continue
+        if words[0] == "ranges":  # file ranges lo hi lo hi ...: e.g. the experts the engine holds
+            spans = [int(w) for w in words[1:]]
+            held = sum(cache.resident(lo, hi) for lo, hi in zip(spans[::2], spans[1::2]))
+            if map_start is not None:  # + the run's own (anonymous) pages over these ranges
+                held += _anon_rss_over(pid, [(map_start + lo - map_offset, map_start + hi - map_offset)
+                                             for lo, hi in zip(spans[::2], spans[1::2])])
+            print(json.dumps({"resident_bytes": held}), flush=True)
             continue
         reply = {
             "t": time.perf_counter(),

@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knobs import LAYER_KNOBS, describe
+from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS, describe
+from shardscope.engine.measure.metric_registry import BY_NAME, verify_label
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.stream.streaming_run import RunSummary, StreamingRun
+from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.runs.verify_experts import expert_checks, residency_reading
+from shardscope.engine.stream.run_summary import RunSummary
 from shardscope.engine.base.units import MB_S, MIB
 
 TOLERANCE = 0.05
@@ -67,6 +70,12 @@ class OutsideWatcher:
 
     def read(self, smaps: bool = False) -> dict:
         return self._ask("s" if smaps else "r")
+
+    def resident_bytes(self, spans: list[tuple[int, int]]) -> int:
+        """mincore, in the watcher's own mapping, over these file ranges."""
+        if not spans:
+            return 0
+        return self._ask("ranges " + " ".join(f"{lo} {hi}" for lo, hi in spans))["resident_bytes"]
 
     def close(self) -> None:
         try:
@@ -191,7 +200,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     def before_sample() -> None:
         if not finished:
             # Own slots hold weights no mapping of the file shows: their Rss comes from smaps, every time.
-            own_slots = bool(getattr(getattr(run, "controller", None), "slots", None))
+            own_slots = any(getattr(holder, "slots", None) for holder in
+                            (getattr(run, "controller", None), getattr(getattr(run, "streamer", None), "io", None)))
             pending["before"] = watcher.read(smaps=own_slots or len(pairs) % SMAPS_EVERY == 0)
 
     def paired(sample: MetricsSample) -> None:
@@ -219,7 +229,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
         if cut_budget_mb is not None and index == cut_at_token:
             run.apply(run.settings.with_changes(budget_mb=cut_budget_mb))
 
-    run = StreamingRun(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
+    # Through open_run, as bench opens it: verify checks the run the user would get.
+    run = open_run(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
     with run:
         run.load()
         m = run.mapping
@@ -232,7 +243,9 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
             summary = run.run()
             # A budget cut rebuilds llama.cpp's context with the layer hook: its counters restart.
             rebuilt = run.session.hook_active and not hooked_at_start
-            allowance_mb = (run.controller.moving_bytes + READAHEAD_BYTES) / MIB
+            experts = run.streams == "experts"
+            residency = residency_reading(run, watcher) if experts else None
+            allowance_mb = (_moving_bytes(run) + READAHEAD_BYTES) / MIB
             perf = llama_cpp.llama_perf_context(run.session._ctx)
             perf_end = {"n_eval": perf.n_eval, "t_eval_ms": perf.t_eval_ms}
             samples = list(run.samples)
@@ -243,13 +256,29 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     report = VerifyReport(label=label or _label(summary, settings, cut_budget_mb, cut_at_token), summary=summary)
     report.checks = _compare(summary, pairs, token_reads, perf_at_first, perf_end, durations, window,
                              allowance_mb, rebuilt)
+    if residency is not None:
+        report.checks += expert_checks(Check, _rel, summary, run, token_reads, residency)
     return report, samples
+
+
+def _source(name: str) -> str:
+    """The independent source the metric registry declares for a figure."""
+    return BY_NAME[name].source
+
+
+def _moving_bytes(run) -> int:
+    """The most weight bytes that can be arriving at once: what a level may move within one bracket."""
+    if run.streams == "experts":
+        # Every loader busy with the largest expert, and a layer of guesses beside them.
+        return (4 + run.moe.n_expert_used) * run.moe.max_unit_bytes
+    return run.controller.moving_bytes
 
 
 def _label(summary: RunSummary, settings: RunSettings, cut_budget_mb: float | None, cut_at: int) -> str:
     budget = (f"budget {settings.budget_mb:g} → {cut_budget_mb:g} MiB after token {cut_at}"
               if cut_budget_mb is not None else f"budget {summary.budget_mb:.0f} MiB")
-    return f"{describe(summary, LAYER_KNOBS)}, {budget}, {summary.n_gen} tokens"
+    knobs = EXPERT_KNOBS if getattr(summary, "expert_policy", "") else LAYER_KNOBS
+    return f"{describe(summary, knobs)}, {budget}, {summary.n_gen} tokens"
 
 
 def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_first: dict, perf_end: dict,
@@ -261,14 +290,14 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
     # -- disk reads -------------------------------------------------------------------
     if first and last and n_decoded > 0:
         outside_mb_tok = (last["read_bytes"] - first["read_bytes"]) / MIB / n_decoded
-        checks.append(Check("read_mb_per_token (CSV)", "/proc/<pid>/io read_bytes, read by another process",
+        checks.append(Check(verify_label("read_mb_per_token", "CSV"), _source("read_mb_per_token"),
                             summary.read_mb_per_token, outside_mb_tok,
                             [_rel(summary.read_mb_per_token, outside_mb_tok, floor=1.0)], "MiB"))
         wall = last["t"] - first["t"]
         outside_rate = (last["read_bytes"] - first["read_bytes"]) / MB_S / wall if wall > 0 else math.nan
         # The engine divides by decode time; the outside by wall time between the two
         # readings, which also holds the per-token bookkeeping: compared with a floor.
-        checks.append(Check("ssd_mb_s (CSV)", "/proc/<pid>/io read_bytes ÷ the outside clock",
+        checks.append(Check(verify_label("ssd_mb_s", "CSV"), _source("ssd_mb_s"),
                             summary.ssd_mb_s, outside_rate,
                             [_rel(summary.ssd_mb_s, outside_rate, floor=10.0)], "MB/s (10^6 B/s)"))
         if first.get("disk_read_bytes") is not None and last.get("disk_read_bytes") is not None:
@@ -303,7 +332,7 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
         llama_ts = n_eval / (t_eval_ms / 1000.0)
         figure_ts = engine_ts if rebuilt else summary.avg_ts
         checks.append(Check(f"tok/s, the {n_eval} tokens after the cut" if rebuilt else "avg_ts (CSV)",
-                            "llama_perf_context n_eval ÷ t_eval_ms", figure_ts, llama_ts,
+                            _source("avg_ts"), figure_ts, llama_ts,
                             [_rel(figure_ts, llama_ts)], "tok/s"))
         checks.append(Check("decoded tokens", "llama_perf_context n_eval", float(n_decoded), float(n_eval),
                             [] if rebuilt else [_rel(n_decoded, n_eval)], "tokens",
@@ -327,7 +356,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
         hi = (p.after["read_bytes"] - base.before["read_bytes"]) / mib
         if hi >= 32:  # early points: one shard is more than 5 %
             points.append((engine, lo, hi))
-    checks.append(Check("read_mb_total (timeline)", "/proc/<pid>/io read_bytes, another process",
+    checks.append(Check(verify_label("read_mb_total", "timeline"), _source("read_mb_total"),
                         points[-1][0] if points else 0.0, points[-1][2] if points else 0.0,
                         [_bracket(e, lo, hi) for e, lo, hi in points], "MiB",
                         note="" if points else "nothing read while generating"))
@@ -342,7 +371,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
         fast = (p.after["read_bytes"] - old.before["read_bytes"]) / MB_S / max(p.before["t"] - old.after["t"], 1e-6)
         if fast >= 10.0:
             rates.append((p.sample.ssd_mb_s, slow, fast))
-    checks.append(Check("ssd_mb_s (timeline, 1 s window)", "/proc/<pid>/io read_bytes ÷ the outside clock",
+    checks.append(Check(verify_label("ssd_mb_s", "timeline, 1 s window"), _source("ssd_mb_s"),
                         rates[-1][0] if rates else 0.0, rates[-1][2] if rates else 0.0,
                         [_bracket(e, lo, hi) for e, lo, hi in rates], "MB/s (10^6 B/s)",
                         note="" if rates else "no 1 s window read ≥ 10 MB/s"))
@@ -361,8 +390,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     for p in gen:
         p.before["weights_bytes"], p.after["weights_bytes"] = _weights(p.before), _weights(p.after)
     cache = level("resident_weights_mb", "weights_bytes")
-    checks.append(Check("resident_weights_mb (timeline)", "mincore on another process's own mapping "
-                        "(+ smaps Rss of the run's own pages)",
+    checks.append(Check(verify_label("resident_weights_mb", "timeline"), _source("resident_weights_mb"),
                         cache[-1][0], cache[-1][2], [_bracket(e, a, b) for e, a, b in cache], "MiB",
                         allowance_mb=allowance_mb, excess_mb=beyond(cache), note=allowed(cache)))
     smaps = level("resident_weights_mb", "smaps_rss")
@@ -372,7 +400,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
                         allowance_mb=allowance_mb, excess_mb=beyond(smaps),
                         note=("cached, not yet mapped: " + allowed(smaps)) if smaps else "smaps not readable"))
     rss = level("rss_mb", "vmrss")
-    checks.append(Check("rss_mb (timeline)", "/proc/<pid>/status VmRSS, another process",
+    checks.append(Check(verify_label("rss_mb", "timeline"), _source("rss_mb"),
                         rss[-1][0], rss[-1][2], [_bracket(e, a, b) for e, a, b in rss], "MiB",
                         allowance_mb=allowance_mb, excess_mb=beyond(rss), note=allowed(rss)))
     return checks
