@@ -4,6 +4,10 @@ Streaming only shows when the model exceeds the budget, and the bundled model is
 small; this lets a user make a model of any size without a download. Writing
 hundreds of MB takes seconds, so it runs on a BackgroundTask with a progress bar;
 Cancel aborts at the next tensor and the writer removes its partial file.
+
+Shapes: a dense llama model, a Mixtral-style MoE, or the Kimi K2 shape (llama.cpp's
+deepseek2: MLA attention, the first layer dense, 384 experts top-8 + 1 shared, a sigmoid
+router with a per-expert bias) — the shape of the 1.56 TB model the README sizes.
 """
 
 from __future__ import annotations
@@ -11,11 +15,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from shardscope.app.background import BackgroundTask
 from shardscope.engine.synth.synth import MIN_SIZE_MB, write_synthetic_model
+from shardscope.engine.synth.synth_moe import MoeSpec, like_kimi_k2
+
+# (label, file-name tag, MoE spec factory or None for dense)
+SHAPES = (
+    ("Dense (llama)", "", None),
+    ("MoE, Mixtral-style (llama: 64 experts, top-8)", "moe-", lambda: MoeSpec(64, 8, routing_skew=1.0)),
+    ("Kimi K2 shape (deepseek2: 384 experts, top-8, 1 shared, dense first layer)", "kimi-k2-",
+     lambda: like_kimi_k2(routing_skew=1.0)),
+)
 
 
 class SynthDialog(QDialog):
@@ -34,6 +47,10 @@ class SynthDialog(QDialog):
         self.size_spin.setValue(600)
         self.size_spin.setSuffix(" MB")
         self.size_spin.valueChanged.connect(self._suggest_path)
+        self.shape_combo = QComboBox(self)
+        for label, _tag, _spec in SHAPES:
+            self.shape_combo.addItem(label)
+        self.shape_combo.currentIndexChanged.connect(self._suggest_path)
         self.path_edit = QLineEdit(self)
         browse = QPushButton("Browse…", self)
         browse.clicked.connect(self._browse)
@@ -42,10 +59,11 @@ class SynthDialog(QDialog):
         path_row.addWidget(browse)
 
         form = QFormLayout()
+        form.addRow("Shape", self.shape_combo)
         form.addRow("Size", self.size_spin)
         form.addRow("File", path_row)
-        note = QLabel("Random weights (gibberish text), real llama-architecture layout: "
-                      "the disk and compute work per token are those of a real model this size.", self)
+        note = QLabel("Random weights (gibberish text), a real layout llama.cpp runs: the disk and "
+                      "compute work per token are those of a real model of this size and shape.", self)
         note.setWordWrap(True)
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 1000)
@@ -67,7 +85,8 @@ class SynthDialog(QDialog):
 
     def _suggest_path(self) -> None:
         if self.task is None:
-            self.path_edit.setText(str(self._default_dir / f"synthetic-{self.size_spin.value()}mb.gguf"))
+            tag = SHAPES[self.shape_combo.currentIndex()][1]
+            self.path_edit.setText(str(self._default_dir / f"synthetic-{tag}{self.size_spin.value()}mb.gguf"))
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Write synthetic model", self.path_edit.text(),
@@ -80,12 +99,15 @@ class SynthDialog(QDialog):
         if self.task is not None:
             return
         path, size = self.path_edit.text().strip(), self.size_spin.value()
+        make_spec = SHAPES[self.shape_combo.currentIndex()][2]
+        moe = make_spec() if make_spec else None
         self.error = None
         self.status.setText(f"writing {path} …")
         self.write_button.setEnabled(False)
         self.size_spin.setEnabled(False)
+        self.shape_combo.setEnabled(False)
         self.path_edit.setEnabled(False)
-        self.task = BackgroundTask(lambda progress: write_synthetic_model(path, size, progress=progress), self)
+        self.task = BackgroundTask(lambda progress: write_synthetic_model(path, size, progress=progress, moe=moe), self)
         self.task.progressed.connect(lambda f: self.progress.setValue(int(f * 1000)))
         self.task.succeeded.connect(self._done)
         self.task.failed.connect(self._failed)
@@ -94,7 +116,9 @@ class SynthDialog(QDialog):
     def _done(self, info) -> None:
         self.task.wait()
         self.task = None
-        self.status.setText(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers")
+        experts = (f", {info.n_expert} experts top-{info.n_expert_used}, arch {info.architecture}"
+                   if info.n_expert else "")
+        self.status.setText(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers{experts}")
         self.model_written.emit(info.path)
         self.accept()
 
@@ -105,6 +129,7 @@ class SynthDialog(QDialog):
         self.status.setText(message)
         self.write_button.setEnabled(True)
         self.size_spin.setEnabled(True)
+        self.shape_combo.setEnabled(True)
         self.path_edit.setEnabled(True)
         if message == "cancelled":
             super().reject()

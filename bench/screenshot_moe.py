@@ -66,6 +66,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--cache-share", type=float, default=0.5, help="share of the experts the cache holds")
     parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--like", choices=("", "kimi-k2"), default="",
+                        help="kimi-k2: the Kimi K2 shape (deepseek2: 384 experts top-8 + 1 shared, first layer dense)")
     args = parser.parse_args()
     print(start_display())
 
@@ -75,13 +77,17 @@ def main() -> int:
     from shardscope.engine.layout.gguf_layout import read_layout
     from shardscope.engine.layout.moe_layout import read_moe_layout
     from shardscope.engine.synth.synth import write_synthetic_model
-    from shardscope.engine.synth.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth_moe import MoeSpec, like_kimi_k2
 
-    model = Path(args.dir) / f"moe-{args.layers}x{args.experts}x{args.used}-{args.size_mb}mb.gguf"
+    if args.like == "kimi-k2":
+        spec = like_kimi_k2(routing_skew=2.0)
+        model = Path(args.dir) / f"kimi-k2-shape-{args.layers}l-{args.size_mb}mb.gguf"
+    else:
+        spec = MoeSpec(args.experts, args.used, routing_skew=2.0)
+        model = Path(args.dir) / f"moe-{args.layers}x{args.experts}x{args.used}-{args.size_mb}mb.gguf"
     if not model.exists():
         model.parent.mkdir(parents=True, exist_ok=True)
-        write_synthetic_model(model, args.size_mb, n_layers=args.layers,
-                              moe=MoeSpec(args.experts, args.used, routing_skew=2.0), seed=11)
+        write_synthetic_model(model, args.size_mb, n_layers=args.layers, moe=spec, seed=11)
     moe = read_moe_layout(read_layout(model))
     budget = int((moe.dense_bytes + args.cache_share * moe.expert_bytes) / MIB) + 1
 

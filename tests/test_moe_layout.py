@@ -44,7 +44,10 @@ def _moe_tensors(n_layers=2, n_expert=4, n_embd=64, n_ff=128, prefix_shared=Fals
 @pytest.mark.parametrize("arch", ["llama", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "deepseek2"])
 def test_units_and_dense_ranges(arch):
     tensors = _moe_tensors(prefix_shared=arch in ("qwen2moe", "deepseek2"))
-    moe = read_moe_layout(_layout({f"{arch}.expert_count": 4, f"{arch}.expert_used_count": 2}, tensors, arch))
+    meta = {f"{arch}.expert_count": 4, f"{arch}.expert_used_count": 2}
+    if arch == "deepseek2":  # without it llama.cpp aborts: refused (test_deepseek2_without_rope_dims_is_refused)
+        meta["deepseek2.rope.dimension_count"] = 64
+    moe = read_moe_layout(_layout(meta, tensors, arch))
     assert (moe.n_expert, moe.n_expert_used, moe.layers) == (4, 2, (0, 1))
     by_name = {t.name: t for t in tensors}
     up = by_name["blk.1.ffn_up_exps.weight"]
@@ -59,6 +62,19 @@ def test_units_and_dense_ranges(arch):
     assert not any("_exps" in n for n in dense_names)
     if arch in ("qwen2moe", "deepseek2"):
         assert "blk.0.ffn_up_shexp.weight" in dense_names  # shared experts are dense
+
+
+@pytest.mark.parametrize("rope, words", [(None, ["rope.dimension_count is missing", "abort"]),
+                                         (63, ["rope.dimension_count is 63", "even"])])
+def test_deepseek2_without_rope_dims_is_refused(rope, words):
+    meta = {"deepseek2.expert_count": 4, "deepseek2.expert_used_count": 2}
+    if rope is not None:
+        meta["deepseek2.rope.dimension_count"] = rope
+    with pytest.raises(ShardscopeError) as err:
+        read_moe_layout(_layout(meta, _moe_tensors(prefix_shared=True), "deepseek2"))
+    message = str(err.value)
+    assert message.startswith("/models/m.gguf: deepseek2.") and "\n" not in message
+    assert all(word in message for word in words)
 
 
 def test_dense_model_is_not_moe():

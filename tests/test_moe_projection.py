@@ -63,7 +63,9 @@ def test_given_hit_rate_scales_the_expert_bytes_only(moe_gguf):
         assert r.streamed_bytes_per_token == pytest.approx((1 - hit) * f * e, rel=1e-9)
         assert any(f"expert hit rate {hit:.1%} (given)" in a for a in r.assumptions)
         if hit < 1:
-            assert r.projection.terms["ssd"] == pytest.approx((1 - hit) * f * e / (r.ssd_mb_s * 1e6))
+            bandwidth = r.projection.terms["ssd"] - r.projection.ssd_latency_s  # + the device's request latency
+            assert bandwidth == pytest.approx((1 - hit) * f * e / (r.ssd_mb_s * 1e6))
+            assert 0 < r.projection.ssd_latency_s <= r.n_layers * 150e-6 + 1e-12
             assert not r.projection.overlapped  # misses are waited for
 
 

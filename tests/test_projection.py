@@ -144,3 +144,22 @@ def test_invalid_bandwidth_is_refused(bad):
 def test_nothing_to_project_is_refused():
     with pytest.raises(ShardscopeError, match="nothing to project"):
         project_from_bandwidth(RunMeasurement(0, 0, 0), ssd_mb_s=860)
+
+
+def test_projection_names_latency_when_small_reads_bound_the_ssd():
+    """Same bytes, same device bandwidth: many small waited-for reads are latency-bound."""
+    from shardscope.engine.stream.ssd_rate_limiter import SsdModel
+
+    big = RunMeasurement(100e6, 0, 0.001, prefetch=False, ssd_requests_per_token=200, ssd_batches_per_token=1)
+    small = RunMeasurement(100e6, 0, 0.001, prefetch=False, ssd_requests_per_token=1000, ssd_batches_per_token=1000)
+    kw = dict(ssd_mb_s=1000, ssd_latency_s=200e-6, ssd_queue_depth=32)
+    p_big, p_small = project_from_bandwidth(big, **kw), project_from_bandwidth(small, **kw)
+    assert (p_big.limit, p_small.limit) == ("bandwidth", "latency")
+    assert "ssd-bound (latency)" in p_small.describe() and "latency" in p_small.describe()
+    # the ssd term is the emulator's model: 1000 batches of one 10^5 B request = 1000 x (200 µs + 100 µs)
+    assert p_small.terms["ssd"] == pytest.approx(1000 * SsdModel(1000, 200e-6, 32).batch_seconds([100_000]))
+    assert p_small.terms["ssd"] == pytest.approx(0.3)
+    assert p_big.terms["ssd"] == pytest.approx(0.1 + 200e-6)  # one latency, then back-to-back transfers
+    compute = project_from_bandwidth(RunMeasurement(1e3, 0, 1.0, ssd_requests_per_token=1,
+                                                    ssd_batches_per_token=1), **kw)
+    assert compute.limit == "compute"

@@ -65,3 +65,41 @@ def test_real_clock_keeps_the_rate():
     for _ in range(5):
         limiter.throttle(2_000_000)  # 10^7 B in all: ≥ 0.16 s before the fifth may start
     assert time.perf_counter() - start >= 0.16
+
+
+# ------------------------------------------------------------ latency and queue depth
+
+def test_lone_small_read_pays_latency_plus_bytes():
+    from shardscope.engine.stream.ssd_rate_limiter import SsdModel
+
+    t = FakeTime()
+    limiter = SsdRateLimiter(100, clock=t.clock, sleep=t.sleep, latency_s=0.001, queue_depth=4)
+    with limiter.pacing([100_000]):  # 10^5 B at 10^8 B/s = 1 ms, after 1 ms of latency
+        pass
+    assert t.now - 100.0 == pytest.approx(0.002)
+    assert SsdModel(100, 0.001, 4).batch_seconds([100_000]) == pytest.approx(0.002)
+
+
+def test_queue_depth_hides_latency_behind_transfers():
+    from shardscope.engine.stream.ssd_rate_limiter import SsdModel
+
+    sizes = [100_000] * 8  # 8 requests of 1 ms transfer each, 1 ms latency
+    deep, shallow = SsdModel(100, 0.001, 8), SsdModel(100, 0.001, 1)
+    assert deep.batch_seconds(sizes) == pytest.approx(0.001 + 0.008)  # one latency, then back to back
+    assert shallow.batch_seconds(sizes) == pytest.approx(8 * 0.002)  # latency paid per request
+    # the emulator books the same schedule: the last of 8 concurrent reads ends at 9 ms
+    t = FakeTime()
+    limiter = SsdRateLimiter(100, clock=t.clock, sleep=t.sleep, latency_s=0.001, queue_depth=8)
+    finishes = [limiter._book([s])[1] for s in sizes]
+    assert finishes[-1] - 100.0 == pytest.approx(0.009)
+
+
+def test_read_seconds_splits_bytes_into_requests_and_batches():
+    from shardscope.engine.stream.ssd_rate_limiter import REQUEST_BYTES, SsdModel, split_requests
+
+    assert split_requests([REQUEST_BYTES * 2 + 10, 0, 5]) == [REQUEST_BYTES, REQUEST_BYTES, 10, 5]
+    m = SsdModel(200, 0.0005, 2)
+    # 4 batches of 3 requests of 10^5 B: each batch = 2 overlapped, then one more behind them
+    one = m.batch_seconds([100_000] * 3)
+    assert m.read_seconds(12 * 100_000, 12, 4) == pytest.approx(4 * one)
+    assert SsdModel(200).read_seconds(10**6, 50, 5) == pytest.approx(10**6 / 200e6)  # no latency: bytes only

@@ -52,12 +52,15 @@ def test_project_summary_fills_the_device_columns():
     project_summary(s, "iphone-16-pro")
     assert s.device == iphone.id
     assert s.projected_bound == "ssd"
-    assert s.projected_ts == pytest.approx(iphone.ssd_read_mb_s / 860, rel=1e-3)
+    # + the SSD's request latency: a layer-streaming run reads 2 MiB chunks one after another,
+    # so each chunk (4 requests, within the queue depth) pays the latency once.
+    latency = 860e6 / (2 * MIB) * iphone.ssd_latency_us * 1e-6
+    assert s.projected_ts == pytest.approx(1 / (860e6 / (iphone.ssd_read_mb_s * 1e6) + latency), rel=1e-3)
     # Without prefetch the read and compute add: 1.0 + max(dram, 0.2 x 2/2 / scale).
     s0 = dataclasses.replace(s, prefetch_depth=0, device="", projected_ts=math.nan, projected_bound="")
     project_summary(s0, "iphone-16-pro")
     dram = (2000 * MIB - 860e6) / (iphone.dram_mb_s * 1e6)
-    expected = 1.0 + max(dram, 0.2 / iphone.compute_scale)
+    expected = 1.0 + latency + max(dram, 0.2 / iphone.compute_scale)
     assert s0.projected_ts == pytest.approx(1 / expected, rel=1e-3)
 
 

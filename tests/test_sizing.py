@@ -123,6 +123,9 @@ def test_duplicate_ids_in_a_folder_are_refused(tmp_path):
 
 # ---------------------------------------------------------- sizing: numbers
 DENSE = SizingInput(total_params=8e9, active_params=None, bits_per_weight=4, n_layers=32, globals_bytes=0.5e9)
+# The iPhone preset's 150 µs request latency, paid once per layer that reads (its 32-deep queue
+# hides every later 512 KiB request behind the transfers): 32 layers.
+IPHONE_LATENCY_PER_TOKEN = 32 * 150e-6
 
 
 def test_dense_pinned_arithmetic():
@@ -140,11 +143,14 @@ def test_dense_pinned_arithmetic():
     # streamed = 3.5e9 layer bytes - 1,428,733,648 pinned = 2,071,266,352 bytes per token.
     assert r.streamed_bytes_per_token == pytest.approx(2_071_266_352)
     assert r.hit_rate == pytest.approx(1_428_733_648 / 3.5e9)
-    # ssd 2,071,266,352 / 860e6 = 2.4085 s; dram (4e9 - 2.0713e9) / 60e9 = 0.0321 s.
-    assert r.projection.terms["ssd"] == pytest.approx(2.408449247, rel=1e-9)
+    # ssd 2,071,266,352 / 860e6 = 2.4085 s of bandwidth, plus the device's 150 µs request latency
+    # once per layer (32 batches of 512 KiB requests: 32 in flight hide every later one behind
+    # the 0.61 ms transfers) = 4.8 ms; dram (4e9 - 2.0713e9) / 60e9 = 0.0321 s.
+    assert r.projection.terms["ssd"] == pytest.approx(2.408449247 + 32 * 150e-6, rel=1e-9)
+    assert r.projection.ssd_latency_s == pytest.approx(32 * 150e-6, rel=1e-6)
     assert r.projection.terms["dram"] == pytest.approx(0.032145561, rel=1e-6)
-    assert r.s_per_token == pytest.approx(2.408449247, rel=1e-9)
-    assert r.bound == "ssd"
+    assert r.s_per_token == pytest.approx(2.408449247 + 32 * 150e-6, rel=1e-9)
+    assert r.bound == "ssd" and r.projection.limit == "bandwidth"
     assert not r.fits_in_memory and not r.is_moe
 
 
@@ -152,7 +158,7 @@ def test_dense_lru_reads_every_layer_byte():
     r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="lru")
     # Cyclic scan larger than the cache: all 3.5e9 layer bytes each token; 3.5e9 / 860e6.
     assert r.streamed_bytes_per_token == pytest.approx(3.5e9)
-    assert r.s_per_token == pytest.approx(4.069767442)
+    assert r.s_per_token == pytest.approx(4.069767442 + IPHONE_LATENCY_PER_TOKEN)
     assert r.hit_rate == pytest.approx(0.0)
 
 
@@ -163,7 +169,7 @@ def test_no_prefetch_needs_one_layer_and_adds_times():
     assert r.streamed_bytes_per_token == pytest.approx(1_961_891_352)
     ssd = 1_961_891_352 / 860e6
     dram = (4e9 - 1_961_891_352) / 60e9
-    assert r.s_per_token == pytest.approx(ssd + dram)
+    assert r.s_per_token == pytest.approx(ssd + IPHONE_LATENCY_PER_TOKEN + dram)
 
 
 def test_model_that_fits_streams_nothing():
@@ -192,13 +198,13 @@ def test_moe_pinned_arithmetic():
     # budget 4000 MiB = 4,194,304,000; cache = 1,394,304,000 pinned expert bytes.
     # streamed = 9/99 x (99e9 - 1,394,304,000) = 8,873,245,090.9
     assert r.streamed_bytes_per_token == pytest.approx(8_873_245_090.9)
-    assert r.s_per_token == pytest.approx(8_873_245_090.9 / 860e6)
+    assert r.s_per_token == pytest.approx(8_873_245_090.9 / 860e6 + 10 * 150e-6)  # + latency once per layer
     assert r.bound == "ssd"
 
 
 def test_ssd_what_if():
     r = size_from_numbers(DENSE, "iphone-16-pro", budget_mb=2048, policy="lru", ssd_mb_s=1750)
-    assert r.s_per_token == pytest.approx(2.0)  # 3.5e9 / 1750e6
+    assert r.s_per_token == pytest.approx(2.0 + IPHONE_LATENCY_PER_TOKEN)  # 3.5e9 / 1750e6 + latency
     assert r.ssd_mb_s == 1750 and "ssd_read_mb_s" in r.unverified
 
 

@@ -52,8 +52,11 @@ def _print_summary(summary) -> None:
     if summary.projected_bound:
         from shardscope.engine.devices.devices import get_device
         from shardscope.engine.devices.projection import inputs_provenance
+        from shardscope.engine.devices.run_projection import projection_for
 
-        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({summary.projected_bound}-bound; "
+        # bound_text names the SSD's part too: "ssd-bound (latency)" or "(bandwidth)"
+        bound = projection_for(summary, summary.device).bound_text
+        print(f"projection {summary.device}: {summary.projected_ts:.3g} tok/s ({bound}; "
               f"{inputs_provenance(get_device(summary.device))})")
 
 
@@ -80,6 +83,9 @@ def cmd_bench(args) -> int:
     from shardscope.engine.output.llama_bench_output import print_rows, utc_now
 
     settings = settings_from_args(args)
+    from shardscope.engine.stream.ssd_rate_limiter import configure_emulation
+
+    configure_emulation(args.ssd_latency_us, args.ssd_queue_depth)  # the emulated SSD beyond its bandwidth
     started = utc_now()
     reports = []
     summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
@@ -123,7 +129,7 @@ def cmd_synth(args) -> int:
 
 
 _MOE_FLAGS = {"experts": "--experts", "experts_used": "--experts-used", "shared_experts": "--shared-experts",
-              "routing_skew": "--routing-skew"}
+              "routing_skew": "--routing-skew", "arch": "--arch", "like": "--like"}
 
 
 def _moe_spec(args):
@@ -133,11 +139,12 @@ def _moe_spec(args):
         if given:
             raise ShardscopeError(f"{given[0]} needs --moe")
         return None
-    from shardscope.engine.synth.synth_moe import MoeSpec
+    from shardscope.engine.synth.synth_moe import PRESETS, MoeSpec
 
-    d = MoeSpec()
+    # --like picks a real model's ratios; explicit flags still override them
+    d = PRESETS[args.like]() if args.like else MoeSpec()
     return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
-                      for key in _MOE_FLAGS})
+                      for key in _MOE_FLAGS if key != "like"})
 
 
 def _mb_list(text: str) -> list[float]:
@@ -209,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--verify", action="store_true",
                        help="print each figure next to an independent source (another process's /proc "
                             "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
+    bench.add_argument("--ssd-latency-us", type=non_negative_float, default=0.0,
+                       help="with --ssd-mb-s: the emulated SSD's latency per request (default 0)")
+    bench.add_argument("--ssd-queue-depth", type=positive_int, default=32,
+                       help="with --ssd-mb-s: requests the emulated SSD keeps in flight (default 32)")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")
     synth.add_argument("--size-mb", type=positive_float, required=True)
@@ -223,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="always-used experts per layer (arch qwen2moe; default 0)")
     synth.add_argument("--routing-skew", type=non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
+    synth.add_argument("--arch", choices=("llama", "qwen2moe", "deepseek2"), default=None,
+                       help="MoE architecture (default: llama, or qwen2moe with shared experts); "
+                            "deepseek2 is the Kimi K2 / DeepSeek-V3 shape: MLA, dense first layer, sigmoid router")
+    synth.add_argument("--like", choices=("kimi-k2",), default=None,
+                       help="a real model's expert ratios at --size-mb: kimi-k2 = deepseek2, 384 experts, top-8, 1 shared")
     synth.set_defaults(func=cmd_synth)
     cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
                          description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "

@@ -34,7 +34,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -203,7 +203,7 @@ def calibrate(device_id: str, results_path: str, *, reference_path: str | None =
     """Fit, then store in the user's device file; nothing is written when anything is refused.
     Without reference rows, `measure_here(model, where)` runs this machine (it lives with the runs,
     engine/runs/calibration_reference.py, so devices never import the run layer)."""
-    from shardscope.engine.devices.devices import get_device, save_calibration
+    from shardscope.engine.devices.devices import get_device
 
     device = get_device(device_id)
     where = str(results_path)
@@ -236,3 +236,35 @@ def calibrate(device_id: str, results_path: str, *, reference_path: str | None =
             "source": f"calibrated from {Path(results_path).name} on {day}: {result.dram_note}",
             **common}
     return result, save_calibration(device.id, quantities)
+
+
+def save_calibration(device_id: str, quantities: dict[str, dict]) -> Path:
+    """Write the user's calibration file for a built-in device, atomically.
+
+    ``quantities`` maps a CALIBRATED_QUANTITIES key to its table (value, source,
+    verified, calibrated_from, calibrated_on). The result is read back through
+    ``apply_calibration`` before it replaces the old file, so a file that would not
+    load is never left behind.
+    """
+    import tomli_w
+
+    from shardscope.engine.base.atomic_write import write_text_atomic
+
+    from shardscope.engine.devices.devices import apply_calibration, calibration_path, get_device
+
+    device = get_device(device_id)
+    path = calibration_path(device_id)
+    text = ("# Written by `shardscope calibrate`: measured values that replace the built-in preset's.\n"
+            + tomli_w.dumps({"id": device_id, **quantities}))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ShardscopeError(f"{path.parent}: cannot create ({exc.strerror or exc})") from None
+    check = path.with_name(f".{path.name}.check")
+    try:
+        write_text_atomic(check, text)
+        apply_calibration(replace(device, calibrated={}), check)
+        check.replace(path)
+    finally:
+        check.unlink(missing_ok=True)
+    return path

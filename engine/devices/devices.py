@@ -19,7 +19,8 @@ File layout (every quantity table has ``value``, ``source`` and ``verified``)::
     [app_memory_limit_extended_mb]      # optional: the limit with an entitlement
     value = 6144  requires = "..."  source = "..."  verified = false
     [ram_mb]                            # optional, informative
-    [ssd_read_mb_s]                     # where the weights stream from
+    [ssd_read_mb_s]                     # where the weights stream from (sequential)
+    [ssd_latency_us] [ssd_queue_depth]  # optional: per-request latency (default 0) and requests in flight (32)
     [dram_mb_s]                         # how fast resident weights can be touched
     [cpu]  performance_cores = 2  efficiency_cores = 4  source = "..."  verified = true
     [gpu]  description = "..."  source = "..."  verified = true
@@ -38,6 +39,7 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import POSITIVE, ZERO_OR_MORE, finite_number
 from shardscope.engine.base.toml_file import read_toml
 from shardscope.engine.base.units import MB_S, MIB
+from shardscope.engine.stream.ssd_rate_limiter import SsdModel
 
 
 __all__ = [
@@ -51,7 +53,6 @@ __all__ = [
     "CALIBRATED_QUANTITIES",
     "calibration_path",
     "apply_calibration",
-    "save_calibration",
 ]
 
 
@@ -61,7 +62,7 @@ DEVICES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "devices"  # en
 
 _QUANTITY_KEYS = {"value", "source", "verified"}
 _REQUIRED_QUANTITIES = ("app_memory_limit_mb", "ssd_read_mb_s", "dram_mb_s")
-_OPTIONAL_QUANTITIES = ("app_memory_limit_extended_mb", "ram_mb", "compute_scale")
+_OPTIONAL_QUANTITIES = ("app_memory_limit_extended_mb", "ram_mb", "compute_scale", "ssd_latency_us", "ssd_queue_depth")
 _TOP_LEVEL_KEYS = frozenset(
     {"id", "name", "storage", "cpu", "gpu", *_REQUIRED_QUANTITIES, *_OPTIONAL_QUANTITIES}
 )
@@ -98,6 +99,13 @@ class Device:
     unverified: frozenset[str] = frozenset()
     path: str | None = field(default=None, compare=False)
     calibrated: dict[str, str] = field(default_factory=dict, hash=False)  # quantity → "calibrated from …"
+    ssd_latency_us: float = 0.0  # per request; 0 = bandwidth only
+    ssd_queue_depth: int = 32
+
+    @property
+    def ssd_model(self) -> SsdModel:
+        """The device's reads as the emulator and the projection model them."""
+        return SsdModel(self.ssd_read_mb_s, self.ssd_latency_us * 1e-6, self.ssd_queue_depth)
 
     @property
     def total_cores(self) -> int:
@@ -276,6 +284,14 @@ def load_device(path: str | Path) -> Device:
         sources["compute_scale"] = _DEFAULT_COMPUTE_SCALE_SOURCE
         unverified.add("compute_scale")
 
+    ssd = {"ssd_latency_us": 0.0, "ssd_queue_depth": 32}
+    for key in ssd:
+        if key in data:
+            ssd[key], table = _quantity(data, key, where)
+            note(key, table)
+    if ssd["ssd_queue_depth"] != int(ssd["ssd_queue_depth"]):
+        raise ShardscopeError(f"{where}: 'ssd_queue_depth.value' must be a whole number, got {ssd['ssd_queue_depth']:g}")
+
     cpu = _table(data, "cpu", where, {"performance_cores", "efficiency_cores", "source", "verified"})
     cores = {}
     for key in ("performance_cores", "efficiency_cores"):
@@ -320,6 +336,8 @@ def load_device(path: str | Path) -> Device:
         sources=sources,
         unverified=frozenset(unverified),
         path=str(path),
+        ssd_latency_us=ssd["ssd_latency_us"],
+        ssd_queue_depth=int(ssd["ssd_queue_depth"]),
     )
 
 
@@ -394,36 +412,6 @@ def apply_calibration(device: Device, path: str | Path) -> Device:
         else:
             unverified.add(key)
     return replace(device, **changes, sources=sources, unverified=frozenset(unverified), calibrated=calibrated)
-
-
-def save_calibration(device_id: str, quantities: dict[str, dict]) -> Path:
-    """Write the user's calibration file for a built-in device, atomically.
-
-    ``quantities`` maps a CALIBRATED_QUANTITIES key to its table (value, source,
-    verified, calibrated_from, calibrated_on). The result is read back through
-    ``apply_calibration`` before it replaces the old file, so a file that would not
-    load is never left behind.
-    """
-    import tomli_w
-
-    from shardscope.engine.base.atomic_write import write_text_atomic
-
-    device = get_device(device_id)
-    path = calibration_path(device_id)
-    text = ("# Written by `shardscope calibrate`: measured values that replace the built-in preset's.\n"
-            + tomli_w.dumps({"id": device_id, **quantities}))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ShardscopeError(f"{path.parent}: cannot create ({exc.strerror or exc})") from None
-    check = path.with_name(f".{path.name}.check")
-    try:
-        write_text_atomic(check, text)
-        apply_calibration(replace(device, calibrated={}), check)
-        check.replace(path)
-    finally:
-        check.unlink(missing_ok=True)
-    return path
 
 
 def weight_budget_mb(

@@ -24,9 +24,16 @@ speed relative to this host::
 
     compute_device = compute_host * host_threads / min(host_threads, p_cores) / compute_scale
 
+The ssd term is the emulator's own SSD model (``engine.stream.ssd_rate_limiter.SsdModel``):
+bytes ÷ sequential bandwidth, plus the per-request latency the device's queue depth
+cannot hide, given how many requests a token reads and in how many batches that wait
+for each other (a MoE layer's misses are one batch). The projection names which part
+bounds a run: ``limit`` is "bandwidth" or "latency" when the ssd term is the largest,
+else "compute" or "dram". Without request counts (or at latency 0) it is bytes ÷ bandwidth.
+
 What this leaves out, so the result is a best case (an upper bound on tok/s): imperfect
-overlap, per-read latency and small reads, thermal throttling, page-cache hits
-beyond what the measurement saw, and the KV cache's own memory traffic.
+overlap, thermal throttling, page-cache hits beyond what the measurement saw, and the
+KV cache's own memory traffic.
 
 Units: bytes, seconds, and bandwidths in MB/s = 10^6 bytes/s.
 """
@@ -39,6 +46,7 @@ from shardscope.engine.devices.devices import Device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import POSITIVE, ZERO_OR_MORE, finite_number
 from shardscope.engine.base.units import MB_S
+from shardscope.engine.stream.ssd_rate_limiter import SsdModel
 
 __all__ = [
     "RunMeasurement",
@@ -71,10 +79,15 @@ class RunMeasurement:
     compute_s_per_token: float
     host_threads: int = 1
     prefetch: bool = True
+    # How the SSD bytes are read: requests per token, and batches per token that wait for
+    # each other (0: unknown, the ssd term is then bytes / bandwidth alone)
+    ssd_requests_per_token: float = 0.0
+    ssd_batches_per_token: float = 0.0
 
     def validated(self, source: str = "measurement") -> "RunMeasurement":
         """Refuse values no run can produce, naming the field."""
-        for key in ("ssd_bytes_per_token", "resident_bytes_per_token", "compute_s_per_token"):
+        for key in ("ssd_bytes_per_token", "resident_bytes_per_token", "compute_s_per_token",
+                    "ssd_requests_per_token", "ssd_batches_per_token"):
             finite_number(getattr(self, key), source, key, sign=ZERO_OR_MORE)
         if isinstance(self.host_threads, bool) or not isinstance(self.host_threads, int) or self.host_threads < 1:
             raise ShardscopeError(
@@ -99,14 +112,30 @@ class Projection:
     bound: str
     terms: dict[str, float] = field(hash=False)
     overlapped: bool = True
+    ssd_latency_s: float = 0.0  # the part of the ssd term that is request latency, not bytes
+
+    @property
+    def limit(self) -> str:
+        """What bounds the run: "bandwidth" or "latency" (the SSD's two parts), "compute" or "dram"."""
+        if self.bound != "ssd":
+            return self.bound
+        return "latency" if self.ssd_latency_s > self.terms["ssd"] - self.ssd_latency_s else "bandwidth"
+
+    @property
+    def bound_text(self) -> str:
+        """"ssd-bound (latency)": the bound, and for the SSD which of its two parts."""
+        return f"{self.bound}-bound ({self.limit})" if self.bound == "ssd" else f"{self.bound}-bound"
 
     def describe(self) -> str:
         """One line: the time, the bound and every term, for logs and the CLI."""
         parts = ", ".join(f"{name} {self.terms[name]:.3g} s" for name in BOUNDS)
         how = "max" if self.overlapped else "ssd + max(dram, compute)"
+        ssd = self.terms["ssd"]
+        split = (f"; ssd = {ssd - self.ssd_latency_s:.3g} s bandwidth + {self.ssd_latency_s:.3g} s latency"
+                 if self.ssd_latency_s > 0 else "")
         return (
             f"{self.s_per_token:.3g} s/token ({self.tokens_per_s:.3g} tok/s), "
-            f"{self.bound}-bound; terms per token: {parts} (combined as {how})"
+            f"{self.bound_text}; terms per token: {parts} (combined as {how}){split}"
         )
 
 
@@ -120,9 +149,13 @@ def project_from_bandwidth(
     ssd_mb_s: float,
     dram_mb_s: float | None = None,
     compute_factor: float = 1.0,
+    ssd_latency_s: float = 0.0,
+    ssd_queue_depth: int = 32,
 ) -> Projection:
     """The roofline for "a device with X MB/s SSD", without a device file.
 
+    ``ssd_latency_s`` / ``ssd_queue_depth``: the device's per-request latency and requests in
+    flight (the emulator's model); they count only when the measurement has request counts.
     ``dram_mb_s`` None leaves the DRAM term out (0 s): right when projecting onto
     this same host (e.g. the validation run that emulates a slower disk with
     ``--ssd-mb-s``), since the measured compute time already includes this host's
@@ -131,8 +164,11 @@ def project_from_bandwidth(
     """
     m = measurement.validated()
     ssd = _positive(ssd_mb_s, "projection", "ssd_mb_s") * MB_S
+    latency = finite_number(ssd_latency_s, "projection", "ssd_latency_s", sign=ZERO_OR_MORE)
+    model = SsdModel(ssd / MB_S, latency, max(1, int(ssd_queue_depth)))
+    ssd_s = model.read_seconds(m.ssd_bytes_per_token, m.ssd_requests_per_token, m.ssd_batches_per_token)
     terms = {
-        "ssd": m.ssd_bytes_per_token / ssd,
+        "ssd": ssd_s,
         "dram": 0.0,
         "compute": m.compute_s_per_token * _positive(compute_factor, "projection", "compute_factor"),
     }
@@ -154,6 +190,7 @@ def project_from_bandwidth(
         bound=bound,
         terms=terms,
         overlapped=m.prefetch,
+        ssd_latency_s=max(0.0, ssd_s - m.ssd_bytes_per_token / ssd),
     )
 
 
@@ -182,12 +219,14 @@ def project(
     m = measurement.validated()
     ssd = device.ssd_read_mb_s if ssd_mb_s_override is None else ssd_mb_s_override
     return project_from_bandwidth(
-        m, ssd_mb_s=ssd, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device)
+        m, ssd_mb_s=ssd, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device),
+        ssd_latency_s=device.ssd_latency_us * 1e-6, ssd_queue_depth=device.ssd_queue_depth,
     )
 
 
 # The device numbers the roofline reads, in words (the memory limit only matters to the sizing).
-_INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
+_INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "ssd_latency_us": "SSD latency", "ssd_queue_depth": "SSD queue depth",
+                "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
 
 
 def inputs_provenance(device: Device) -> str:

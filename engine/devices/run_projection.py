@@ -40,6 +40,8 @@ from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_number
 from shardscope.engine.devices.projection import Projection, RunMeasurement, project
+from shardscope.engine.stream.residency import CHUNK_BYTES
+from shardscope.engine.stream.ssd_rate_limiter import split_requests
 
 __all__ = [
     "MIN_COMPUTE_S",
@@ -71,13 +73,37 @@ def measurement_from_summary(summary) -> RunMeasurement:
     wait_s = max(0.0, _number(summary, "wait_ms_per_token")) / 1000.0
     compute = max(1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
     threads = int(summary.n_threads)
+    requests, batches = _reads_per_token(summary, read)
     return RunMeasurement(
         ssd_bytes_per_token=read,
         resident_bytes_per_token=max(0.0, total - read),
         compute_s_per_token=compute,
         host_threads=max(1, threads),
         prefetch=int(summary.prefetch_depth) > 0,
+        ssd_requests_per_token=requests,
+        ssd_batches_per_token=batches,
     ).validated("run summary")
+
+
+def _reads_per_token(summary, read: float) -> tuple[float, float]:
+    """How a token's bytes were read, for the SSD model's latency term.
+
+    An expert run reads each missed expert as its three tensor slices (requests of at
+    most REQUEST_BYTES), a layer's misses together (one batch a layer, at most one per
+    miss). A layer-streaming run reads its shards in CHUNK_BYTES pieces, each waited for.
+    """
+    if read <= 0:
+        return 0.0, 0.0
+    if getattr(summary, "n_expert", 0):
+        dense = max(0.0, _number(summary, "globals_mb")) * MIB
+        layers = max(1, int(summary.n_layers))
+        unit = (max(0.0, _number(summary, "model_size_mb")) * MIB - dense) / (summary.n_expert * layers)
+        if unit <= 0:
+            return 0.0, 0.0
+        misses = read / unit
+        return misses * len(split_requests([unit / 3] * 3)), min(float(layers), misses)
+    chunks = read / CHUNK_BYTES
+    return chunks * len(split_requests([CHUNK_BYTES])), chunks
 
 
 def projection_for(summary, device_id: str) -> Projection:

@@ -52,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shardscope.engine.devices.devices import MIB, Device, get_device, weight_budget_mb
+from shardscope.engine.stream.ssd_rate_limiter import REQUEST_BYTES
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.quantity_text import bytes_text, mib_text, seconds_text
 from shardscope.engine.base.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
@@ -162,6 +163,8 @@ class SizingResult:
     summary: str
     assumptions: tuple[str, ...] = field(default=(), hash=False)
     unverified: tuple[str, ...] = ()
+    ssd_latency_us: float = 0.0  # the device's SSD model beyond its bandwidth
+    ssd_queue_depth: int = 32
 
     @property
     def tokens_per_s(self) -> float:
@@ -288,9 +291,14 @@ def size_shape(
         compute_s_per_token=compute,
         host_threads=1,
         prefetch=overlap,
+        # the SSD model's latency term: streamed bytes in requests of up to REQUEST_BYTES (the
+        # experts of a large model are far bigger), one batch per layer (a layer waits for its reads)
+        ssd_requests_per_token=streamed / REQUEST_BYTES,
+        ssd_batches_per_token=float(shape.n_layers) if streamed > 0 else 0.0,
     )
     projection = project_from_bandwidth(
-        measurement, ssd_mb_s=device.ssd_read_mb_s, dram_mb_s=device.dram_mb_s
+        measurement, ssd_mb_s=device.ssd_read_mb_s, dram_mb_s=device.dram_mb_s,
+        ssd_latency_s=device.ssd_latency_us * 1e-6, ssd_queue_depth=device.ssd_queue_depth,
     )
     if compute == 0:
         assumptions.append("compute not modelled (0 s): the tok/s is an upper bound")
@@ -298,7 +306,7 @@ def size_shape(
     summary = (
         f"{shape.label} on {device.name} at {device.ssd_read_mb_s / 1000:g} GB/s: "
         f"{seconds_text(projection.s_per_token)} per token ({projection.tokens_per_s:.3g} tok/s), "
-        f"{projection.bound}-bound; "
+        f"{projection.bound_text}; "
         + (
             "fits in memory, nothing streams"
             if fits
@@ -336,6 +344,8 @@ def size_shape(
         summary=summary,
         assumptions=tuple(assumptions),
         unverified=tuple(sorted(unverified)),
+        ssd_latency_us=device.ssd_latency_us,
+        ssd_queue_depth=device.ssd_queue_depth,
     )
 
 

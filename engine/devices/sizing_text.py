@@ -18,6 +18,8 @@ def format_sizing(result: SizingResult) -> str:
     lines = [f"Plan: {r.model} on {r.device_name}"]
     lines.append(
         f"  device      SSD {r.ssd_mb_s:g} MB/s{tag('ssd_read_mb_s')}, "
+        f"{r.ssd_latency_us:g} µs per request{tag('ssd_latency_us')}, queue depth {r.ssd_queue_depth}"
+        f"{tag('ssd_queue_depth')}, "
         f"DRAM {r.dram_mb_s:g} MB/s{tag('dram_mb_s')}"
     )
     kind = "MoE" if r.is_moe else "dense"
@@ -51,10 +53,13 @@ def format_sizing(result: SizingResult) -> str:
         if p.overlapped
         else "ssd + max(dram, compute): without prefetch, compute waits for each read"
     )
-    lines.append(f"  projection  {seconds_text(p.s_per_token)} per token = {rate_text(p.tokens_per_s)}, {p.bound}-bound")
+    lines.append(f"  projection  {seconds_text(p.s_per_token)} per token = {rate_text(p.tokens_per_s)}, {p.bound_text}")
     lines.append(
         f"    ssd       {seconds_text(p.terms['ssd'])} = {bytes_text(r.streamed_bytes_per_token)} / "
         f"{r.ssd_mb_s / 1000:g} GB/s"
+        + (f" + {seconds_text(p.ssd_latency_s)} of request latency the queue depth does not hide "
+           f"({r.ssd_latency_us:g} µs each, {r.ssd_queue_depth} in flight, one batch per layer)"
+           if p.ssd_latency_s > 0 else "")
     )
     lines.append(
         f"    dram      {seconds_text(p.terms['dram'])} = "

@@ -120,8 +120,9 @@ class ExpertIO:
 
     def load_unit(self, layer: int, expert: int) -> None:
         ranges = self.moe.unit_ranges(layer, expert)
-        self.limiter.throttle(self.moe.unit_bytes(layer))  # the emulated SSD: bytes no faster than its rate
-        self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+        # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
+        with self.limiter.pacing(end - start for start, end in ranges):
+            self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
         if self.slots:
             with self._lock:
                 for start, end in ranges:

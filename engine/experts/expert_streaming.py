@@ -15,7 +15,8 @@ ExpertCache decides hits, misses and victims; this class decides when to load an
   admitted and loaded too, never evicting one the current layer needs; its accuracy and
   the misses it hid are counted. The guess is layer N+1's router applied to this
   token's router input at layer N (the residual stream changes little from one layer
-  to the next) where the router is F32/F16 and that input was captured, else the
+  to the next; a deepseek2 router's sigmoid + per-expert bias applied as llama.cpp
+  does) where the router is F32/F16 and that input was captured, else the
   experts the previous token picked at layer N+1.
 """
 
@@ -95,6 +96,7 @@ class ExpertStreamer:
         self._previous: dict[int, tuple[int, ...]] = {}  # layer → last decoded token's picks
         self._guessed: dict[int, set[int]] = {}
         self._routers: dict[int, np.ndarray] = {}
+        self._biases: dict[int, np.ndarray] = {}
         self._hidden: tuple[int, np.ndarray] | None = None
         self._error: str | None = None
         self._stopped = False
@@ -132,6 +134,13 @@ class ExpertStreamer:
                 continue
             raw = np.ctypeslib.as_array((ctypes.c_uint8 * n_bytes).from_address(span[0]))
             views[layer] = raw.view(dtype).reshape(self.moe.n_expert, n_embd)
+        # deepseek2 picks by sigmoid(logits) + a per-expert bias: a guess must add it too
+        self._biases = {}
+        for layer, offset in self.moe.router_biases.items():
+            span = self.mapping.clip(offset, offset + 4 * self.moe.n_expert)
+            if span is not None and span[1] - span[0] == 4 * self.moe.n_expert:
+                raw = np.ctypeslib.as_array((ctypes.c_uint8 * (4 * self.moe.n_expert)).from_address(span[0]))
+                self._biases[layer] = raw.view(np.float32)
         return views
 
     def stop(self) -> None:
@@ -237,6 +246,10 @@ class ExpertStreamer:
         if router is None or hidden is None or hidden[0] != layer or hidden[1].shape[0] != router.shape[1]:
             return self._previous.get(nxt)
         scores = router.astype(np.float32, copy=False) @ hidden[1]
+        if self.moe.gating == "sigmoid":  # softmax and a bare sigmoid keep the logits' order
+            bias = self._biases.get(nxt)
+            if bias is not None:
+                scores = 1.0 / (1.0 + np.exp(-scores)) + bias
         k = self.moe.n_expert_used
         return tuple(int(e) for e in np.argsort(-scores)[:k])
 

@@ -31,6 +31,9 @@ _STRING, _ARRAY = 8, 9
 _KEEP_SUFFIXES = (
     "general.architecture", "general.name", "general.alignment", ".block_count",
     ".expert_count", ".expert_used_count", ".context_length", ".embedding_length",
+    # the MoE shape of deepseek2 (Kimi) files, and the keys whose absence aborts llama.cpp
+    ".expert_shared_count", ".leading_dense_block_count", ".expert_gating_func", ".expert_weights_norm",
+    ".expert_weights_scale", ".rope.dimension_count", ".attention.key_length_mla",
 )
 
 

@@ -43,6 +43,11 @@ class MoeLayout:
     total_bytes: int
     # per layer: the router ffn_gate_inp as (offset, ggml type, n_embd), for guessing picks
     routers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # how llama.cpp turns router logits into picks: "softmax" (top-k of the logits) or
+    # "sigmoid" (top-k of sigmoid(logits) + the per-expert bias ``exp_probs_b``, deepseek2)
+    gating: str = "softmax"
+    # per layer: the F32 bias ``exp_probs_b.bias`` added to the scores before top-k, as its offset
+    router_biases: dict[int, int] = field(default_factory=dict)
 
     def unit_ranges(self, layer: int, expert: int) -> tuple[tuple[int, int], ...]:
         return tuple((off + expert * per, off + (expert + 1) * per) for off, per in self.expert_tensors[layer])
@@ -77,6 +82,23 @@ def streams_experts(moe: MoeLayout | None, budget_mb: float) -> bool:
     return moe is not None and moe.total_bytes > budget_mb * MIB
 
 
+# LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid, 3 softmax of the picked weights only
+_GATING = {1: "softmax", 2: "sigmoid", 3: "softmax"}
+
+
+def _check_deepseek2(layout: ModelLayout) -> None:
+    """deepseek2 keys whose absence aborts llama.cpp (measured with 0.3.36: SIGABRT on a
+    missing rope.dimension_count); the other missing keys fail the load with an error."""
+    rope = _key(layout, "rope.dimension_count")
+    if rope is None:
+        raise ShardscopeError(f"{layout.path}: deepseek2.rope.dimension_count is missing "
+                              f"(llama.cpp would abort loading it)")
+    key_length = _key(layout, "attention.key_length_mla")
+    if not isinstance(rope, int) or rope <= 0 or rope % 2 or (key_length is not None and rope > key_length):
+        raise ShardscopeError(f"{layout.path}: deepseek2.rope.dimension_count is {rope!r}; it must be an even "
+                              f"number ≤ attention.key_length_mla ({key_length})")
+
+
 def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
     """The expert layout of ``layout``; None for a dense model; ShardscopeError if malformed."""
     path, arch = layout.path, layout.architecture
@@ -91,6 +113,8 @@ def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
             raise ShardscopeError(f"{path}: {arch}.expert_count is {count} but the file has no "
                                   f"ffn_*_exps expert tensors")
         return None
+    if arch == "deepseek2":
+        _check_deepseek2(layout)
     first = min(experts)
     example = experts[first][0].name
     if count is None:
@@ -119,10 +143,17 @@ def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
     routers = {t.layer: (t.offset, t.ggml_type, t.shape[0]) for t in layout.tensors
                if t.name.endswith(".ffn_gate_inp.weight") and t.layer is not None and len(t.shape) == 2
                and t.shape[1] == count}
+    biases = {t.layer: t.offset for t in layout.tensors
+              if t.name.endswith(".exp_probs_b.bias") and t.layer is not None and t.ggml_type == 0
+              and t.shape[0] == count}
+    # Without the key, this llama.cpp (0.3.36) gates deepseek2 by sigmoid: a file without it
+    # generated the same tokens as with gating_func = 2.
+    gating = _GATING.get(_key(layout, "expert_gating_func") or 0, "sigmoid" if arch == "deepseek2" else "softmax")
     dense = tuple(sorted((t.offset, t.offset + t.n_bytes) for t in layout.tensors if t.name not in expert_names))
     return MoeLayout(path=path, architecture=arch, n_expert=int(count), n_expert_used=int(used),
                      layers=tuple(sorted(per_layer)), expert_tensors=per_layer, dense_ranges=dense,
-                     total_bytes=layout.weight_bytes, routers=routers)
+                     total_bytes=layout.weight_bytes, routers=routers, gating=gating,
+                     router_biases=biases)
 
 
 __all__ = ["MoeLayout", "read_moe_layout", "streams_experts", "EXPERT_TENSORS"]

@@ -368,8 +368,8 @@ class ResidencyController:
         started = time.perf_counter()
         if self.mapping and self.slots:
             for start, end in shard.ranges:  # exact ranges: what a drop gives back is what a load took
-                self._limiter.throttle(end - start)
-                self.slots.load(start, end)
+                with self._limiter.pacing([end - start]):  # done no sooner than the emulated SSD
+                    self.slots.load(start, end)
         elif self.mapping:
             emulating = self._limiter.mb_s > 0
             # Emulating a disk: exact ranges, so the rate limiter charges shard bytes only.
@@ -382,8 +382,8 @@ class ResidencyController:
                 chunk = CHUNK_BYTES if emulating else span[1] - span[0]
                 for lo in range(span[0], span[1], chunk):
                     hi = min(lo + chunk, span[1])
-                    self._limiter.throttle(hi - lo)
-                    self.load_mechanism = self._read_in(lo, hi)
+                    with self._limiter.pacing([hi - lo]):  # done no sooner than the emulated SSD
+                        self.load_mechanism = self._read_in(lo, hi)
         with self._cond:
             self._counters.loads += 1
             self._counters.loaded_bytes += shard.n_bytes

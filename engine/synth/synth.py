@@ -151,7 +151,8 @@ def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, 
     return float(size_mb), int(n_layers)
 
 
-def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float) -> None:
+def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, mla: bool = False) -> None:
+    """``mla``: a deepseek2 model, whose FFN width, heads and rope dims its own writer adds."""
     writer.add_name(f"shardscope-synthetic-{size_mb:g}MB")
     writer.add_description("random weights written by shardscope for streaming tests; output is gibberish")
     writer.add_custom_alignment(ALIGNMENT)
@@ -161,10 +162,11 @@ def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float) -> None:
     writer.add_context_length(CONTEXT_LENGTH)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(shape.n_layers)
-    writer.add_feed_forward_length(shape.n_ff)
-    writer.add_head_count(shape.n_head)
-    writer.add_head_count_kv(shape.n_head_kv)
-    writer.add_rope_dimension_count(HEAD_DIM)
+    if not mla:
+        writer.add_feed_forward_length(shape.n_ff)
+        writer.add_head_count(shape.n_head)
+        writer.add_head_count_kv(shape.n_head_kv)
+        writer.add_rope_dimension_count(HEAD_DIM)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_tokenizer_model("llama")
@@ -196,7 +198,8 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     if moe is not None:
         from shardscope.engine.synth import synth_moe
 
-        size_mb, n_layers = _validate(size_mb, n_layers or synth_moe.default_n_layers(size_mb), str(target))
+        size_mb, n_layers = _validate(size_mb, n_layers or synth_moe.default_n_layers(size_mb, moe),
+                                     str(target))
         moe = synth_moe.validate_spec(moe, str(target))
         shape = synth_moe.plan(size_mb, n_layers, moe, vocab, str(target))
         tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
@@ -236,7 +239,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         if progress is not None:
             progress(0.0)
         writer = gguf.GGUFWriter(partial, arch=arch)
-        _metadata(writer, shape, vocab, size_mb)
+        _metadata(writer, shape, vocab, size_mb, mla=arch == "deepseek2")
         if moe is not None:
             synth_moe.add_metadata(writer, shape, moe)
         for t in tensors:

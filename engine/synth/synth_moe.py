@@ -26,6 +26,7 @@ import numbers
 from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth import synth_deepseek2 as deepseek2
 from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
@@ -39,6 +40,11 @@ class MoeSpec:
     experts_used: int = 8
     shared_experts: int = 0
     routing_skew: float = 0.0
+    # "" picks llama (no shared experts) or qwen2moe; "deepseek2" is the Kimi / DeepSeek-V3 shape
+    arch: str = ""
+
+
+ARCHES = ("", "llama", "qwen2moe", "deepseek2")
 
 
 def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
@@ -53,6 +59,12 @@ def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
             f"{where}: experts_used must be 1 to experts ({spec.experts}), got {spec.experts_used}")
     if spec.shared_experts < 0:
         raise ShardscopeError(f"{where}: shared_experts must be ≥ 0, got {spec.shared_experts}")
+    if spec.arch not in ARCHES:
+        raise ShardscopeError(f"{where}: arch must be one of {', '.join(a for a in ARCHES if a)}, got {spec.arch!r}")
+    if spec.arch == "llama" and spec.shared_experts:
+        raise ShardscopeError(f"{where}: arch llama has no shared experts; use qwen2moe or deepseek2")
+    if spec.arch == "qwen2moe" and not spec.shared_experts:
+        raise ShardscopeError(f"{where}: arch qwen2moe needs shared_experts ≥ 1")
     skew = spec.routing_skew
     if isinstance(skew, bool) or not isinstance(skew, numbers.Real) or not math.isfinite(skew) or skew < 0:
         raise ShardscopeError(f"{where}: routing_skew must be a finite number ≥ 0, got {skew!r}")
@@ -60,15 +72,19 @@ def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
 
 
 def architecture(spec: MoeSpec) -> str:
-    return "qwen2moe" if spec.shared_experts else "llama"
+    return spec.arch or ("qwen2moe" if spec.shared_experts else "llama")
 
 
-def default_n_layers(size_mb: float) -> int:
+def default_n_layers(size_mb: float, spec: MoeSpec | None = None) -> int:
     """Fewer, wider layers than a dense model: 8 at 600 MB, so experts are not slivers."""
+    if spec is not None and spec.arch == deepseek2.ARCH:
+        return deepseek2.default_n_layers(size_mb)
     return int(min(64, max(2, round(math.sqrt(size_mb) / 3))))
 
 
 def tensors_per_layer(spec: MoeSpec) -> int:
+    if spec.arch == deepseek2.ARCH:
+        return deepseek2.tensors_per_layer(spec)
     return 10 + (4 if spec.shared_experts else 0)
 
 
@@ -95,6 +111,8 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     Real MoE models have narrower experts the more of them there are (Mixtral 8 × 3.5
     n_embd, OLMoE 64 × 0.5, Qwen3 128 × 0.375): aim at n_ff ≈ 28 / n_expert × n_embd.
     """
+    if spec.arch == deepseek2.ARCH:
+        return deepseek2.plan(size_mb, n_layers, spec, vocab, where)
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     ratio = min(3.5, max(0.25, 28.0 / spec.experts))
@@ -141,6 +159,8 @@ def router_scale(spec: MoeSpec, layer: int) -> tuple[float, ...]:
 
 
 def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
+    if spec.arch == deepseek2.ARCH:
+        return deepseek2.tensors(shape, spec, n_vocab, router_scale)
     e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
@@ -170,6 +190,8 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
 
 
 def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:
+    if spec.arch == deepseek2.ARCH:
+        return deepseek2.add_metadata(writer, shape, spec)
     writer.add_expert_count(spec.experts)
     writer.add_expert_used_count(spec.experts_used)
     if spec.shared_experts:
@@ -177,4 +199,11 @@ def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:
         writer.add_expert_shared_feed_forward_length(spec.shared_experts * shape.n_ff)
 
 
-__all__ = ["MoeSpec", "validate_spec", "plan", "tensors", "add_metadata", "architecture", "default_n_layers"]
+def like_kimi_k2(routing_skew: float = 0.0) -> MoeSpec:
+    """Kimi K2's expert ratios (384 routed : 8 used : 1 shared, first layer dense) as deepseek2."""
+    return MoeSpec(**deepseek2.KIMI_K2, routing_skew=routing_skew, arch=deepseek2.ARCH)
+
+
+PRESETS = {"kimi-k2": like_kimi_k2}
+
+__all__ = ["MoeSpec", "like_kimi_k2", "PRESETS", "validate_spec", "plan", "tensors", "add_metadata", "architecture", "default_n_layers"]

@@ -1,0 +1,198 @@
+"""Kimi-shaped synthetic models: llama.cpp's ``deepseek2`` architecture at small scale.
+
+Kimi K2 (and DeepSeek-V3) run in llama.cpp as ``deepseek2``; the 1.56 TB case the
+README sizes is of that shape, so the engine must stream one, not only Mixtral-style
+files. What makes the shape, and what this writes:
+
+- MLA attention (low-rank Q and a compressed KV latent), in the tensor form recent
+  llama.cpp reads: ``attn_q_a`` [n_embd → q_lora], ``attn_q_a_norm``, ``attn_q_b``
+  [q_lora → n_head·(nope+rope)], ``attn_kv_a_mqa`` [n_embd → kv_lora+rope],
+  ``attn_kv_a_norm``, ``attn_k_b`` (ne [nope, kv_lora, n_head]), ``attn_v_b``
+  (ne [kv_lora, v, n_head]), ``attn_output`` [n_head·v → n_embd];
+- the first ``leading_dense_block_count`` layers have a dense FFN (Kimi: 1);
+- the other layers: router ``ffn_gate_inp`` (F32) with a per-expert bias
+  ``exp_probs_b.bias`` (Kimi's load-balancing bias, added to the sigmoid scores
+  before top-k), shared experts ``ffn_*_shexp`` and routed experts ``ffn_*_exps``;
+- a sigmoid router (``expert_gating_func`` = 2), the picked weights normalised
+  (``expert_weights_norm``) and scaled (``expert_weights_scale``, Kimi K2: 2.827).
+
+Kimi K2's ratios (config.json of moonshotai/Kimi-K2-Instruct): 384 routed experts,
+8 used, 1 shared, 61 layers of which the first is dense, n_embd 7168, expert FFN 2048
+(0.286 n_embd), dense FFN 18432 (2.57 n_embd), q_lora 1536, kv_lora 512, rope 64.
+At a few hundred MB the same ratios give narrow matrices; head dims are kept at 64.
+
+The llama.cpp keys read for this arch (``load_hparams``) that have no default make it
+throw or abort when missing; ``engine.layout.moe_layout`` refuses such files first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth.synth_shapes import (
+    MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
+
+ARCH = "deepseek2"
+GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+KIMI_K2 = {"experts": 384, "experts_used": 8, "shared_experts": 1}
+WEIGHTS_SCALE = 2.827  # Kimi K2's routed_scaling_factor
+DENSE_LEAD = 1  # Kimi K2: first_k_dense_replace = 1
+NOPE = ROPE = V_HEAD = 64  # per-head dims (Kimi: 128 / 64 / 128), 64 keeps small models valid
+EXPERT_FF_RATIO = 2048 / 7168
+DENSE_FF_RATIO = 18432 / 7168
+BIAS_SIGMA = 0.02  # the router bias: small next to the unit-scale logits, as a trained one is
+_PAGE = 4096
+
+
+def tensors_per_layer(spec) -> int:
+    return 18 if spec.shared_experts else 15
+
+
+def default_n_layers(size_mb: float) -> int:
+    """As the other MoE shapes (sqrt(size)/3), plus the dense first layer; never 26 or 27
+    (older llama.cpp takes those depths for DeepSeek-V2-Lite, which has no q_lora)."""
+    n = int(min(64, max(3, round(math.sqrt(size_mb) / 3) + DENSE_LEAD)))
+    return 28 if n in (26, 27) else n
+
+
+def mla_dims(n_embd: int) -> tuple[int, int, int]:
+    """(n_head, q_lora, kv_lora) at Kimi's ratios, multiples of 32 (Q8_0 rows need that)."""
+    n_head = max(1, n_embd // 128)
+    q_lora = max(64, int(round(n_embd * 1536 / 7168 / 32)) * 32)
+    kv_lora = max(64, int(round(n_embd * 512 / 7168 / 32)) * 32)
+    return n_head, q_lora, kv_lora
+
+
+def dense_ff(n_embd: int) -> int:
+    return max(32, int(round(n_embd * DENSE_FF_RATIO / 32)) * 32)
+
+
+def _attention_bytes(e: int) -> int:
+    h, q, kv = mla_dims(e)
+    return (2 * _pad(4 * e) + _pad(4 * q) + _pad(4 * kv) + _pad(_q8(q, e)) + _pad(_q8(h * (NOPE + ROPE), q))
+            + _pad(_q8(kv + ROPE, e)) + _pad(4 * h * kv * NOPE) + _pad(4 * h * kv * V_HEAD) + _pad(_q8(e, h * V_HEAD)))
+
+
+def _moe_layer_bytes(e: int, f: int, spec) -> int:
+    x, s = spec.experts, spec.shared_experts * f
+    shared = 3 * _pad(_q8(s, e)) if s else 0
+    return _attention_bytes(e) + _pad(4 * x * e) + _pad(4 * x) + shared + 3 * _pad(x * _q8(f, e))
+
+
+def _dense_layer_bytes(e: int) -> int:
+    return _attention_bytes(e) + 3 * _pad(_q8(dense_ff(e), e))
+
+
+def _ff_step(e: int) -> int:
+    """Smallest n_ff step that keeps one expert's Q8_0 slice whole 4 KiB pages."""
+    row = e // _Q8_BLOCK * _Q8_BYTES
+    return math.lcm(_Q8_BLOCK, _PAGE // math.gcd(_PAGE, row))
+
+
+def plan(size_mb: float, n_layers: int, spec, vocab, where: str) -> _Shape:
+    """n_embd and the expert n_ff that hit the size, n_ff near Kimi's 0.286 n_embd."""
+    if n_layers <= DENSE_LEAD:
+        raise ShardscopeError(f"{where}: a deepseek2 model needs more than {DENSE_LEAD} layer(s) "
+                              f"(the first {DENSE_LEAD} are dense), got {n_layers}")
+    target = int(size_mb * MIB)
+    fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
+    best, best_key = None, None
+    for aligned in (True, False):
+        for e in range(128, 8192 + 1, 64):
+            base = fixed + _global_bytes(e, vocab.n_vocab) + DENSE_LEAD * _dense_layer_bytes(e)
+            n_moe = n_layers - DENSE_LEAD
+            per_f = (3 * spec.experts + 3 * spec.shared_experts) * e * _Q8_BYTES / _Q8_BLOCK
+            f_lin = ((target - base) / n_moe - _moe_layer_bytes(e, 0, spec)) / per_f
+            step = _ff_step(e) if aligned else _Q8_BLOCK
+            f = max(step, int(round(f_lin / step)) * step)
+            total = base + n_moe * _moe_layer_bytes(e, f, spec)
+            if abs(total - target) > SIZE_TOLERANCE * target:
+                continue
+            # A page-aligned shape wins unless it is over 2x off Kimi's width ratio.
+            key = abs(math.log(f / (EXPERT_FF_RATIO * e))) + (0 if aligned else math.log(2))
+            if best_key is None or key < best_key:
+                h, _, _ = mla_dims(e)
+                best, best_key = _Shape(n_layers, e, f, h, 1), key
+    if best is None:
+        raise ShardscopeError(
+            f"{where}: cannot make a {size_mb:g} MB deepseek2 model with {n_layers} layers of {spec.experts} "
+            f"experts within {SIZE_TOLERANCE:.0%}; ask for a larger size or fewer layers")
+    return best
+
+
+def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
+    e, f, n, x = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts
+    h, q, kv = mla_dims(e)
+    fd = dense_ff(e)
+    s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
+    head, tail = edge_tensors(n_vocab, e)
+    out = list(head)
+    for i in range(n):
+        p = f"blk.{i}."
+        out += [
+            _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
+            _Tensor(p + "attn_q_a.weight", q, e, True, s_e),
+            _Tensor(p + "attn_q_a_norm.weight", 1, q, False, 0.0),
+            _Tensor(p + "attn_q_b.weight", h * (NOPE + ROPE), q, True, 1.0 / math.sqrt(q)),
+            _Tensor(p + "attn_kv_a_mqa.weight", kv + ROPE, e, True, s_e),
+            _Tensor(p + "attn_kv_a_norm.weight", 1, kv, False, 0.0),
+            # ne [nope, kv_lora, n_head] and [kv_lora, v, n_head]: one matrix per head.
+            _Tensor(p + "attn_k_b.weight", kv, NOPE, False, 1.0 / math.sqrt(NOPE), n_expert=h, random_f32=True),
+            _Tensor(p + "attn_v_b.weight", V_HEAD, kv, False, 1.0 / math.sqrt(kv), n_expert=h, random_f32=True),
+            _Tensor(p + "attn_output.weight", e, h * V_HEAD, True, s_res / math.sqrt(h * V_HEAD)),
+            _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
+        ]
+        if i < DENSE_LEAD:
+            out += [
+                _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
+                _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
+                _Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd)),
+            ]
+            continue
+        out += [
+            _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True, row_scale=router_scale(spec, i)),
+            _Tensor(p + "exp_probs_b.bias", 1, x, False, BIAS_SIGMA, random_f32=True),
+        ]
+        if spec.shared_experts:
+            s = spec.shared_experts * f
+            out += [
+                _Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
+                _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
+                _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s)),
+            ]
+        # The routed output is scaled by WEIGHTS_SCALE after the normalised weights: undo it here.
+        out += [
+            _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x),
+            _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
+            _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / WEIGHTS_SCALE, n_expert=x),
+        ]
+    return out + tail
+
+
+def add_metadata(writer, shape: _Shape, spec) -> None:
+    """The deepseek2 hparams llama.cpp reads (names as convert_hf_to_gguf.py writes them)."""
+    h, q, kv = mla_dims(shape.n_embd)
+    writer.add_feed_forward_length(dense_ff(shape.n_embd))
+    writer.add_head_count(h)
+    writer.add_head_count_kv(1)  # MLA in its absorbed form is one shared latent "head"
+    writer.add_rope_dimension_count(ROPE)
+    writer.add_leading_dense_block_count(DENSE_LEAD)
+    writer.add_q_lora_rank(q)
+    writer.add_kv_lora_rank(kv)
+    writer.add_key_length(kv + ROPE)
+    writer.add_value_length(kv)
+    writer.add_key_length_mla(NOPE + ROPE)
+    writer.add_value_length_mla(V_HEAD)
+    writer.add_expert_feed_forward_length(shape.n_ff)
+    writer.add_expert_count(spec.experts)
+    writer.add_expert_used_count(spec.experts_used)
+    writer.add_expert_shared_count(spec.shared_experts)
+    writer.add_expert_weights_scale(WEIGHTS_SCALE)
+    writer.add_expert_weights_norm(True)
+    import gguf  # only the writer needs it
+
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType(GATING_SIGMOID))
+
+
+__all__ = ["ARCH", "KIMI_K2", "plan", "tensors", "add_metadata", "default_n_layers", "tensors_per_layer"]
