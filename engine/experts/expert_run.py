@@ -25,15 +25,17 @@ import psutil
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.bundled_model import resolve_model_path
-from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.stream.file_guard import ModelFileGuard
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from shardscope.engine.measure.phase_progress import PhaseProgress
+from shardscope.engine.stream.load_progress import LoadWatch
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE, changed
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
-from shardscope.engine.stream.round_loop import sampled_rounds
+from shardscope.engine.stream.round_loop import rounds, start_sampling
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.stream.streaming_run import RunSummary, _peak_rss_bytes, _reset_peak_rss
@@ -132,6 +134,8 @@ class ExpertRun:
         self._fd: int | None = None
         self._trace: TraceWriter | None = None
         self._stop = threading.Event()
+        self.progress = PhaseProgress()  # the load's and the prompt pass's, for the status bar and CLI line
+        self._layer_pos = {layer: pos for pos, layer in enumerate(moe.layers)}
         self._started = False
         self.tokens: list[int] = []
         self.per_token: list[dict] = []  # decoded tokens: read bytes (kernel) vs loaded expert bytes
@@ -208,15 +212,24 @@ class ExpertRun:
         from shardscope.engine.stream.llama_session import LlamaSession
 
         s = self.settings
+        if self._stop.is_set():
+            raise RunStopped(f"{self.model_path}: stopped before the load")
         self._phase("loading")
         try:
             self._fd = os.open(self.model_path, os.O_RDONLY)
         except OSError as exc:
             raise ShardscopeError(f"{self.model_path}: cannot open ({exc.strerror})") from None
         self.guard = ModelFileGuard(self.model_path, self._fd, os.fstat(self._fd).st_size)
-        self.session = LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
-                                    topk_hook=self._on_topk, hook_from_start=True,
-                                    norm_hook=self._on_norm if s.expert_speculation else None)
+        proc = psutil.Process()
+        watch = LoadWatch(self.progress, self._stop, file_bytes=self.guard.expected_size, ssd_mb_s=s.ssd_mb_s,
+                          read_bytes=lambda: process_read_bytes(proc))
+        try:
+            self.session = LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
+                                        topk_hook=self._on_topk, hook_from_start=True,
+                                        norm_hook=self._on_norm if s.expert_speculation else None,
+                                        load_progress=watch)
+        finally:
+            self.progress.end(completed=self.session is not None, read_bytes=process_read_bytes(proc))
         self.mapping = memory_calls.find_mapping(self.model_path)
         if self.mapping is None:
             raise ShardscopeError(f"{self.model_path}: no file mapping found; expert streaming needs Linux mmap")
@@ -237,6 +250,7 @@ class ExpertRun:
         if self.guard is not None and self.guard.problem():
             streamer.stop()
             return False
+        self.progress.at_layer(self._layer_pos.get(layer, 0))
         return streamer.on_topk(layer, ids)
 
     def _phase(self, name: str) -> None:
@@ -251,22 +265,26 @@ class ExpertRun:
         ``continuous`` repeats rounds (the context restarts from the prompt, the expert
         cache stays as the last round left it) until ``stop()``, each summary to ``on_summary``.
         """
-        if self.session is None:
-            self.load()
-        self._phase("cold start")
-        if not self._started:
-            self.streamer.start()
-            self._started = True
-        self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval)
+        # From the moment the run starts: the load and the prompt pass are charted too.
+        self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval,
+                                      progress=self.progress, model_path=self.model_path)
+        start_sampling(self.sampler, self.samples, self._on_sample)
         try:
-            summary = sampled_rounds(self.sampler, self.samples, self._on_sample, self._round,
-                                     continuous=continuous, on_summary=on_summary, stop=self._stop)
+            if self.session is None:
+                self.load()
+            self.sampler.attach(self.streamer, self.mapping)
+            self._phase("cold start")
+            if not self._started:
+                self.streamer.start()
+                self._started = True
+            summary = rounds(self._round, continuous=continuous, on_summary=on_summary, stop=self._stop)
         except BaseException:
             if self._trace is not None:
                 self._trace.discard()
                 self._trace = None
             raise
         finally:
+            self.sampler.stop()
             self._phase("done")
         if self._trace is not None:
             self._trace.close()
@@ -290,6 +308,7 @@ class ExpertRun:
             now = time.perf_counter()
             read, c = process_read_bytes(proc), streamer.snapshot_counters()
             if index == 0:
+                self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
                 streamer.end_prompt()
                 marks["first"] = (read, c)
                 self._phase("generating")
@@ -306,10 +325,14 @@ class ExpertRun:
                 self.on_token(index, piece.decode("utf-8", "replace"), dt)
 
         self._phase("prompt")
+        self.progress.begin("prompt", n_layers=len(self.moe.layers), read_bytes=process_read_bytes(proc),
+                            bytes_from_reads=True)
         try:
             result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
                                            on_token=on_token, should_stop=self._stop.is_set)
         except Exception as exc:
+            if self._stop.is_set() and not streamer.error:
+                raise RunStopped("run stopped") from None
             if streamer.error:
                 raise ShardscopeError(streamer.error) from None
             if self.guard is not None and self.guard.problem():
@@ -317,6 +340,10 @@ class ExpertRun:
             if isinstance(exc, ShardscopeError):
                 raise
             raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
+        finally:
+            self.progress.end()
+        if not result.tokens and self._stop.is_set():  # stopped in the prompt pass: no round to report
+            raise RunStopped("run stopped in the prompt pass")
         self.tokens = list(result.tokens)
         self._token_base = base + len(result.tokens) + 1
         end_read, c = process_read_bytes(proc), streamer.snapshot_counters()

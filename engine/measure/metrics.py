@@ -21,6 +21,7 @@ from typing import Callable
 import psutil
 
 from shardscope.engine.base import memory_calls
+from shardscope.engine.measure.phase_progress import PhaseProgress, Progress
 from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
 from shardscope.engine.base.units import MIB, mb_per_s
 
@@ -53,6 +54,7 @@ class MetricsSample:
     dense_mb_per_token: float = math.nan  # dense bytes streamed per decoded token
     expert_mb_per_token: float = math.nan  # expert bytes loaded per decoded token
     spec_accuracy: float = math.nan  # guessed experts their layer then picked (NaN: no guesses)
+    progress: Progress | None = None  # the long phase under way (load, prompt pass), else None
 
 
 @dataclass
@@ -97,7 +99,7 @@ def process_read_bytes(proc: psutil.Process) -> int:
 
 class MetricsSampler:
     def __init__(self, controller, mapping, clock: TokenClock, interval_s: float = 0.1,
-                 window_s: float = 1.0):
+                 window_s: float = 1.0, *, progress: PhaseProgress | None = None, model_path: str | None = None):
         self.controller = controller
         self.mapping = mapping
         self.clock = clock
@@ -118,6 +120,27 @@ class MetricsSampler:
         self._expert_history: deque = deque(maxlen=self.window + 1)
         self._last_expert = (math.nan, math.nan, math.nan, math.nan)
         self.samples_taken = 0
+        self.progress = progress
+        # Before the load has mapped the model (the sampler runs from the moment Run is
+        # pressed), the mapping is looked up each sample: it appears while MAP_POPULATE reads.
+        self._model_path = model_path
+
+    def attach(self, controller, mapping) -> None:
+        """The run's controller and mapping, once the load made them (sampling goes on meanwhile)."""
+        self.mapping = mapping
+        self._expert_counters = getattr(controller, "snapshot_counters", None)
+        self.controller = controller
+
+    def _resident_weights(self) -> int | None:
+        mapping = self.mapping
+        if mapping is None and self._model_path is not None:
+            mapping = memory_calls.find_mapping(self._model_path)
+        if mapping is None:
+            return None
+        try:
+            return memory_calls.resident_bytes(mapping.start, mapping.end)
+        except OSError:  # unmapped under us (a load that failed or trimmed its header): next sample
+            return None
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
         self._subscribers.append(callback)
@@ -178,8 +201,9 @@ class MetricsSampler:
         # accounts every page of the mapping (5 ms of kernel time for 1 GB, 10x mincore)
         # and, measured, compute layers that overlapped it were 7x likelier to stall.
         # The two agree within the readahead window; tests cross-check them.
-        weights = memory_calls.resident_bytes(self.mapping.start, self.mapping.end) if self.mapping else None
-        read_total = process_read_bytes(self._proc) - self._read0
+        weights = self._resident_weights()
+        read_now = process_read_bytes(self._proc)
+        read_total = read_now - self._read0
         snap = self.controller.snapshot() if self.controller else None
         c = snap.counters if snap else None
         hits, misses = (c.cache_hits, c.cache_misses) if c else (0, 0)
@@ -221,6 +245,7 @@ class MetricsSampler:
             dense_mb_per_token=expert[1],
             expert_mb_per_token=expert[2],
             spec_accuracy=expert[3],
+            progress=self.progress.snapshot(read_now) if self.progress is not None else None,
         )
         self.samples_taken += 1
         for callback in list(self._subscribers):

@@ -22,13 +22,15 @@ import psutil
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.bundled_model import resolve_model_path
-from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.stream.file_guard import ModelFileGuard
 from shardscope.engine.knobs.knobs import LIVE, changed
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from shardscope.engine.measure.phase_progress import PhaseProgress
+from shardscope.engine.stream.load_progress import LoadWatch
 from shardscope.engine.stream.residency import ResidencyController, require_budget
-from shardscope.engine.stream.round_loop import sampled_rounds
+from shardscope.engine.stream.round_loop import rounds, start_sampling
 from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.layout.shard_plan import ShardPlan, plan_shards
 from shardscope.engine.base.units import MIB, mb_per_s
@@ -145,6 +147,7 @@ class StreamingRun:
         self._fd: int | None = None
         self.guard: ModelFileGuard | None = None
         self.mapping = None
+        self.progress = PhaseProgress()  # the load's and the prompt pass's, for the status bar and CLI line
         # Bounded: a GUI run can go on for hours; the timeline keeps the last 10 minutes.
         self.samples: deque[MetricsSample] = deque(maxlen=6000)
 
@@ -216,6 +219,8 @@ class StreamingRun:
         from shardscope.engine.stream.llama_session import LlamaSession  # llama.cpp loads only when needed
 
         s = self.settings
+        if self._stop.is_set():
+            raise RunStopped(f"{self.model_path}: stopped before the load")
         self._phase("loading")
         fits = self.plan.host_bytes <= s.budget_mb * MIB
         # The guard goes first: from here on nobody can shrink the file under the mapping.
@@ -227,8 +232,15 @@ class StreamingRun:
         expected = load_layout(self.model_path).file_size
         if self.guard.expected_size != expected:
             raise ShardscopeError(f"{self.model_path}: file changed since its layout was read")
-        self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
-                                    n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits)
+        proc = psutil.Process()
+        watch = LoadWatch(self.progress, self._stop, file_bytes=self.guard.expected_size, ssd_mb_s=s.ssd_mb_s,
+                          read_bytes=lambda: process_read_bytes(proc))
+        try:
+            self.session = LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
+                                        n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits,
+                                        load_progress=watch)
+        finally:
+            self.progress.end(completed=self.session is not None, read_bytes=process_read_bytes(proc))
         self.mapping = memory_calls.find_mapping(self.model_path)
         self.controller = ResidencyController(self.plan, self.mapping, self._fd, s.budget_mb,
                                               s.prefetch_depth, s.policy, s.ssd_mb_s, guard=self.guard)
@@ -243,7 +255,9 @@ class StreamingRun:
         controller = self.controller
         if controller is None:
             return True
-        return controller.on_layer(self._layer_pos.get(layer_number, layer_number))
+        pos = self._layer_pos.get(layer_number, layer_number)
+        self.progress.at_layer(pos)
+        return controller.on_layer(pos)
 
     def run(self, continuous: bool = False,
             on_summary: Callable[[RunSummary], None] | None = None) -> RunSummary:
@@ -255,16 +269,19 @@ class StreamingRun:
         summary goes to ``on_summary``.
         """
         self._layer_pos = {layer: pos for pos, layer in enumerate(self.plan.layers)}
-        if self.session is None:
-            self.load()
-        self._phase("cold start")
-        # The sampler's baselines come first so the cold-start prefetch is counted too.
-        self.sampler = MetricsSampler(self.controller, self.mapping, self.clock, self._sample_interval)
-        self.controller.start()
+        # From the moment the run starts: the load and the prompt pass are charted too.
+        self.sampler = MetricsSampler(self.controller, self.mapping, self.clock, self._sample_interval,
+                                      progress=self.progress, model_path=self.model_path)
+        start_sampling(self.sampler, self.samples, self._on_sample)
         try:
-            return sampled_rounds(self.sampler, self.samples, self._on_sample, self._round,
-                                  continuous=continuous, on_summary=on_summary, stop=self._stop)
+            if self.session is None:
+                self.load()
+            self.sampler.attach(self.controller, self.mapping)
+            self._phase("cold start")
+            self.controller.start()
+            return rounds(self._round, continuous=continuous, on_summary=on_summary, stop=self._stop)
         finally:
+            self.sampler.stop()
             self._phase("done")
 
     def _round(self) -> RunSummary:
@@ -279,6 +296,7 @@ class StreamingRun:
             if not self.session.hook_active:
                 self.controller.count_resident_pass()
             if index == 0:
+                self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
                 c = self.controller.snapshot().counters
                 marks["first"] = (process_read_bytes(proc), c.loaded_bytes, c.cache_hits, c.cache_misses,
                                   c.stalls, c.wait_s)
@@ -290,6 +308,8 @@ class StreamingRun:
                 self.on_token(index, piece.decode("utf-8", "replace"), dt)
 
         self._phase("prompt")
+        self.progress.begin("prompt", n_layers=len(self.plan.layers), read_bytes=process_read_bytes(proc),
+                            bytes_from_reads=True)
         try:
             result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
                                            on_token=on_token, should_stop=self._should_stop)
@@ -299,8 +319,12 @@ class StreamingRun:
             if isinstance(exc, ShardscopeError):
                 raise
             if self._stop.is_set():
-                raise ShardscopeError("run stopped") from None
+                raise RunStopped("run stopped") from None
             raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
+        finally:
+            self.progress.end()
+        if not result.tokens and self._stop.is_set():  # stopped in the prompt pass: no round to report
+            raise RunStopped("run stopped in the prompt pass")
         if self.controller.error:
             raise ShardscopeError(self.controller.error)
         end_read = process_read_bytes(proc)
