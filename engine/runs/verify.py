@@ -33,7 +33,7 @@ from shardscope.engine.base.units import MB_S, MIB
 TOLERANCE = 0.05
 READAHEAD_BYTES = 8 * MIB  # what a read may pull in past its end (read_ahead_kb on this VM's disk)
 SMAPS_EVERY = 5  # smaps walks every page of the mapping: read it at 2 Hz, not 10
-_WATCH_SCRIPT = Path(__file__).with_name("outside_watch.py")
+_WATCH_SCRIPT = Path(__file__).resolve().parents[1] / "measure" / "outside_watch.py"
 
 
 class OutsideWatcher:
