@@ -70,12 +70,21 @@ def cmd_bench(args) -> int:
     from shardscope.engine.runs.bench_command import run_repetitions
     from shardscope.engine.output.llama_bench_output import print_rows, utc_now
 
+    from shardscope.engine.cli.interrupt import run_interruptibly
+    from shardscope.engine.cli.progress_line import ProgressLine
+    from shardscope.engine.runs.stop_signal import StopSignal
+
     settings = settings_from_args(args)
     started = utc_now()
     reports = []
-    summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
-                                device=args.device, trace_path=args.trace,
-                                on_verify=reports.append if args.verify else None)
+    stop, line = StopSignal(), ProgressLine(quiet=args.quiet)  # Ctrl-C stops the run; one progress line
+    try:
+        summaries = run_interruptibly(lambda: run_repetitions(
+            settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline, device=args.device,
+            trace_path=args.trace, on_verify=reports.append if args.verify else None, on_sample=line.on_sample,
+            stop=stop), stop)
+    finally:
+        line.close()
     human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
     with contextlib.redirect_stdout(human):
         if not args.quiet:
