@@ -25,8 +25,8 @@ from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
 from shardscope.engine.experts.replay import cacheability, min_cache_bytes
 from shardscope.engine.experts.routing_trace import RoutingTrace, read_trace
 from shardscope.engine.devices.run_projection import projection_for
+from shardscope.engine.base.units import MIB
 
-MIB = 1024 * 1024
 N_SIZES = 8
 
 

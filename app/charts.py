@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from shardscope.engine.measure.metric_registry import chart_curves
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.widgets import LiveChart, format_number
 
@@ -24,27 +25,25 @@ COLORS = {
     "projected": "#8c564b",
 }
 PLOTS = ("memory", "ssd", "hit", "toks")
-# curve key -> MetricsSample field
-CURVE_FIELDS = {
-    "rss": "rss_mb", "weights": "resident_weights_mb", "other": "other_rss_mb",
-    "ssd": "ssd_mb_s", "hit": "cache_hit_rate", "ontime": "on_time_rate", "toks": "tok_s",
-}
-FRACTION_CURVES = ("hit", "ontime")  # fields are fractions 0..1, the axis is %
+# curve key -> MetricsSample field, from the metric registry (engine/measure/metric_registry.py)
+CURVES = chart_curves()
+CURVE_FIELDS = {curve: m.name for curve, m in CURVES.items()}
+FRACTION_CURVES = tuple(curve for curve, m in CURVES.items() if m.fraction)  # fractions 0..1, the axis is %
 
 
 def build_run_chart() -> LiveChart:
     chart = LiveChart(capacity=6000, refresh_hz=12.0)  # 10 minutes at the sampler's 10 Hz
     chart.add_plot("memory", "Memory (other = KV cache, buffers, app)", "MiB")
-    chart.add_curve("memory", "rss", "RSS", COLORS["rss"])
+    chart.add_curve("memory", "rss", CURVES["rss"].label, COLORS["rss"])
     chart.add_curve("memory", "weights", "weights", COLORS["weights"], fill_to_zero=True)
-    chart.add_curve("memory", "other", "other", COLORS["other"])
+    chart.add_curve("memory", "other", CURVES["other"].label, COLORS["other"])
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
     chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], fill_to_zero=True)
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
     chart.add_plot("hit", "Cache hits, on time (per s or token)", "%")
-    chart.add_curve("hit", "hit", "cache hit rate", COLORS["hit"])
-    chart.add_curve("hit", "ontime", "on time", COLORS["ontime"])
+    chart.add_curve("hit", "hit", CURVES["hit"].label, COLORS["hit"])
+    chart.add_curve("hit", "ontime", CURVES["ontime"].label, COLORS["ontime"])
     chart.add_plot("toks", "Tokens per second", "tok/s")
     chart.add_curve("toks", "toks", "tok/s", COLORS["toks"])
     chart.add_level_line("toks", "projected", "projected", COLORS["projected"])

@@ -12,25 +12,25 @@ from __future__ import annotations
 import math
 
 from shardscope.app.charts import keep_top_clear
+from shardscope.engine.measure.metric_registry import chart_curves
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.widgets import LiveChart
 
 EXPERT_COLORS = {"expert_hit": "#d62728", "spec": "#f2a93b", "dense_tok": "#555d66", "expert_tok": "#d9822b"}
-# curve key -> MetricsSample field
-EXPERT_CURVE_FIELDS = {
-    "expert_hit": "expert_hit_rate", "spec": "spec_accuracy",
-    "dense_tok": "dense_mb_per_token", "expert_tok": "expert_mb_per_token",
-}
-PERCENT_CURVES = ("expert_hit", "spec")  # fractions in the sample, % on the hit-rate axis
+# curve key -> MetricsSample field, from the metric registry (engine/measure/metric_registry.py)
+EXPERT_CURVES = chart_curves("experts")
+EXPERT_CURVE_FIELDS = {curve: m.name for curve, m in EXPERT_CURVES.items()}
+PERCENT_CURVES = tuple(c for c, m in EXPERT_CURVES.items() if m.fraction)  # fractions in the sample, % on the axis
 
 
 def add_expert_curves(chart: LiveChart) -> None:
     """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
-    chart.add_curve("hit", "expert_hit", "expert hit rate", EXPERT_COLORS["expert_hit"])
-    chart.add_curve("hit", "spec", "speculation accuracy", EXPERT_COLORS["spec"])
+    for curve in ("expert_hit", "spec"):
+        chart.add_curve("hit", curve, EXPERT_CURVES[curve].label, EXPERT_COLORS[curve])
     chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MB")
-    chart.add_curve("per_token", "dense_tok", "dense", EXPERT_COLORS["dense_tok"])
-    chart.add_curve("per_token", "expert_tok", "experts", EXPERT_COLORS["expert_tok"], fill_to_zero=True)
+    chart.add_curve("per_token", "dense_tok", EXPERT_CURVES["dense_tok"].label, EXPERT_COLORS["dense_tok"])
+    chart.add_curve("per_token", "expert_tok", EXPERT_CURVES["expert_tok"].label, EXPERT_COLORS["expert_tok"],
+                    fill_to_zero=True)
     keep_top_clear(chart.plot_item("per_token"))
     show_expert_row(chart, False)
 

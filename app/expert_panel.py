@@ -19,10 +19,10 @@ from shardscope.app.background import BackgroundTask
 from shardscope.app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.base.units import MIB
 from shardscope.widgets import ExpertMap
 from shardscope.widgets.cacheability_plot import CacheabilityPlot
 
-MIB = 1024 * 1024
 POLL_MS = 100
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, timeline_rows, write_rows
+from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, run_columns, run_row, timeline_rows, write_rows
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.stream.streaming_run import RunSummary
@@ -56,7 +56,7 @@ def export_session(base: str | os.PathLike, summaries: Sequence[RunSummary],
         row = timeline_rows([sample])[0]
         row["t_s"] = sample.t_s + offset  # the charts' shared session time axis
         rows.append(row)
-    write_rows(paths.summary_csv, RunSummary.columns(), [s.row() for s in summaries])
+    write_rows(paths.summary_csv, run_columns(), [run_row(s) for s in summaries])
     write_rows(paths.timeline_csv, TIMELINE_COLUMNS, rows)
     # The chart saves straight to a path: give it a temp name, then rename, as for the CSVs.
     tmp = paths.png.with_name(f".{paths.png.name}.{os.getpid()}.tmp.png")

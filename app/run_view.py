@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
 from shardscope.app.round_projection import RoundProjection
+from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.shard_plan import ShardPlan
@@ -14,22 +15,9 @@ from shardscope.engine.base.units import MIB
 from shardscope.engine.stream.streaming_run import RunSummary, min_budget_mb
 from shardscope.widgets import NumbersPanel, ShardMap
 
-LIVE_FIELDS = [
-    ("tok_s", "tok/s now", "tok/s"),
-    ("rss_mb", "RSS", "MB"),
-    ("resident_weights_mb", "weights resident", "MB"),
-    ("ssd_mb_s", "SSD reads", "MB/s"),
-    ("n_tokens", "tokens decoded", ""),
-]
-ROUND_FIELDS = [
-    ("ttft_ms", "TTFT", "ms"),
-    ("avg_ts", "avg tok/s", "tok/s"),
-    ("peak_rss_mb", "peak RSS", "MB"),
-    ("read_mb_per_token", "read / token", "MB"),
-    ("cache_hit_rate", "cache hit rate", "of 1"),
-    ("on_time_rate", "on time", "of 1"),
-    ("projected_ts", "projected", "tok/s"),  # on the chosen device; the caption below names it
-]
+# Both panels' rows come from the metric registry; "projected" is on the chosen device (the caption names it).
+LIVE_FIELDS = panel_rows("live")
+ROUND_FIELDS = panel_rows("summary")
 
 
 class RunView(QWidget):
@@ -46,6 +34,8 @@ class RunView(QWidget):
         rl = QVBoxLayout(self.round_box)
         rl.addWidget(rounds := NumbersPanel(ROUND_FIELDS))
         self.round_numbers = rounds
+        # Which figure answers "how much came from memory": its row says so, its tooltip says how.
+        rounds.set_row_tip("cache_hit_rate", FROM_MEMORY)
         self.projection_label = QLabel("")
         self.projection_label.setWordWrap(True)
         self.projection_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -95,9 +85,7 @@ class RunView(QWidget):
 
     def show_sample(self, s: MetricsSample) -> None:
         """10 Hz: label compares and array stores only; the widgets repaint on their own timers."""
-        self.live_numbers.set_values({"tok_s": s.tok_s, "rss_mb": s.rss_mb,
-                                      "resident_weights_mb": s.resident_weights_mb,
-                                      "ssd_mb_s": s.ssd_mb_s, "n_tokens": s.n_tokens})
+        self.live_numbers.set_values({key: getattr(s, key) for key in self.live_numbers.keys()})
         if s.shard_states:
             self.shard_map.set_states(s.shard_states)
         plan, pos = self.plan, s.current_layer_pos

@@ -14,8 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 from shardscope.app.expert_charts import show_expert_row
 from shardscope.app.expert_panel import ExpertPanel
 from shardscope.engine.layout.moe_layout import MoeLayout
-
-MIB = 1024 * 1024
+from shardscope.engine.base.units import MIB
 
 
 class WindowExperts:

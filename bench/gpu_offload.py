@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.base.units import MIB  # noqa: E402
-from shardscope.engine.stream.streaming_run import StreamingRun, prepare_plan  # noqa: E402
+from shardscope.engine.stream.streaming_run import prepare_plan  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 _BUFFER = re.compile(r"(\S+) model buffer size\s*=\s*([\d.]+) MiB")
 _REPEATING = re.compile(r"offloading (\d+) repeating layers to GPU")
@@ -92,7 +93,7 @@ def one_run(base: RunSettings, n_gpu_layers: int, budget_mb: int | None, label: 
         budget_mb = int(math.ceil(max(host_mb / 2, min_mb + 1)))
     settings = settings.with_changes(budget_mb=budget_mb)
     tokens: list[int] = []
-    with StreamingRun(settings) as run:
+    with open_run(settings, streams="layers") as run:
         t0 = time.perf_counter()
         run.load()
         load_s = time.perf_counter() - t0

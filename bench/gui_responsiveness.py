@@ -30,7 +30,7 @@ from bench.cold_cache import drop_from_cache  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.fake_expert_views import FakeExpertViews  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -38,7 +38,7 @@ MIB = 1024 * 1024
 def headless_tok_s(settings: RunSettings, rounds: int) -> float:
     drop_from_cache(settings.model_path)
     summaries = []
-    with StreamingRun(settings) as run:
+    with open_run(settings, streams="layers") as run:
         def keep(summary):
             summaries.append(summary)
             if len(summaries) >= rounds:

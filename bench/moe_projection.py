@@ -38,7 +38,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.engine.experts.expert_run import ExpertRun  # noqa: E402
 from shardscope.engine.experts.expert_streaming import min_cache_bytes  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
 from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
@@ -47,6 +46,7 @@ from shardscope.engine.experts.replay import replay_one  # noqa: E402
 from shardscope.engine.experts.routing_trace import read_trace  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -69,7 +69,7 @@ def run(settings: RunSettings, trace: str | None = None):
     from bench.cold_cache import drop_from_cache
 
     drop_from_cache(settings.model_path)
-    with ExpertRun(settings, trace_path=trace) as r:
+    with open_run(settings, trace_path=trace) as r:
         summary = r.run()
         return summary, r.cache_bytes
 

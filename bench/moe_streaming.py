@@ -29,12 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
-from shardscope.engine.experts.expert_run import ExpertRun  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
 from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -55,7 +54,7 @@ def expert_run(model: str, budget_mb: float, tokens: int, threads: int, speculat
     drop_from_cache(model)
     settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads,
                            prompt=PROMPT, expert_policy=policy, expert_speculation=speculation)
-    with ExpertRun(settings) as run:
+    with open_run(settings, streams="experts") as run:
         return run.run()
 
 
@@ -68,7 +67,7 @@ def layer_run(model: str, budget_mb: float, layer_mb: float, tokens: int, thread
                                prefetch_depth=depth, policy="pinned", n_gen=tokens, n_ctx=128, threads=threads,
                                prompt=PROMPT)
         try:
-            run = StreamingRun(settings)
+            run = open_run(settings, streams="layers")
         except ShardscopeError:
             if depth == 0:
                 raise

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_models import bundled_model  # noqa: E402
 from shardscope.engine.stream.llama_session import LlamaSession  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 PROMPT = "The history of the printing press begins"
 
@@ -35,7 +35,7 @@ def bare_tok_s(model: str, n_gen: int, threads: int) -> float:
 
 def shardscope_tok_s(model: str, n_gen: int, threads: int) -> float:
     settings = RunSettings(model_path=model, budget_mb=65536, threads=threads, n_gen=n_gen, n_ctx=256)
-    with StreamingRun(settings) as run:
+    with open_run(settings, streams="layers") as run:
         if run.session_hook_active_after_load():
             raise RuntimeError("the model fits its budget, yet the eval callback is installed")
         return run.run().avg_ts
@@ -44,7 +44,7 @@ def shardscope_tok_s(model: str, n_gen: int, threads: int) -> float:
 def streaming_mode_tok_s(model: str, n_gen: int, threads: int) -> float:
     """Hook on from the first decoded token, budget = everything: nothing is evicted."""
     settings = RunSettings(model_path=model, budget_mb=65536, threads=threads, n_gen=n_gen + 1, n_ctx=256)
-    with StreamingRun(settings) as run:
+    with open_run(settings, streams="layers") as run:
         run.load()
         run.session.request_layer_hook()  # installed before the first decoded token
         summary = run.run()

@@ -20,6 +20,7 @@ from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.finite import is_finite_number  # noqa: E402
 from shardscope.engine.devices.projection import project_from_bandwidth  # noqa: E402
 from shardscope.engine.devices.run_projection import measurement_from_summary  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,7 @@ def _run_once(settings):
     import os
     import time
 
-    from shardscope.engine.stream.streaming_run import StreamingRun
-
+    
     marks = {}
     holder = {}
 
@@ -89,7 +89,7 @@ def _run_once(settings):
             marks["first"] = (c.loaded_bytes, c.load_s)
 
     (others0, steal0), t0 = _cpu_counters(), time.perf_counter()
-    with StreamingRun(settings, on_token=on_token) as run:
+    with open_run(settings, on_token=on_token, streams="layers") as run:
         holder["run"] = run
         summary = run.run()
         c = run.controller.snapshot().counters

@@ -30,8 +30,8 @@ from bench.bench_models import synthetic_model  # noqa: E402
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
 from bench.controller_alone import controller_alone_mb_s  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.stream.streaming_run import StreamingRun  # noqa: E402
 from shardscope.engine.base.units import MB_S, MIB  # noqa: E402
+from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 
 def streaming_run(model: str, budget_mb: int, policy: str, depth: int, shard_mb: float, tokens: int, threads: int,
@@ -39,7 +39,7 @@ def streaming_run(model: str, budget_mb: int, policy: str, depth: int, shard_mb:
     drop_from_cache(model)
     settings = RunSettings(model_path=model, budget_mb=budget_mb, shard_mb=shard_mb, prefetch_depth=depth,
                            policy=policy, n_gen=tokens, n_ctx=128, threads=threads, ssd_mb_s=ssd_mb_s)
-    with StreamingRun(settings) as run:
+    with open_run(settings, streams="layers") as run:
         return run.run()
 
 

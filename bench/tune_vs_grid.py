@@ -12,7 +12,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.knobs.knobs import TUNED, describe  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.stream.streaming_run import RunSummary  # noqa: E402
 from shardscope.engine.search.tune import (  # noqa: E402
     TUNE_KNOBS,
     _fits,
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import time
 
-    from shardscope.engine.output.csv_out import append_rows
+    from shardscope.engine.output.csv_out import append_rows, run_columns, run_row
     from shardscope.engine.search.sweep import iter_sweep
 
     p = argparse.ArgumentParser(prog="bench/tune_vs_grid.py", description=main.__doc__)
@@ -71,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                      n_gen=args.tokens, on_eval=lambda e: say(f"tune  {_knobs_text(e.settings)}: {_score_text(e)}"))
     tune_s = time.perf_counter() - t0
     if args.csv:
-        append_rows(args.csv + ".tune.csv", RunSummary.columns(),
-                    [e.summary.row() for e in tune.evaluations if e.summary is not None])
+        append_rows(args.csv + ".tune.csv", run_columns(),
+                    [run_row(e.summary) for e in tune.evaluations if e.summary is not None])
 
     base, grid = grid_settings(args.device, model_path=args.model, candidates=cands,
                                budget_cap_mb=args.budget_cap_mb, n_gen=args.tokens)
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in iter_sweep(base, grid, device=args.device):
         grid_results[r.settings] = r
         if r.summary is not None and args.csv:
-            append_rows(args.csv + ".grid.csv", RunSummary.columns(), [r.summary.row()])
+            append_rows(args.csv + ".grid.csv", run_columns(), [run_row(r.summary)])
         say(f"grid {r.index + 1}/{r.total} {_knobs_text(r.settings)}: "
             + (f"projected {r.summary.projected_ts:.3g} tok/s" if r.ok else f"{'skipped' if r.skipped else 'failed'}"))
     grid_s = time.perf_counter() - t0

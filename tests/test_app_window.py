@@ -19,10 +19,9 @@ from PySide6.QtGui import QDropEvent, QImage
 
 from shardscope.app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows
+from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows, run_columns
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
-from shardscope.engine.stream.streaming_run import RunSummary
 from shardscope.widgets import format_number
 
 CURVES = ("rss", "weights", "other", "ssd", "hit", "toks")
@@ -82,7 +81,7 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     paths = window.export_to(tmp_path / "session.csv")  # a chosen "x.csv" means base "x"
     assert paths.summary_csv == tmp_path / "session.csv"
     header, rows = read_rows(paths.summary_csv)
-    assert header == RunSummary.columns()
+    assert header == run_columns()
     assert len(rows) == len(window.summaries)
     assert [float(r["avg_ts"]) for r in rows] == pytest.approx([x.avg_ts for x in window.summaries], rel=1e-5)
     header, rows = read_rows(tmp_path / "session-timeline.csv")

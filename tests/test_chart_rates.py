@@ -40,7 +40,9 @@ class _ScriptedRun:
         layer = int(into * LAYERS)
         hits = int(done) * LAYERS // 2 + min(layer, LAYERS // 2)
         calls = int(done) * LAYERS + layer
-        counters = SimpleNamespace(cache_hits=hits, cache_misses=calls - hits, on_time=calls, stalls=0)
+        # Layers of equal size: the rates count bytes, one unit per layer here.
+        counters = SimpleNamespace(cache_hits=hits, cache_misses=calls - hits, on_time=calls, stalls=0,
+                                   needed_bytes=calls, hit_bytes=hits, on_time_bytes=calls)
         return SimpleNamespace(counters=counters, budget_bytes=0, resident_bytes=0, states=(),
                                current_layer_pos=None)
 

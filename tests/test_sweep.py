@@ -15,7 +15,7 @@ import pytest
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knob_ranges import parse_knob
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.stream.streaming_run import RunSummary
+from shardscope.engine.output.csv_out import run_columns
 from shardscope.engine.search.sweep import expand_grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,7 +94,7 @@ def test_sweep_writes_one_row_per_run_and_skips_refused_combinations(bundled_mod
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     header, rows = _read_csv(out)
-    assert header == RunSummary.columns()
+    assert header == run_columns()
     assert len(rows) == 6
     combos = {(float(r["shard_mb"]), int(r["prefetch_depth"])) for r in rows}
     assert combos == {(s, d) for s in (4.0, 16.0) for d in (0, 1, 2)}
@@ -140,7 +140,7 @@ def test_ctrl_c_keeps_the_rows_written_and_exits_130(bundled_model, tmp_path):
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     header, rows = _read_csv(out)
-    assert header == RunSummary.columns()
+    assert header == run_columns()
     assert 1 <= len(rows) < 10
     assert all(float(r["avg_ts"]) > 0 and r["stopped"] == "0" for r in rows)
     assert f"interrupted after {len(rows)} of 10 runs" in stderr

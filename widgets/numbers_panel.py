@@ -26,6 +26,7 @@ class NumbersPanel(QWidget):
     def __init__(self, fields: list[tuple[str, str, str]], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._values: dict[str, QLabel] = {}
+        self._names: dict[str, QLabel] = {}
         self._order: list[str] = []
         grid = QGridLayout(self)
         grid.setContentsMargins(6, 6, 6, 6)
@@ -53,8 +54,14 @@ class NumbersPanel(QWidget):
             grid.addWidget(value, row, 1)
             grid.addWidget(unit, row, 2)
             self._values[key] = value
+            self._names[key] = name
             self._order.append(key)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+
+    def set_row_tip(self, key: str, tip: str) -> None:
+        """A tooltip on a row's name: what the figure means, where a label has no room."""
+        self._label(key)  # the same error for an unknown key
+        self._names[key].setToolTip(tip)
 
     def keys(self) -> list[str]:
         return list(self._order)

@@ -15,6 +15,7 @@ from shardscope.engine.cli.cli_args import (add_output_arguments, add_run_argume
                              positive_int, settings_from_args)
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import describe
+from shardscope.engine.measure.metric_registry import from_memory_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,6 +40,7 @@ def _print_summary(summary) -> None:
     print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
     print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
+    print(f"from RAM   {from_memory_line(summary.cache_hit_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
     if getattr(summary, "n_expert", 0):
         _print_experts(summary)

@@ -290,8 +290,7 @@ def cmd_tune(args) -> int:
     print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
           + f" ({grid} combinations in the full grid)", file=sys.stderr)
     bar = _progress(None, args.quiet, "tune")
-    from shardscope.engine.output.csv_out import append_rows
-    from shardscope.engine.stream.streaming_run import RunSummary
+    from shardscope.engine.output.csv_out import append_rows, run_columns, run_row
     from shardscope.engine.search.sweep import check_csv_columns
 
     if args.csv:
@@ -301,7 +300,7 @@ def cmd_tune(args) -> int:
         from shardscope.engine.search.tune import _knobs_text, _score_text
 
         if ev.summary is not None and args.csv:
-            append_rows(args.csv, RunSummary.columns(), [ev.summary.row()])
+            append_rows(args.csv, run_columns(), [run_row(ev.summary)])
         if ev.order:
             bar.update(1)
         _note(bar, f"  {'run ' + str(ev.order) if ev.order else 'refused'}: {_knobs_text(ev.settings)} → "

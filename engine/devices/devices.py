@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 
-DEVICES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "devices"
+DEVICES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "devices"  # engine/devices/ is two down
 
 # A device file is a couple of kilobytes; anything this big is not one.
 

@@ -65,6 +65,11 @@ class ExpertCounters:
     spec_correct: int = 0  # of those, picked by the layer they were guessed for
     spec_hidden: int = 0  # of those, fully loaded by the time they were picked (a miss avoided)
     dense_loaded_bytes: int = 0
+    # By bytes (the hit rates divide these): picked experts' bytes, of those resident with no
+    # read for this pick (a guess loaded in time was a read), and resident when picked.
+    needed_bytes: int = 0
+    hit_bytes: int = 0
+    on_time_bytes: int = 0
 
     def copy(self) -> "ExpertCounters":
         return ExpertCounters(**self.__dict__)
@@ -293,6 +298,10 @@ class ExpertStreamer:
             c.spec_correct += len(guessed & set(picks))
             c.spec_hidden += hidden
             c.wait_s += waited
+            unit = self.unit_bytes[layer]
+            c.needed_bytes += len(picks) * unit
+            c.on_time_bytes += (len(access.hits) - late) * unit
+            c.hit_bytes += (len(access.hits) - late - hidden) * unit
         counts = tuple(weights[e] for e in picks) if prompt else ()
         record = TraceRecord(self.token, layer, picks, counts, prompt)
         with self._state_lock:
@@ -395,7 +404,9 @@ class ExpertStreamer:
             c = self.counters
             # A guess that hid a miss still read the disk for this access: on time, not a cache hit.
             counters = ResidencyCounters(cache_hits=c.hits - c.spec_hidden, cache_misses=c.misses + c.spec_hidden,
-                                         on_time=c.hits, stalls=c.misses, loads=c.loads, loaded_bytes=c.loaded_bytes,
+                                         on_time=c.hits, stalls=c.misses, needed_bytes=c.needed_bytes,
+                                         hit_bytes=c.hit_bytes, on_time_bytes=c.on_time_bytes,
+                                         loads=c.loads, loaded_bytes=c.loaded_bytes,
                                          evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
         return ResidencySnapshot((), counters, self.moe.dense_bytes + self.cache.used_bytes, self.budget_bytes,
                                  None, self.load_mechanism, self.evict_mechanism)

@@ -39,6 +39,7 @@ class Knob:
     propose: str | None = None  # what the search dialogs prefill; None: the current value
     slider: tuple[int, int, int] | None = None  # window control: (minimum, default maximum, step)
     live: bool = False  # a running run takes a new value between tokens; else it restarts
+    setter: str = ""  # the run's method that takes a new value live (RunSkeleton.apply calls it)
     required: bool = False  # a profile must state it
     reported_as: str | None = None  # the RunSummary column holding the value the run used
     enabled: bool = True  # False: declared for a feature still to land; no flag, control or profile key
@@ -75,7 +76,7 @@ class RunSettings:
                                   help="GGUF file (default: the bundled gemma-3-270m)")
     budget_mb: int = knob(
         4096, label="Memory budget", short="budget", unit="MB", low=16, high=1_048_576, flag="--budget-mb",
-        help="weight budget (MB)", sweep="num", sweep_rank=5, slider=(16, 4096, 1), live=True, required=True,
+        help="weight budget (MB)", sweep="num", sweep_rank=5, slider=(16, 4096, 1), live=True, setter="set_budget_mb", required=True,
         tip="Weights allowed in memory (globals + resident shards). "
             "KV cache and compute buffers are charted apart as 'other RSS'.")
     shard_mb: int = knob(
@@ -85,11 +86,11 @@ class RunSettings:
         tip="Unit of loading and eviction. Changing it re-plans: the run restarts.")
     prefetch_depth: int = knob(
         2, label="Prefetch depth", short="prefetch", column="depth", counts="shards", low=0, high=16, flag="--prefetch-depth",
-        sweep="int", sweep_rank=2, tune="0-4", tune_rank=3, propose="0-2", slider=(0, 16, 1), live=True,
+        sweep="int", sweep_rank=2, tune="0-4", tune_rank=3, propose="0-2", slider=(0, 16, 1), live=True, setter="set_prefetch_depth",
         required=True, streams="layers", tip="Streamed shards loaded ahead of the layer being computed.")
     threads: int = knob(
         2, label="Threads", short="threads", counts="threads", low=1, high=512, flag="--threads", sweep="int",
-        sweep_rank=3, tune="", tune_rank=4, slider=(1, max(2, _CORES), 1), live=True, required=True,
+        sweep_rank=3, tune="", tune_rank=4, slider=(1, max(2, _CORES), 1), live=True, setter="set_threads", required=True,
         reported_as="n_threads", tip="llama.cpp compute threads (applies from the next token).")
     n_gpu_layers: int = knob(
         0, label="GPU layers", short="GPU layers", counts="layers", low=0, high=1024, flag="--n-gpu-layers",
@@ -97,13 +98,13 @@ class RunSettings:
         tip="Layers offloaded to the GPU. Changing it reloads the model: the run restarts.")
     policy: str = knob(
         "pinned", label="Policy", short="policy", choices=("pinned", "lru"), flag="--policy",
-        sweep="str", sweep_rank=6, tune="pinned,lru", tune_rank=1, live=True,
+        sweep="str", sweep_rank=6, tune="pinned,lru", tune_rank=1, live=True, setter="set_policy",
         required=True, streams="layers", tip="pinned: keep a fixed prefix of shards resident, stream the rest\n"
                            "lru: every shard competes; thrashes once the model exceeds the budget")
     ssd_mb_s: float = knob(
         0.0, label="SSD emulation", short="SSD", unit="MB/s", off="off", low=0, high=1_000_000, flag="--ssd-mb-s",
         help="emulate an SSD of this read bandwidth (0: off)", sweep="num", sweep_rank=7, slider=(0, 4000, 10),
-        live=True, reported_as="emulated_ssd_mb_s",
+        live=True, setter="set_ssd_mb_s", reported_as="emulated_ssd_mb_s",
         tip="Cap shard loads at this rate to emulate a slower disk. 0 = off (this disk's speed).")
     n_gen: int = knob(32, label="Tokens", short="tokens", low=1, high=100_000, flag="--tokens",
                       help="tokens to generate")
@@ -117,17 +118,17 @@ class RunSettings:
     # Dense models ignore them (a sweep or tune varies them only for MoE models); all three are live.
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
-        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, slider=(0, 4096, 1),
+        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, setter="set_expert_cache_mb", slider=(0, 4096, 1),
         streams="experts",
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
         "lru", label="Expert policy", short="expert policy", choices=("lru", "lfu", "hot"),
         flag="--expert-policy", sweep="str", sweep_rank=9, tune="lru,lfu,hot", tune_rank=6,
-        live=True, streams="experts",
+        live=True, setter="set_expert_policy", streams="experts",
         tip="Which cached experts make room: least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(
         False, label="Expert speculation", short="speculation", flag="--expert-speculation", sweep="bool",
-        sweep_rank=10, tune="off,on", tune_rank=7, live=True, streams="experts",
+        sweep_rank=10, tune="off,on", tune_rank=7, live=True, setter="set_expert_speculation", streams="experts",
         tip="Prefetch the experts the router is predicted to pick for the next layer")
 
     def with_changes(self, **changes) -> "RunSettings":
@@ -160,5 +161,7 @@ def describe(values, keys=None) -> str:
         source = spec.reported_as if spec.reported_as and not isinstance(values, RunSettings) else key
         if not hasattr(values, source):  # a dense run's summary has no expert columns
             continue
+        if spec.streams == "layers" and not isinstance(values, RunSettings) and getattr(values, "expert_policy", ""):
+            continue  # an expert run's row: no shards, no prefetch, no layer policy to show
         parts.append(f"{spec.brief} {spec.text(getattr(values, source))}")
     return ", ".join(parts)

@@ -85,7 +85,7 @@ _BOOL_KEYS = frozenset(key for key in ENABLED if KNOBS[key].type is bool)
 
 def builtin_profiles_dir() -> Path:
     """The repository's read-only ``profiles/`` folder."""
-    return Path(__file__).resolve().parents[2] / "profiles"
+    return Path(__file__).resolve().parents[2] / "profiles"  # the repository root: engine/knobs/ is two down
 
 
 def _is_builtin_path(path: Path) -> bool:

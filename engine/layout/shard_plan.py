@@ -29,6 +29,15 @@ class Shard:
     ranges: tuple[tuple[int, int], ...]  # absolute file offsets [start, end), page aligned
     part: int = 0  # slice number when one layer is split over several shards
     n_parts: int = 1
+    layer_bytes: tuple[int, ...] = ()  # bytes of each of ``layers`` held here (hit rates count bytes)
+
+    def bytes_of_layer(self, layer: int) -> int:
+        """What this shard holds of ``layer``: all of it unless the shard groups several layers."""
+        if len(self.layers) == 1:
+            return self.n_bytes
+        if len(self.layer_bytes) != len(self.layers):  # built without sizes: an even split
+            return self.n_bytes // len(self.layers)
+        return self.layer_bytes[self.layers.index(layer)]
 
     @property
     def n_bytes(self) -> int:
@@ -156,16 +165,18 @@ def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> Sh
     group_layers: list[int] = []
     group_ranges: list[tuple[int, int]] = []
     group_positions: list[int] = []
+    group_sizes: list[int] = []
 
     def close_group() -> None:
         if group_layers:
             idx = len(shards)
-            shards.append(Shard(idx, tuple(group_layers), tuple(group_ranges)))
+            shards.append(Shard(idx, tuple(group_layers), tuple(group_ranges), layer_bytes=tuple(group_sizes)))
             for pos in group_positions:
                 layer_shards[pos] = (idx,)
             group_layers.clear()
             group_ranges.clear()
             group_positions.clear()
+            group_sizes.clear()
 
     for pos, (layer, ranges) in enumerate(zip(layers, per_layer)):
         layer_shards.append(())
@@ -186,6 +197,7 @@ def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> Sh
         group_layers.append(layer)
         group_ranges.extend(ranges)
         group_positions.append(pos)
+        group_sizes.append(size)
     close_group()
     streamable = sum(s.n_bytes for s in shards)
     return ShardPlan(

@@ -4,7 +4,7 @@ It runs on its own thread so the decode thread never pays for it. Every number c
 from a source a user can check: RSS from psutil, resident weight bytes from mincore
 over the model's mapping (the file's bytes in RAM), disk bytes from /proc/self/io
 ``read_bytes``,
-cache hits / on-time accesses and token times from the controller's counters (checked
+cache hits / on-time bytes and token times from the streamer's counters (checked
 against mincore at layer start in tests). Consumers subscribe with
 a plain callback (the GUI wraps it in a Qt signal); they are called on this thread.
 """
@@ -34,13 +34,13 @@ class MetricsSample:
     other_rss_mb: float  # KV cache, compute buffers, Python, Qt: RSS − weights
     ssd_mb_s: float  # 10^6 B/s, kernel: read_bytes delta of this process
     read_mb_total: float  # since the run started
-    cache_hit_rate: float  # fraction of layer-shard accesses with no disk read (NaN before any)
-    on_time_rate: float  # fraction resident when compute arrived (NaN before any)
+    cache_hit_rate: float  # of the weight bytes needed, resident with no read for this use (NaN before any)
+    on_time_rate: float  # of them, resident when compute arrived (NaN before any)
     # Both over the last second, or the last whole token when tokens are slower.
     tok_s: float  # over the last few tokens, held between them (NaN before the first)
     n_tokens: int
     budget_mb: float
-    accounted_weights_mb: float  # the controller's own books, for cross-checks
+    accounted_weights_mb: float  # the streamer's own books, for cross-checks
     cache_hits: int
     cache_misses: int
     on_time: int
@@ -98,9 +98,9 @@ def process_read_bytes(proc: psutil.Process) -> int:
 
 
 class MetricsSampler:
-    def __init__(self, controller, mapping, clock: TokenClock, interval_s: float = 0.1,
+    def __init__(self, streamer, mapping, clock: TokenClock, interval_s: float = 0.1,
                  window_s: float = 1.0, *, progress: PhaseProgress | None = None, model_path: str | None = None):
-        self.controller = controller
+        self.streamer = streamer  # a ResidencyController (layers) or an ExpertStreamer: its snapshot()
         self.mapping = mapping
         self.clock = clock
         self.interval_s = interval_s
@@ -116,7 +116,7 @@ class MetricsSampler:
         self._token_marks: deque = deque(maxlen=2)  # (cache, on-time) tallies as tokens finished
         self._last_rates = (math.nan, math.nan)  # held while no layer is accessed
         # Expert streamers expose their own counters; the window's expert charts read these.
-        self._expert_counters = getattr(controller, "snapshot_counters", None)
+        self._expert_counters = getattr(streamer, "snapshot_counters", None)
         self._expert_history: deque = deque(maxlen=self.window + 1)
         self._last_expert = (math.nan, math.nan, math.nan, math.nan)
         self.samples_taken = 0
@@ -125,11 +125,11 @@ class MetricsSampler:
         # pressed), the mapping is looked up each sample: it appears while MAP_POPULATE reads.
         self._model_path = model_path
 
-    def attach(self, controller, mapping) -> None:
-        """The run's controller and mapping, once the load made them (sampling goes on meanwhile)."""
+    def attach(self, streamer, mapping) -> None:
+        """The run's streamer and mapping, once the load made them (sampling goes on meanwhile)."""
         self.mapping = mapping
-        self._expert_counters = getattr(controller, "snapshot_counters", None)
-        self.controller = controller
+        self._expert_counters = getattr(streamer, "snapshot_counters", None)
+        self.streamer = streamer
 
     def _resident_weights(self) -> int | None:
         mapping = self.mapping
@@ -204,12 +204,16 @@ class MetricsSampler:
         weights = self._resident_weights()
         read_now = process_read_bytes(self._proc)
         read_total = read_now - self._read0
-        snap = self.controller.snapshot() if self.controller else None
+        snap = self.streamer.snapshot() if self.streamer else None
         c = snap.counters if snap else None
         hits, misses = (c.cache_hits, c.cache_misses) if c else (0, 0)
         on_time, stalls = (c.on_time, c.stalls) if c else (0, 0)
         n_tokens = self.clock.n_tokens
-        tallies = (Tally(now, n_tokens, hits, hits + misses), Tally(now, n_tokens, on_time, hits + misses))
+        # The rates count bytes, as the run summary does: of the bytes needed, those resident
+        # without a read (hit) and those resident when compute arrived (on time).
+        needed = c.needed_bytes if c else 0
+        tallies = (Tally(now, n_tokens, c.hit_bytes if c else 0, needed),
+                   Tally(now, n_tokens, c.on_time_bytes if c else 0, needed))
         if not self._token_marks or self._token_marks[-1][0].n_tokens != n_tokens:
             self._token_marks.append(tallies)
         self._history.append((now, read_total, tallies))
@@ -239,7 +243,7 @@ class MetricsSampler:
             stalls=stalls,
             shard_states=snap.states if snap else (),
             current_layer_pos=snap.current_layer_pos if snap else None,
-            emulated_ssd_mb_s=self.controller.ssd_mb_s if self.controller else 0.0,
+            emulated_ssd_mb_s=self.streamer.ssd_mb_s if self.streamer else 0.0,
             phase=self.clock.phase,
             expert_hit_rate=expert[0],
             dense_mb_per_token=expert[1],

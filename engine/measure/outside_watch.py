@@ -99,10 +99,11 @@ class _PageCache:
         self._addr = addr
         self.file_lo, self.file_hi = 0, self._size
 
-    def resident(self) -> int:
+    def resident(self, file_lo: int | None = None, file_hi: int | None = None) -> int:
+        """Resident bytes of [file_lo, file_hi) (default: the engine's mapped range), whole pages."""
         page = mmap.PAGESIZE
-        lo = self.file_lo // page * page
-        hi = min(self._size, self.file_hi)
+        lo = (self.file_lo if file_lo is None else file_lo) // page * page
+        hi = min(self._size, self.file_hi if file_hi is None else file_hi)
         n_pages = (hi - lo + page - 1) // page
         if n_pages <= 0:
             return 0
@@ -125,6 +126,11 @@ def main(argv: list[str]) -> int:
             map_start, map_end, offset = (int(w) for w in words[1:4])
             cache.file_lo, cache.file_hi = offset, offset + (map_end - map_start)
             print("{}", flush=True)
+            continue
+        if words[0] == "ranges":  # file ranges lo hi lo hi ...: e.g. the experts the engine holds
+            spans = [int(w) for w in words[1:]]
+            held = sum(cache.resident(lo, hi) for lo, hi in zip(spans[::2], spans[1::2]))
+            print(json.dumps({"resident_bytes": held}), flush=True)
             continue
         reply = {
             "t": time.perf_counter(),

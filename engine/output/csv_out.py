@@ -16,9 +16,13 @@ from typing import Iterable, Sequence
 
 from shardscope.engine.base.atomic_write import write_text_atomic
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.experts.expert_run import ExpertRunSummary
+from shardscope.engine.measure.metric_registry import timeline_columns
 
 
 def _format(value) -> str:
+    if value is None:  # a column this row's run kind does not have (a dense row's expert figures)
+        return ""
     if isinstance(value, float):
         return "" if math.isnan(value) else f"{value:.6g}"
     if isinstance(value, bool):
@@ -65,13 +69,21 @@ def append_rows(path: str | os.PathLike, columns: Sequence[str], rows: Iterable[
     write_rows(path, columns, [*existing, *rows])
 
 
-TIMELINE_COLUMNS = [
-    "t_s", "rss_mb", "resident_weights_mb", "other_rss_mb", "ssd_mb_s", "read_mb_total",
-    "cache_hit_rate", "on_time_rate", "tok_s", "n_tokens", "budget_mb", "accounted_weights_mb",
-    "cache_hits", "cache_misses", "stalls",
-    "emulated_ssd_mb_s", "phase",
-]
+# Declared in the metric registry: the expert figures the chart draws are columns too.
+TIMELINE_COLUMNS = timeline_columns()
 
 
 def timeline_rows(samples) -> list[dict]:
-    return [{c: getattr(s, c) for c in TIMELINE_COLUMNS} for s in samples]
+    return [{c: getattr(s, c, None) for c in TIMELINE_COLUMNS} for s in samples]
+
+
+def run_columns() -> list[str]:
+    """The one header of every run CSV (bench, sweep, tune, the window's export): the dense
+    row's columns, then the expert run's (blank in a dense row), so dense and MoE rows
+    share a file and an MoE row always says its expert_policy and expert figures."""
+    return ExpertRunSummary.columns()
+
+
+def run_row(summary) -> dict:
+    """A summary of either run kind under run_columns()."""
+    return {c: getattr(summary, c, None) for c in run_columns()}

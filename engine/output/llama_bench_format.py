@@ -31,7 +31,8 @@ import statistics
 from typing import Iterable, Sequence
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knobs import LAYER_KNOBS
+from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS
+from shardscope.engine.measure.metric_registry import markdown_columns
 
 FORMATS = ("md", "csv", "json", "jsonl")
 
@@ -61,7 +62,8 @@ SAMPLE_FIELDS = ("samples_ns", "samples_ts")
 # RunSummary columns that a llama-bench field replaces, with llama-bench's unit.
 _REPLACED = {"model_size_mb": "model_size"}
 # Markdown shows llama-bench's own columns, then these streaming ones where the rows have them.
-_MD_STREAMING = ("budget_mb", *LAYER_KNOBS, "read_mb_per_token", "cache_hit_rate", "projected_ts")
+# (Columns no row has a value in are left out: a dense table shows no expert columns.)
+_MD_STREAMING = ("budget_mb", *LAYER_KNOBS, *EXPERT_KNOBS, *markdown_columns())
 
 
 def field_type(name: str) -> str:
@@ -77,10 +79,10 @@ def field_type(name: str) -> str:
 
 def streaming_columns() -> list[str]:
     """shardscope's own columns: the run summary's, less those a llama-bench field carries."""
-    from shardscope.engine.stream.streaming_run import RunSummary
+    from shardscope.engine.output.csv_out import run_columns
 
     shared = set(LLAMA_BENCH_FIELDS)
-    return [c for c in RunSummary.columns() if c not in shared and c not in _REPLACED]
+    return [c for c in run_columns() if c not in shared and c not in _REPLACED]
 
 
 def columns(fmt: str) -> list[str]:
@@ -96,7 +98,7 @@ def _llama_stdev(values: Sequence[float]) -> float:
 
 
 def _mean_of(summaries: Sequence, key: str):
-    values = [getattr(s, key) for s in summaries]
+    values = [getattr(s, key, None) for s in summaries]  # None: a column of the other run kind
     last = values[-1]
     if isinstance(last, float) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         finite = [float(v) for v in values if not math.isnan(v)]
@@ -227,6 +229,8 @@ def test_label(row: dict) -> str:
 
 
 def _md_cell(name: str, value) -> str:
+    if value is None:
+        return ""
     if isinstance(value, float):
         return "n/a" if math.isnan(value) else f"{value:.4g}"
     return str(value)

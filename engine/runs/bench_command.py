@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from shardscope.engine.base.errors import RunStopped
-from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, append_rows, timeline_rows, write_rows
+from shardscope.engine.output.csv_out import (TIMELINE_COLUMNS, append_rows, run_columns, run_row, timeline_rows,
+                                              write_rows)
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.runs.stop_signal import StopSignal
 from shardscope.engine.knobs.settings import RunSettings
@@ -64,7 +65,7 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
     for summary in summaries:
         attach_projection(summary, device)
     if csv_path:
-        append_rows(csv_path, summaries[0].columns(), [s.row() for s in summaries])
+        append_rows(csv_path, run_columns(), [run_row(s) for s in summaries])
     if timeline_path:
         write_rows(timeline_path, TIMELINE_COLUMNS, timeline_rows(samples))
     return summaries

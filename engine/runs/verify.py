@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knobs import LAYER_KNOBS, describe
+from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS, describe
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.stream.streaming_run import RunSummary, StreamingRun
+from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.runs.verify_experts import expert_checks, residency_reading
+from shardscope.engine.stream.run_summary import RunSummary
 from shardscope.engine.base.units import MB_S, MIB
 
 TOLERANCE = 0.05
@@ -61,6 +63,12 @@ class OutsideWatcher:
 
     def read(self, smaps: bool = False) -> dict:
         return self._ask("s" if smaps else "r")
+
+    def resident_bytes(self, spans: list[tuple[int, int]]) -> int:
+        """mincore, in the watcher's own mapping, over these file ranges."""
+        if not spans:
+            return 0
+        return self._ask("ranges " + " ".join(f"{lo} {hi}" for lo, hi in spans))["resident_bytes"]
 
     def close(self) -> None:
         try:
@@ -211,7 +219,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
         if cut_budget_mb is not None and index == cut_at_token:
             run.apply(run.settings.with_changes(budget_mb=cut_budget_mb))
 
-    run = StreamingRun(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
+    # Through open_run, as bench opens it: verify checks the run the user would get.
+    run = open_run(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
     with run:
         run.load()
         m = run.mapping
@@ -224,7 +233,9 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
             summary = run.run()
             # A budget cut rebuilds llama.cpp's context with the layer hook: its counters restart.
             rebuilt = run.session.hook_active and not hooked_at_start
-            allowance_mb = (run.controller.moving_bytes + READAHEAD_BYTES) / MIB
+            experts = run.streams == "experts"
+            residency = residency_reading(run, watcher) if experts else None
+            allowance_mb = (_moving_bytes(run) + READAHEAD_BYTES) / MIB
             perf = llama_cpp.llama_perf_context(run.session._ctx)
             perf_end = {"n_eval": perf.n_eval, "t_eval_ms": perf.t_eval_ms}
             samples = list(run.samples)
@@ -235,13 +246,24 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     report = VerifyReport(label=label or _label(summary, settings, cut_budget_mb, cut_at_token), summary=summary)
     report.checks = _compare(summary, pairs, token_reads, perf_at_first, perf_end, durations, window,
                              allowance_mb, rebuilt)
+    if residency is not None:
+        report.checks += expert_checks(Check, _rel, summary, run, token_reads, residency)
     return report, samples
+
+
+def _moving_bytes(run) -> int:
+    """The most weight bytes that can be arriving at once: what a level may move within one bracket."""
+    if run.streams == "experts":
+        # Every loader busy with the largest expert, and a layer of guesses beside them.
+        return (4 + run.moe.n_expert_used) * run.moe.max_unit_bytes
+    return run.controller.moving_bytes
 
 
 def _label(summary: RunSummary, settings: RunSettings, cut_budget_mb: float | None, cut_at: int) -> str:
     budget = (f"budget {settings.budget_mb:g} → {cut_budget_mb:g} MiB after token {cut_at}"
               if cut_budget_mb is not None else f"budget {summary.budget_mb:.0f} MiB")
-    return f"{describe(summary, LAYER_KNOBS)}, {budget}, {summary.n_gen} tokens"
+    knobs = EXPERT_KNOBS if getattr(summary, "expert_policy", "") else LAYER_KNOBS
+    return f"{describe(summary, knobs)}, {budget}, {summary.n_gen} tokens"
 
 
 def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_first: dict, perf_end: dict,

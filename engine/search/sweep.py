@@ -171,14 +171,14 @@ class SweepTotals:
 
 def check_csv_columns(csv_path: str) -> None:
     """Refuse a CSV with other columns before the first run, not after it."""
-    from shardscope.engine.output.csv_out import read_rows
+    from shardscope.engine.output.csv_out import read_rows, run_columns
 
     path = Path(csv_path)
     if path.is_dir():
         raise ShardscopeError(f"{csv_path}: is a directory, not a CSV file")
     if path.exists() and path.stat().st_size > 0:
         header, _ = read_rows(path)
-        if header != RunSummary.columns():
+        if header != run_columns():  # one header for dense and MoE rows alike
             raise ShardscopeError(f"{csv_path}: has other columns than a shardscope run CSV; write to a new file")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
@@ -193,7 +193,7 @@ def run_sweep(base: RunSettings, grid: dict[str, list], *, csv_path: str | None,
     Stopped (partial) runs are not written. ``on_result`` sees every result and the
     running totals (the CLI's progress bar and notes).
     """
-    from shardscope.engine.output.csv_out import append_rows
+    from shardscope.engine.output.csv_out import append_rows, run_columns, run_row
 
     totals = SweepTotals(combinations=len(expand_grid(base, grid)))
     if csv_path:
@@ -207,7 +207,7 @@ def run_sweep(base: RunSettings, grid: dict[str, list], *, csv_path: str | None,
             totals.failed += 1
         elif result.summary is not None:
             if csv_path:
-                append_rows(csv_path, RunSummary.columns(), [result.summary.row()])
+                append_rows(csv_path, run_columns(), [run_row(result.summary)])
             totals.rows_written += 1
         if on_result:
             on_result(result, totals)

@@ -31,7 +31,6 @@ from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
 CACHE_LOAD = "FADV_WILLNEED+sendfile to /dev/null (no readahead), then MADV_POPULATE_READ"
-GUARD_POLL_S = 0.02  # the file guard's promise: checked ≤ 50 ms apart
 READS_IN_FLIGHT = 2  # shards whose reads are queued at the disk at once (each in the books first)
 
 
@@ -48,12 +47,10 @@ class ResidencySnapshot:
 
 class ResidencyController:
     def __init__(self, plan: ShardPlan, mapping: memory_calls.FileMapping | None, fd: int | None,
-                 budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0,
-                 guard=None):
+                 budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0):
         self.plan = plan
         self.mapping = mapping
         self.fd = fd
-        self.guard = guard  # ModelFileGuard: polled by the loader, ≤ 50 ms apart
         self._cond = threading.Condition()
         self._book = ResidencyBook(plan, require_budget(plan, budget_mb, prefetch_depth), prefetch_depth, policy)
         self._counters = self._book.counters
@@ -227,18 +224,11 @@ class ResidencyController:
             self._cond.notify_all()
 
     def _loader(self) -> None:
-        checked = 0.0
+        # The model file's guard is polled by the run (engine/stream/run_skeleton.py), which
+        # halts this loader through close_waits when the file changes.
         queued: list[int] = []  # shards in the books as LOADING, reads asked for, oldest first
         while True:
-            # Every 20 ms, not every shard: each check is two syscalls, and getting the
-            # GIL back after them cost the loader time it could have read in.
-            problem = None
-            if self.guard and time.perf_counter() - checked >= GUARD_POLL_S:
-                problem, checked = self.guard.problem(), time.perf_counter()
             with self._cond:
-                if problem and not self._error:
-                    self._error = problem
-                    self._cond.notify_all()
                 if self._stop or self._error:
                     return
                 # With readahead off, the next shard's reads queued while this one

@@ -5,10 +5,13 @@ it every question — which shards to pin, what compute needs, what to load next
 to evict for it — then does the disk and memory work on its threads. Keeping the
 decisions here lets tests drive thousands of simulated layers in milliseconds.
 
-Every layer-shard access is counted twice (names shared with the metrics):
-``cache_hits``/``cache_misses`` — the bytes stayed resident since their last use, or
-had to come from the disk for this access (prefetched or not); ``on_time``/``stalls``
-— resident when compute arrived, or compute waited.
+Every access of a layer to a shard is counted twice (names shared with the metrics),
+in accesses and in the layer's bytes held by that shard (``needed_bytes``):
+``cache_hits``/``cache_misses`` (``hit_bytes``) — the bytes stayed resident since
+*this layer's* last use of them, or were read from the disk since (prefetched or not;
+a shard of two layers read once for the first one is a read for the second one too);
+``on_time``/``stalls`` (``on_time_bytes``) — resident when compute arrived, or compute
+waited. The hit rate is hit_bytes ÷ needed_bytes: ≈ 1 − kernel-read ÷ needed bytes.
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ class ResidencyCounters:
     cache_misses: int = 0  # read from the disk for this access, prefetched or not
     on_time: int = 0  # resident when compute arrived
     stalls: int = 0  # compute waited for the shard
+    needed_bytes: int = 0  # bytes the accessing layers needed of their shards
+    hit_bytes: int = 0  # of those, resident with no read since that layer's last use
+    on_time_bytes: int = 0  # of those, resident when compute arrived
     loads: int = 0
     loaded_bytes: int = 0
     evictions: int = 0
@@ -144,7 +150,8 @@ class ResidencyBook:
         self.state = [RESIDENT] * n  # until ``cold_start`` says what is really resident
         self.last_use = [0] * n
         self.reads = [0] * n  # disk reads started per shard
-        self.reads_used = [0] * n  # of those, how many an access has consumed
+        # Per (layer position, shard): the reads that layer's accesses have accounted for.
+        self.reads_used: dict[tuple[int, int], int] = {}
         self.tick = 0
         self.current: int | None = None
         self.accounted = plan.host_bytes
@@ -187,18 +194,24 @@ class ResidencyBook:
         self.current = layer_pos
         self.tick += 1
         missing = []
+        layer = self.plan.layers[layer_pos]
         for index in needed:
             self.last_use[index] = self.tick
+            n_bytes = self.plan.shards[index].bytes_of_layer(layer)
             resident = self.state[index] == RESIDENT
             # EVICTED now: the read that will bring it in is this access's.
             pending = 1 if self.state[index] == EVICTED else 0
-            if resident and self.reads[index] == self.reads_used[index]:
+            key = (layer_pos, index)
+            c.needed_bytes += n_bytes
+            if resident and self.reads[index] == self.reads_used.get(key, 0):
                 c.cache_hits += 1
+                c.hit_bytes += n_bytes
             else:
                 c.cache_misses += 1
-            self.reads_used[index] = self.reads[index] + pending
+            self.reads_used[key] = self.reads[index] + pending
             if resident:
                 c.on_time += 1
+                c.on_time_bytes += n_bytes
             else:
                 c.stalls += 1
                 missing.append(index)
@@ -233,10 +246,14 @@ class ResidencyBook:
             return
         before = self._kernel_resident or [False] * len(resident)
         c = self.counters
-        for needed in self.plan.layer_shards:
+        for layer, needed in zip(self.plan.layers, self.plan.layer_shards):
             c.layer_calls += 1
             for index in needed:
                 kept = resident[index] and before[index]
+                n_bytes = self.plan.shards[index].bytes_of_layer(layer)
+                c.needed_bytes += n_bytes
+                c.hit_bytes += n_bytes * kept
+                c.on_time_bytes += n_bytes * kept
                 c.cache_hits += kept
                 c.cache_misses += not kept
                 c.on_time += kept

@@ -1,0 +1,119 @@
+"""Every figure a run shows, declared once: its name, unit, label, where it appears and
+what independent source ``--verify`` holds it against.
+
+The charts (app/charts.py, app/expert_charts.py), the timeline CSV (engine/output/csv_out.py,
+used by ``bench --timeline`` and the window's export), the window's numbers panels, the
+llama-bench Markdown columns and ``bench --verify``'s check names all read this list, so a
+figure added here shows up everywhere it is declared to, and an MoE session's exported
+timeline carries the same expert figures its chart draws.
+
+Names are MetricsSample fields (live and timeline) and run-summary columns (CSV, panel):
+where both exist they are the same word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The one line that says which figure answers "how much came from memory" (window and CLI).
+FROM_MEMORY = ("how much came from memory: the cache hit rate — of the weight bytes the tokens needed, "
+               "those resident without a disk read (on time also counts bytes read before compute arrived)")
+
+
+def from_memory_line(cache_hit_rate: float) -> str:
+    """The CLI's line: the figure's value and what it answers."""
+    shown = "n/a" if cache_hit_rate != cache_hit_rate else f"{100 * cache_hit_rate:.1f} %"
+    return f"{shown} of the weight bytes needed came from memory without a disk read (cache hit rate)"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # MetricsSample field and/or run-summary column
+    unit: str  # "MiB", "MB/s" (10^6 B/s), "tok/s", "ms", "%" (stored 0..1), "" for counts
+    label: str  # legends, panel rows
+    fraction: bool = False  # stored as 0..1, shown in %
+    plot: str = ""  # the chart row it is drawn on; "" not charted
+    curve: str = ""  # the chart's key for its curve
+    timeline: bool = False  # a column of the timeline CSV (a MetricsSample field)
+    live: bool = False  # a row of the window's live numbers (from samples)
+    summary: bool = False  # a row of the window's last-round numbers (from the summary)
+    markdown: bool = False  # a column of `-o md` where the rows carry it
+    kind: str = ""  # "experts": only expert runs have it (NaN elsewhere); "": both kinds
+    source: str = ""  # what `bench --verify` holds it against; "" not checked
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("t_s", "s", "time", timeline=True),
+    Metric("tok_s", "tok/s", "tok/s now", plot="toks", curve="toks", timeline=True, live=True),
+    Metric("rss_mb", "MiB", "RSS", plot="memory", curve="rss", timeline=True, live=True,
+           source="/proc/<pid>/status VmRSS, another process"),
+    Metric("resident_weights_mb", "MiB", "weights resident", plot="memory", curve="weights", timeline=True,
+           live=True, source="mincore on another process's own mapping"),
+    Metric("other_rss_mb", "MiB", "other", plot="memory", curve="other", timeline=True),
+    Metric("ssd_mb_s", "MB/s", "SSD reads", plot="ssd", curve="ssd", timeline=True, live=True,
+           source="/proc/<pid>/io read_bytes ÷ the outside clock"),
+    Metric("read_mb_total", "MiB", "read in total", timeline=True, source="/proc/<pid>/io read_bytes, another process"),
+    Metric("cache_hit_rate", "%", "cache hit rate (from RAM)", fraction=True, plot="hit", curve="hit", timeline=True,
+           summary=True, markdown=True, source="1 − /proc/<pid>/io read_bytes ÷ bytes needed"),
+    Metric("on_time_rate", "%", "on time", fraction=True, plot="hit", curve="ontime", timeline=True, summary=True),
+    Metric("n_tokens", "", "tokens decoded", timeline=True, live=True),
+    Metric("budget_mb", "MiB", "budget", timeline=True),
+    Metric("accounted_weights_mb", "MiB", "weights in the books", timeline=True),
+    Metric("cache_hits", "", "cache hits", timeline=True),
+    Metric("cache_misses", "", "cache misses", timeline=True),
+    Metric("stalls", "", "stalls", timeline=True),
+    Metric("emulated_ssd_mb_s", "MB/s", "emulated SSD", timeline=True),
+    Metric("phase", "", "phase", timeline=True),
+    Metric("expert_hit_rate", "%", "expert hit rate", fraction=True, plot="hit", curve="expert_hit", timeline=True,
+           markdown=True, kind="experts",
+           source="1 − /proc/<pid>/io read_bytes ÷ picked experts' bytes"),
+    Metric("spec_accuracy", "%", "speculation accuracy", fraction=True, plot="hit", curve="spec", timeline=True,
+           markdown=True, kind="experts"),
+    Metric("dense_mb_per_token", "MiB", "dense", plot="per_token", curve="dense_tok", timeline=True,
+           kind="experts"),
+    Metric("expert_mb_per_token", "MiB", "experts", plot="per_token", curve="expert_tok", timeline=True,
+           markdown=True, kind="experts", source="/proc/<pid>/io read_bytes per token, another process"),
+    # Summary-only figures (a round's row):
+    Metric("ttft_ms", "ms", "TTFT", summary=True),
+    Metric("avg_ts", "tok/s", "avg tok/s", summary=True, source="llama_perf_context t_eval_ms"),
+    Metric("peak_rss_mb", "MiB", "peak RSS", summary=True),
+    Metric("read_mb_per_token", "MiB", "read / token", summary=True, markdown=True,
+           source="/proc/<pid>/io read_bytes, read by another process"),
+    Metric("expert_resident_mb", "MiB", "experts resident", kind="experts",
+           source="mincore over each cached expert's bytes, another process"),
+    Metric("projected_ts", "tok/s", "projected", summary=True, markdown=True),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+
+def metric(name: str) -> Metric:
+    return BY_NAME[name]
+
+
+def timeline_columns() -> list[str]:
+    """The timeline CSV's header: every MetricsSample figure declared for it, dense and expert."""
+    return [m.name for m in METRICS if m.timeline]
+
+
+def chart_curves(kind: str = "") -> dict[str, Metric]:
+    """curve key → metric, for the run kind's curves ("" dense-and-shared, "experts" the MoE ones)."""
+    return {m.curve: m for m in METRICS if m.plot and m.kind == kind}
+
+
+def panel_rows(where: str) -> list[tuple[str, str, str]]:
+    """(field, label, unit) rows of a numbers panel: where = "live" or "summary"."""
+    return [(m.name, m.label, "of 1" if m.fraction else m.unit) for m in METRICS if getattr(m, where)]
+
+
+def markdown_columns() -> list[str]:
+    return [m.name for m in METRICS if m.markdown]
+
+
+def verify_label(name: str, where: str) -> str:
+    """A --verify row's name: the figure and the output it is read from ("read_mb_per_token (CSV)")."""
+    return f"{BY_NAME[name].name} ({where})"
+
+
+__all__ = ["Metric", "METRICS", "BY_NAME", "FROM_MEMORY", "from_memory_line", "metric", "timeline_columns", "chart_curves",
+           "panel_rows", "markdown_columns", "verify_label"]

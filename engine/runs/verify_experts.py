@@ -1,0 +1,60 @@
+"""`bench --verify` for expert runs: the expert figures next to sources the streamer does not compute.
+
+- expert_mb_per_token (CSV): what the streamer says it loaded per decoded token, against the
+  bytes the kernel read for this process (/proc/<pid>/io, read by the outside process) over
+  the same tokens — dense weights stay resident, so every decode read is an expert's;
+- expert residency (end of run): the bytes of the experts the cache's books hold, against
+  mincore over those experts' pages through the outside process's own mapping;
+- cache_hit_rate (CSV): against 1 − kernel-read ÷ the picked experts' bytes (sizes from the
+  model file's layout, picks n_expert_used per layer per token).
+"""
+
+from __future__ import annotations
+
+from shardscope.engine.base import memory_calls
+from shardscope.engine.base.units import MIB
+from shardscope.engine.measure.metric_registry import BY_NAME
+
+
+def expert_ranges(run) -> list[tuple[int, int]]:
+    """Page-inward file ranges of every expert the cache's books hold now (what eviction drops)."""
+    spans = []
+    for layer, expert in sorted(run.streamer.resident_units()):
+        for start, end in run.moe.unit_ranges(layer, expert):
+            inner = memory_calls.page_inward(start, end)
+            if inner:
+                spans.append(inner)
+    return spans
+
+
+def residency_reading(run, watcher) -> tuple[float, float]:
+    """(the books' expert bytes, mincore's) in MiB, both over the same page-inward ranges."""
+    spans = expert_ranges(run)
+    books = sum(hi - lo for lo, hi in spans)
+    return books / MIB, watcher.resident_bytes(spans) / MIB
+
+
+def expert_checks(check, rel, summary, run, token_reads: dict, residency: tuple[float, float]) -> list:
+    """The expert rows (``check`` and ``rel`` are verify's Check and _rel, passed in to keep one definition)."""
+    checks = []
+    n_decoded = summary.n_gen - 1
+    first, last = token_reads.get("first"), token_reads.get("last")
+    if first and last and n_decoded > 0:
+        read = last["read_bytes"] - first["read_bytes"]
+        outside_tok = read / MIB / n_decoded
+        # Floor: a page per expert slice can be read around an expert's exact bytes.
+        floor = run.moe.n_expert_used * len(run.moe.layers) * 3 * memory_calls.PAGE / MIB
+        checks.append(check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
+                            summary.expert_mb_per_token, outside_tok,
+                            [rel(summary.expert_mb_per_token, outside_tok, floor=max(floor, 0.5))], "MiB"))
+        needed = sum(run.moe.unit_bytes(layer) for layer in run.moe.layers) * run.moe.n_expert_used * n_decoded
+        kernel_hit = 1 - read / needed if needed else float("nan")
+        checks.append(check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source, summary.cache_hit_rate,
+                            kernel_hit, [rel(summary.cache_hit_rate, kernel_hit, floor=1.0)], "of 1"))
+    books, outside = residency
+    checks.append(check("expert residency (end of run)", BY_NAME["expert_resident_mb"].source, books, outside,
+                        [rel(books, outside, floor=1.0)], "MiB"))
+    return checks
+
+
+__all__ = ["expert_checks", "residency_reading", "expert_ranges"]
