@@ -84,7 +84,7 @@ def cmd_bench(args) -> int:
         summaries = run_interruptibly(lambda: run_repetitions(
             settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline, device=args.device,
             trace_path=args.trace, on_verify=reports.append if args.verify else None, on_sample=line.on_sample,
-            stop=stop), stop)
+            stop=stop), stop, before_exit=line.close)
     finally:
         line.close()
     human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows

@@ -11,6 +11,10 @@ next layer) and waits a moment for it to unwind.
 A run stuck in one system call cannot hear the request: llama.cpp's MAP_POPULATE reads
 the whole file inside mmap. Nothing has been written by then (rows are written after
 the run), so after ``GRACE_S`` the process exits 130 without waiting for it.
+
+Once the run has stopped and closed, the process exits at once (``os._exit``): the
+interpreter's own teardown of a loaded llama.cpp and its thread pools took 0.3-0.7 s
+on this shared 2-core machine, which would spend most of the second on nothing to save.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ T = TypeVar("T")
 GRACE_S = 0.7  # Ctrl-C to exit stays under a second with the message printed
 
 
-def run_interruptibly(work: Callable[[], T], stop: StopSignal, grace_s: float = GRACE_S) -> T:
-    """``work()`` on a worker thread; Ctrl-C requests ``stop`` and raises KeyboardInterrupt."""
+def run_interruptibly(work: Callable[[], T], stop: StopSignal, grace_s: float = GRACE_S,
+                      before_exit: Callable[[], None] | None = None) -> T:
+    """``work()`` on a worker thread; Ctrl-C requests ``stop``, waits up to ``grace_s`` for
+    the run to unwind, calls ``before_exit`` (clear a progress line) and exits 130."""
     outcome: dict = {}
 
     def body() -> None:
@@ -48,9 +54,9 @@ def run_interruptibly(work: Callable[[], T], stop: StopSignal, grace_s: float = 
             worker.join(grace_s)
         except KeyboardInterrupt:  # pressed again: do not wait any longer
             pass
-        if worker.is_alive():
-            _exit_now()
-        raise KeyboardInterrupt from None
+        if before_exit is not None:
+            before_exit()
+        _exit_now()
     if "error" in outcome:
         if isinstance(outcome["error"], RunStopped) and stop.is_set():
             raise KeyboardInterrupt from None
