@@ -31,6 +31,7 @@ from shardscope.app.phase_progress_bar import PhaseProgressBar
 from shardscope.app.profile_store import ProfileStore
 from shardscope.app.round_projection import RoundProjection
 from shardscope.app.run_session import CLOSE_WAIT_MS, RunSession
+from shardscope.app.run_worker import describe_exception
 from shardscope.app.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
 from shardscope.app.settings_binding import describe_change
 from shardscope.app.sweep_dialog import SweepDialog
@@ -204,7 +205,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         try:
             answer = self.session.apply(new)
         except ShardscopeError as exc:
-            self.show_error(str(exc))
+            self.show_error(describe_exception(exc, self.model_path))
             return False
         self.mark(text + (" (restart)" if answer == "restart" else ""))
         return True

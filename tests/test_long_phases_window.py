@@ -129,3 +129,22 @@ def test_stop_during_a_long_phase_returns_the_window_to_idle_within_a_second(qtb
     qtbot.waitUntil(lambda: len(window.timeline) > samples + 5, timeout=30_000)
     window.stop_run()
     qtbot.waitUntil(lambda: idle(window), timeout=5_000)
+
+
+def test_a_refused_budget_names_the_slider_in_the_window_and_the_flag_in_the_cli(qtbot, slow_window, tmp_path):
+    import subprocess
+    import sys
+
+    window = slow_window
+    window.apply_settings(window.current_settings().with_changes(budget_mb=20))
+    window.start_run()
+    qtbot.waitUntil(lambda: window.last_error is not None and idle(window), timeout=30_000)
+    assert "set Memory budget to at least " in window.last_error and "--budget-mb" not in window.last_error
+    minimum = int(window.last_error.rsplit("at least ", 1)[1].split()[0].replace(",", ""))
+    assert 20 < minimum < 200
+    done = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--model", window.model_path,
+                           "--budget-mb", "20", "--shard-mb", "16", "--prefetch-depth", "1"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"use --budget-mb {minimum} or more" in done.stderr and "Memory budget" not in done.stderr

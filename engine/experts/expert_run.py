@@ -19,6 +19,7 @@ import numpy as np
 import psutil
 
 from shardscope.engine.base.bundled_model import resolve_model_path
+from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
@@ -84,7 +85,8 @@ def _expert_figures(c, c0, figures: dict, per_tok: int, speculation: bool) -> di
 
 
 def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
-    """The expert cache the budget allows, or a one-line refusal naming the flag."""
+    """The expert cache the budget allows, or a one-line refusal naming the knob (KnobRefusal:
+    the CLI names the flag, the window the slider)."""
     budget = int(settings.budget_mb * MIB)
     dense = moe.dense_bytes
     name = Path(moe.path).name
@@ -92,20 +94,21 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     if settings.expert_cache_mb:
         cache = int(settings.expert_cache_mb * MIB)
         if dense + cache > budget:
-            raise ShardscopeError(
-                f"--expert-cache-mb {settings.expert_cache_mb}: with {name}'s {dense / MIB:.0f} MB of dense weights "
-                f"it exceeds --budget-mb {settings.budget_mb:g} (at most {(budget - dense) / MIB:.0f} MB)")
+            raise KnobRefusal(
+                f"with {name}'s {dense / MIB:.0f} MB of dense weights it exceeds the budget of "
+                f"{settings.budget_mb:g} MB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
+                given=settings.expert_cache_mb)
     else:
         cache = budget - dense
     if settings.n_gpu_layers:
-        raise ShardscopeError(f"--n-gpu-layers {settings.n_gpu_layers}: expert streaming of {name} runs on the CPU "
-                              f"only (run with 0)")
+        raise KnobRefusal(f"expert streaming of {name} runs on the CPU only", "n_gpu_layers", 0, "",
+                          given=settings.n_gpu_layers)
     if cache < floor:
-        raise ShardscopeError(
+        raise KnobRefusal(
             f"budget {settings.budget_mb:g} MB leaves {max(cache, 0) / MIB:.0f} MB for experts of {name}; the minimum "
             f"is {floor / MIB:.0f} MB (a prompt may pick all {moe.n_expert} experts of a layer"
-            f"{', plus a layer of guesses' if settings.expert_speculation else ''}), i.e. --budget-mb "
-            f"{math.ceil((dense + floor) / MIB)}")
+            f"{', plus a layer of guesses' if settings.expert_speculation else ''})", "budget_mb",
+            math.ceil((dense + floor) / MIB))
     return cache
 
 
