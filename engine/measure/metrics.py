@@ -178,6 +178,10 @@ class MetricsSampler:
         An expert run's on-time rate is its expert hit rate (resident when picked, a guess in
         time counts), already windowed per token when tokens are slow: it is taken as is."""
         c = self._expert_counters()
+        if self.clock.n_tokens == 0:
+            # Nothing decoded yet: the cold start's dense reads (sampled now that the sampler
+            # runs from the load on) are no decoded token's bytes.
+            self._expert_history.clear()
         self._expert_history.append((self.clock.n_tokens, c))
         n_old, old = self._expert_history[0]
         _, dense, expert, spec = self._last_expert
