@@ -43,7 +43,7 @@ class PhaseBands:
             region.setZValue(-10)
             item.addItem(region, ignoreBounds=True)
             if key == PLOTS[0]:  # the name once, on the top chart, at the span's start
-                pg.InfLineLabel(region.lines[0], text=name, position=0.85, anchor=(0, 0.5))
+                pg.InfLineLabel(region.lines[0], text=name, position=0.85, anchor=(0, 0.5), color="#444444")
             regions.append((item, region))
         self._bands.append((name, regions))
         self._open, self._open_name = regions, name
