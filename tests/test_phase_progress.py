@@ -88,3 +88,13 @@ def test_an_emulated_disk_holds_the_load_to_its_rate_and_stop_cancels_the_wait()
     assert watch3(0.5) is True
     stop.set()
     assert watch3(0.6) is False
+
+
+def test_a_finish_is_shown_even_when_the_next_phase_began_before_anyone_looked():
+    p = PhaseProgress(FakeClock())
+    p.begin("loading", total_bytes=10)
+    p.report(fraction=0.5)
+    p.end(completed=True)
+    p.begin("prompt", n_layers=4)  # a quick cold start: no sample in between
+    p.at_layer(1)
+    assert (p.snapshot().phase, p.snapshot().phase) == ("loading", "prompt")

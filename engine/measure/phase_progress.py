@@ -77,7 +77,8 @@ class PhaseProgress:
             self._bytes_from_reads = bytes_from_reads
             self._best = 0.0
             self._history.clear()
-            self._final = None
+            # An unshown finish of the phase before stays queued: the next phase may begin
+            # within one sample interval (a quick cold start), and its 100 % must still show.
 
     def end(self, completed: bool = False, read_bytes: int = 0) -> None:
         """The phase is over; ``completed``: it finished (not stopped or failed), so the
@@ -89,7 +90,7 @@ class PhaseProgress:
             if completed:
                 self._best = 1.0
                 self._reported = 1.0
-        final = self.snapshot(read_bytes) if completed else None
+        final = self._current(read_bytes) if completed else None
         with self._lock:
             self._phase = None
             self._final = final
@@ -111,11 +112,18 @@ class PhaseProgress:
         self._layer = position  # one store: read under the GIL, no lock needed on the hot path
 
     def snapshot(self, read_bytes: int = 0) -> Progress | None:
-        """The current phase's figures; ``read_bytes``: the kernel's counter now."""
+        """The current phase's figures (a finished phase's 100 % first, once); ``read_bytes``:
+        the kernel's counter now."""
         with self._lock:
-            if self._phase is None:
+            if self._final is not None or self._phase is None:
                 final, self._final = self._final, None
                 return final
+        return self._current(read_bytes)
+
+    def _current(self, read_bytes: int) -> Progress | None:
+        with self._lock:
+            if self._phase is None:
+                return None
             now = self._clock()
             reads = max(0, read_bytes - self._read0)
             total, layer, n_layers = self._total, self._layer, self._n_layers
