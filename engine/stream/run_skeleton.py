@@ -316,7 +316,7 @@ class RunSkeleton:
         self._phase("prompt")
         # The layer hooks say which layer the prompt pass is at; its bytes are the kernel's reads.
         self.progress.begin("prompt", n_layers=self.layout.n_layers, read_bytes=process_read_bytes(proc),
-                            bytes_from_reads=True)
+                            bytes_from_reads=True, total_bytes=self._prompt_bytes())
         try:
             result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
                                            on_token=on_token, should_stop=self._should_stop)
@@ -389,6 +389,10 @@ class RunSkeleton:
         )
 
     # ------------------------------------------------------------ the kind's hooks
+    def _prompt_bytes(self) -> int:
+        """Bytes the prompt pass will have to read, where the kind knows them (0: unknown)."""
+        return 0
+
     def _begin_round(self) -> None:
         pass
 
