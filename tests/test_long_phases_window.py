@@ -89,7 +89,6 @@ def test_progress_advances_to_100_percent_and_charts_start_before_the_first_toke
     assert prompt[-1].n_layers == 16 and len(layers) >= 6 and max(layers) == 15, layers  # the layer at work
     # How many bytes of how many: the shards not in RAM when the prompt pass began (each read once).
     assert 50 * 2**20 < prompt[-1].total_bytes < os.path.getsize(window.model_path)
-    assert "MB of" in window.phase_progress.label.text() or prompt[-1].done_bytes >= 0
     assert any(math.isfinite(p.eta_s) and p.eta_s > 0 for p in loading + prompt)
     # The charts hold the load and the prompt pass: samples from before the first token.
     times, rss = window.chart.curve_data("rss")
