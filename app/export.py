@@ -54,7 +54,7 @@ def export_session(base: str | os.PathLike, summaries: Sequence[RunSummary],
     rows = []
     for offset, sample in timeline:
         row = timeline_rows([sample])[0]
-        row["t_s"] = sample.t_s + offset  # the charts' shared session time axis
+        row["t_s"] = sample.t_s + offset  # the charts' shared window time axis
         rows.append(row)
     write_rows(paths.summary_csv, run_columns(), [run_row(s) for s in summaries])
     write_rows(paths.timeline_csv, TIMELINE_COLUMNS, rows)

@@ -1,6 +1,6 @@
 """The workbench window: tuning controls | live charts | numbers, shard map and text.
 
-It only draws. Runs live in a RunSession (thread, run index, session time axis,
+It only draws. Runs live in a WindowRuns (thread, run index, window time axis,
 timeline, round summaries, search lock), model probing and synthetic-model writing on
 BackgroundTasks; the window and its panels subscribe. The GUI thread shares two cores
 with llama.cpp, so per sample it does a handful of array stores and label compares,
@@ -30,8 +30,8 @@ from shardscope.app.phase_bands import PhaseBands
 from shardscope.app.phase_progress_bar import PhaseProgressBar
 from shardscope.app.profile_store import ProfileStore
 from shardscope.app.round_projection import RoundProjection
-from shardscope.app.run_session import CLOSE_WAIT_MS, RunSession
 from shardscope.app.run_worker import describe_exception
+from shardscope.app.window_runs import CLOSE_WAIT_MS, WindowRuns
 from shardscope.app.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
 from shardscope.app.settings_binding import describe_change
 from shardscope.app.sweep_dialog import SweepDialog
@@ -66,7 +66,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.config_dir = Path(config_dir) if config_dir is not None else default_config_dir()
         self.qsettings = window_settings(self.config_dir)
         self.store = ProfileStore(profiles_dir(self.config_dir))
-        self.session = RunSession(self)
+        self.runs = WindowRuns(self)
         self.dialogs: dict[str, SweepDialog | TuneDialog] = {}  # one of each kind, kept
 
         self.model_path: str | None = model_path  # None = the bundled model
@@ -107,21 +107,21 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.open_model(self.model_path)
         self._update_actions()
 
-    # What the session holds, under the names the window has always offered.
-    summaries = property(lambda self: self.session.summaries)
-    timeline = property(lambda self: self.session.timeline)
-    last_sample = property(lambda self: self.session.last_sample)
-    last_round = property(lambda self: self.session.last_round)
-    worker = property(lambda self: self.session.worker)
-    run_thread = property(lambda self: self.session.run_thread)
+    # What the window's runs hold, under the names the window has always offered.
+    summaries = property(lambda self: self.runs.summaries)
+    timeline = property(lambda self: self.runs.timeline)
+    last_sample = property(lambda self: self.runs.last_sample)
+    last_round = property(lambda self: self.runs.last_round)
+    worker = property(lambda self: self.runs.worker)
+    run_thread = property(lambda self: self.runs.run_thread)
     sweep_dialog = property(lambda self: self.dialogs.get("sweep"))
     tune_dialog = property(lambda self: self.dialogs.get("tune"))
 
     def is_running(self) -> bool:
-        return self.session.is_running()
+        return self.runs.is_running()
 
     def search_owner(self) -> str | None:
-        return self.session.search_owner()
+        return self.runs.search_owner()
 
     # ================================================================== building
     def _build_ui(self) -> None:
@@ -168,7 +168,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.profile_panel.chosen.connect(self.apply_profile)
         self.profile_panel.save_requested.connect(self._save_profile_dialog)
         self.device_panel.chosen.connect(self._on_device_chosen)
-        s = self.session
+        s = self.runs
         s.run_started.connect(self._on_run_started)
         s.sample.connect(self._on_sample)
         s.token.connect(lambda n, piece: self.run_view.show_token(n, piece, self.current_settings().prompt))
@@ -203,7 +203,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     def _push(self, new: RunSettings, text: str) -> bool:
         """Hand ``new`` to the running run and mark the chart; False (error shown) if refused."""
         try:
-            answer = self.session.apply(new)
+            answer = self.runs.apply(new)
         except ShardscopeError as exc:
             self.show_error(describe_exception(exc, self.model_path))
             return False
@@ -233,7 +233,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
 
     def mark(self, label: str) -> None:
         """A vertical marker at the newest sample's time on every chart."""
-        self.chart.mark_event(self.session.last_t, label)
+        self.chart.mark_event(self.runs.last_t, label)
 
     # ================================================================== devices
     def device_id(self) -> str | None:
@@ -309,7 +309,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     def start_run(self) -> None:
         if self.is_running():
             return
-        refusal = self.session.start(self.current_settings())
+        refusal = self.runs.start(self.current_settings())
         if refusal:
             self.show_error(refusal)
         else:
@@ -318,25 +318,25 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     def stop_run(self) -> None:
         """Returns at once; the run ends after the current token (run_finished)."""
         if self.is_running():
-            self.session.stop()
+            self.runs.stop()
             self.statusBar().showMessage("stopping …")
             self.stop_action.setEnabled(False)
             self.stop_button.setEnabled(False)
 
     def _on_phase(self, name: str) -> None:
-        self.statusBar().showMessage(f"{name} — {self.session.complete_rounds()} complete round(s) this session")
-        self.phase_bands.phase(name, self.session.last_t)
+        self.statusBar().showMessage(f"{name} — {self.runs.complete_rounds()} complete round(s) this session")
+        self.phase_bands.phase(name, self.runs.last_t)
 
     def _on_run_finished(self) -> None:
         self.phase_progress.show_progress(None)
-        self.phase_bands.end(self.session.last_t)
-        if not self.session.failed_now:  # an error stays in the status bar
+        self.phase_bands.end(self.runs.last_t)
+        if not self.runs.failed_now:  # an error stays in the status bar
             self.statusBar().showMessage(
-                f"stopped; {self.session.complete_rounds()} complete round(s) this session", 8000)
+                f"stopped; {self.runs.complete_rounds()} complete round(s) this session", 8000)
         self.run_finished.emit()
 
     def _update_actions(self) -> None:
-        running, owner = self.is_running(), self.session.search_owner()
+        running, owner = self.is_running(), self.runs.search_owner()
         for w in (self.run_action, self.run_button):
             w.setEnabled(not running and owner is None)
             w.setToolTip(f"Disabled while {owner} runs" if owner else "Stream-generate until Stop (Ctrl+R)")
@@ -348,17 +348,17 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         elif owner is None and shown is not None:
             self.statusBar().showMessage(f"{shown} ended", 5000)
 
-    def _on_run_started(self, plan: ShardPlan | MoeLayout, settings: RunSettings, new_press: bool) -> None:
-        """``plan``: a StreamingRun's shard plan, or an ExpertRun's expert layout."""
+    def _on_run_started(self, streamed: ShardPlan | MoeLayout, settings: RunSettings, new_press: bool) -> None:
+        """``streamed``: a StreamingRun's shard plan, or an ExpertRun's expert layout (not a plan)."""
         if new_press:
-            self.mark(f"Run: {Path(getattr(plan, 'model_path', None) or plan.path).name}")
+            self.mark(f"Run: {Path(getattr(streamed, 'model_path', None) or streamed.path).name}")
         self._overbudget.reset()
         self.warning_label.hide()
-        if isinstance(plan, MoeLayout):
-            self.run_view.show_expert_streaming(plan)
-            self.show_experts(plan)
+        if isinstance(streamed, MoeLayout):
+            self.run_view.show_expert_streaming(streamed)
+            self.show_experts(streamed)
         else:
-            self.run_view.show_plan(plan, settings)
+            self.run_view.show_plan(streamed, settings)
 
     def _on_sample(self, t: float, s: MetricsSample) -> None:
         """10 Hz: store and compare only; the widgets repaint on their own timers."""
@@ -411,7 +411,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         if self.current_profile is not None:
             self.qsettings.setValue("profile/last", self.current_profile.name)
         self.qsettings.sync()
-        self.session.close()
+        self.runs.close()
         self.expert_panel.close_tasks(CLOSE_WAIT_MS)
         tasks = list(self.model_panel.tasks)
         dialog = self._synth_dialog

@@ -1,6 +1,6 @@
 """Notice when the kernel keeps more weights resident than the budget allows.
 
-The controller's own books always respect the budget, but the kernel decides what
+The streamer's own books always respect the budget, but the kernel decides what
 really leaves memory. Measured here: while another process maps the same GGUF
 (a second shardscope, a bench, a viewer), the kernel keeps every page that process
 maps (FADV_DONTNEED and MADV_PAGEOUT both skip them), so
@@ -45,6 +45,6 @@ class OverBudgetWatch:
             return None
         self._reported = True
         return (f"the kernel keeps {sample.resident_weights_mb:,.0f} MB of weights resident, over the "
-                f"{sample.budget_mb:,.0f} MB budget, while the controller has evicted down to "
+                f"{sample.budget_mb:,.0f} MB budget, while the streamer has evicted down to "
                 f"{sample.accounted_weights_mb:,.0f} MB: is another process mapping this model file? "
                 "Evictions skip shared pages, so these numbers do not show streaming.")

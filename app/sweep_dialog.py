@@ -52,7 +52,7 @@ class SweepDialog(SearchDialog):
         super().__init__(window)  # type: ignore[arg-type]  # the window is a QWidget
         self.setWindowTitle("Sweep")
         self.window_ = window
-        self.runner = SearchRunner(window.session, "the sweep", self)
+        self.runner = SearchRunner(window.runs, "the sweep", self)
         self.results: list[SweepResult] = []
         self.knobs: list[str] = []
         self.total = 0

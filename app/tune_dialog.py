@@ -78,7 +78,7 @@ class TuneDialog(SearchDialog):
         super().__init__(window)  # type: ignore[arg-type]  # the window is a QWidget
         self.setWindowTitle("Auto-tune for device")
         self.window_ = window
-        self.runner = SearchRunner(window.session, "the auto-tune", self)
+        self.runner = SearchRunner(window.runs, "the auto-tune", self)
         self.result: TuneResult | None = None
         self.evaluations: list[Evaluation] = []
         self.message = ""

@@ -78,7 +78,7 @@ class WindowFiles:
         if not device_id:
             self.show_error("Calibrate: choose a device under 'Project onto device' first")
             return
-        if self.session.is_running():
+        if self.runs.is_running():
             self.show_error("Calibrate: stop the run first (calibration times the bundled model on this machine)")
             return
         path, _ = QFileDialog.getOpenFileName(self, f"llama-bench results measured on {device_id}", str(Path.home()),

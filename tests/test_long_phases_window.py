@@ -54,7 +54,7 @@ def slow_window(qtbot, tmp_path, slow_model):
 def shown_progress(window) -> list:
     """Every progress the status bar showed, in order (recorded per sample)."""
     seen: list = []
-    window.session.sample.connect(lambda t, s: seen.append((t, s.phase, window.phase_progress.shown,
+    window.runs.sample.connect(lambda t, s: seen.append((t, s.phase, window.phase_progress.shown,
                                                             window.phase_progress.percent())))
     return seen
 
@@ -123,7 +123,7 @@ def test_stop_during_a_long_phase_returns_the_window_to_idle_within_a_second(qtb
     took = time.perf_counter() - pressed
     assert took < 1.0, f"Stop during {phase} took {took:.2f} s"
     assert window.last_error is None, window.last_error
-    assert window.session.complete_rounds() == 0 and not window.summaries  # no round claimed
+    assert window.runs.complete_rounds() == 0 and not window.summaries  # no round claimed
     assert not window.phase_progress.isVisible()
     # And the window works again: a new Run starts and charts.
     samples = len(window.timeline)

@@ -136,3 +136,11 @@ def test_the_cli_says_which_figure_answers_how_much_came_from_memory(bundled_mod
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("from RAM"))
     assert "came from memory without a disk read (cache hit rate)" in line
+
+
+def test_the_window_names_the_figure_that_answers_how_much_came_from_memory():
+    from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
+
+    labels = {name: label for name, label, _unit in panel_rows("summary")}
+    assert "from RAM" in labels["cache_hit_rate"]
+    assert "came from memory" in FROM_MEMORY and "cache hit rate" in FROM_MEMORY

@@ -197,3 +197,42 @@ def test_both_run_kinds_inherit_the_skeleton_and_write_no_round_of_their_own():
         assert issubclass(cls, RunSkeleton)
         for name in ("_round", "_figures", "load", "close", "stop", "apply", "_watch_file"):
             assert name not in vars(cls), f"{cls.__name__} redefines {name}"
+
+
+def test_every_live_knob_names_a_setter_its_run_kinds_have():
+    """apply() is one loop over the changed knobs: each live knob names the run's method that
+    takes it, and every run kind that uses the knob has that method."""
+    from shardscope.engine.knobs.knobs import KNOBS
+
+    for name, spec in KNOBS.items():
+        if not spec.live:
+            continue
+        assert spec.setter, f"{name} is live but names no setter"
+        for cls in (StreamingRun, ExpertRun):
+            if spec.streams in ("", cls.streams):
+                assert callable(getattr(cls, spec.setter, None)), f"{cls.__name__} has no {spec.setter} for {name}"
+
+
+def test_the_cli_ends_an_expert_run_whose_model_is_replaced_with_exit_2(moe_copy, small_moe, tmp_path):
+    """Issue 19, finding 1, as the user ran it: `mv other.gguf v.gguf` while bench runs."""
+    import subprocess
+    import threading as th
+
+    other = tmp_path / "other.gguf"
+    shutil.copyfile(small_moe, other)
+    with open(other, "ab") as f:
+        f.write(b"\0" * 4096)
+    out = tmp_path / "v.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--quiet", "--model", moe_copy,
+                             "--budget-mb", "60", "--expert-cache-mb", "34", "--tokens", "200", "--n-ctx", "256",
+                             "--csv", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timer = th.Timer(4.0, os.replace, (other, moe_copy))
+    timer.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        timer.cancel()
+    assert proc.returncode == 2, stdout + stderr
+    lines = [x for x in stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "victim-moe.gguf" in lines[0] and "Traceback" not in stderr, stderr
+    assert not out.exists()  # no row from a run that read another file

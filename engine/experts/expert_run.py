@@ -30,7 +30,7 @@ from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.measure.metrics import MetricsSample, process_read_bytes
-from shardscope.engine.stream.run_skeleton import RunSkeleton, StreamTally, share
+from shardscope.engine.stream.run_skeleton import RunSkeleton, share
 from shardscope.engine.stream.run_summary import RunSummary
 
 
@@ -47,7 +47,7 @@ class ExpertRunSummary(RunSummary):
     expert_hits: int = 0
     expert_misses: int = 0  # picked experts the decode waited for
     dense_mb_per_token: float = 0.0  # dense bytes streamed per decoded token (they stay resident: 0)
-    expert_mb_per_token: float = 0.0  # experts loaded per decoded token (the controller's count)
+    expert_mb_per_token: float = 0.0  # experts loaded per decoded token (the streamer's count)
     expert_wait_ms_per_token: float = 0.0
     compute_ms_per_token: float = 0.0  # decode time not spent waiting for experts
     spec_accuracy: float = math.nan  # guessed experts that their layer then picked
@@ -153,13 +153,8 @@ class ExpertRun(RunSkeleton):
     set_budget_mb = _resize_cache
     set_expert_cache_mb = _resize_cache
 
-    def set_expert_policy(self, policy: str) -> None:
-        if self.streamer is not None:
-            self.streamer.set_policy(policy)
-
-    def set_expert_speculation(self, on: bool) -> None:
-        if self.streamer is not None:
-            self.streamer.set_speculation(on)
+    set_expert_policy = RunSkeleton.forward("set_policy")
+    set_expert_speculation = RunSkeleton.forward("set_speculation")
 
     def set_ssd_mb_s(self, ssd_mb_s: float) -> None:
         if self.streamer is not None:
@@ -263,13 +258,6 @@ class ExpertRun(RunSkeleton):
         for row, dt in zip(self.per_token, result.token_s):
             row["dt"] = dt
         self._token_base += len(result.tokens) + 1
-
-    def _tally(self) -> StreamTally:
-        c = self.streamer.snapshot_counters()
-        # A guess that hid a miss still read the disk for this pick: on time, not a cache hit.
-        return StreamTally(needed_bytes=c.needed_bytes, hit_bytes=c.hit_bytes, on_time_bytes=c.on_time_bytes,
-                           loaded_bytes=c.loaded_bytes, hits=c.hits - c.spec_hidden,
-                           misses=c.misses + c.spec_hidden, stalls=c.misses, wait_s=c.wait_s)
 
     def _summary(self, result, figures: dict) -> "ExpertRunSummary":
         s, streamer = self.settings, self.streamer

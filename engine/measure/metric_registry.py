@@ -75,7 +75,7 @@ METRICS: tuple[Metric, ...] = (
            markdown=True, kind="experts", source="/proc/<pid>/io read_bytes per token, another process"),
     # Summary-only figures (a round's row):
     Metric("ttft_ms", "ms", "TTFT", summary=True),
-    Metric("avg_ts", "tok/s", "avg tok/s", summary=True, source="llama_perf_context t_eval_ms"),
+    Metric("avg_ts", "tok/s", "avg tok/s", summary=True, source="llama_perf_context n_eval ÷ t_eval_ms"),
     Metric("peak_rss_mb", "MiB", "peak RSS", summary=True),
     Metric("read_mb_per_token", "MiB", "read / token", summary=True, markdown=True,
            source="/proc/<pid>/io read_bytes, read by another process"),

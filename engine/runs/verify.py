@@ -25,6 +25,7 @@ from typing import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS, describe
+from shardscope.engine.measure.metric_registry import BY_NAME, verify_label
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.run_factory import open_run
@@ -251,6 +252,11 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     return report, samples
 
 
+def _source(name: str) -> str:
+    """The independent source the metric registry declares for a figure."""
+    return BY_NAME[name].source
+
+
 def _moving_bytes(run) -> int:
     """The most weight bytes that can be arriving at once: what a level may move within one bracket."""
     if run.streams == "experts":
@@ -275,14 +281,14 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
     # -- disk reads -------------------------------------------------------------------
     if first and last and n_decoded > 0:
         outside_mb_tok = (last["read_bytes"] - first["read_bytes"]) / MIB / n_decoded
-        checks.append(Check("read_mb_per_token (CSV)", "/proc/<pid>/io read_bytes, read by another process",
+        checks.append(Check(verify_label("read_mb_per_token", "CSV"), _source("read_mb_per_token"),
                             summary.read_mb_per_token, outside_mb_tok,
                             [_rel(summary.read_mb_per_token, outside_mb_tok, floor=1.0)], "MiB"))
         wall = last["t"] - first["t"]
         outside_rate = (last["read_bytes"] - first["read_bytes"]) / MB_S / wall if wall > 0 else math.nan
         # The engine divides by decode time; the outside by wall time between the two
         # readings, which also holds the per-token bookkeeping: compared with a floor.
-        checks.append(Check("ssd_mb_s (CSV)", "/proc/<pid>/io read_bytes ÷ the outside clock",
+        checks.append(Check(verify_label("ssd_mb_s", "CSV"), _source("ssd_mb_s"),
                             summary.ssd_mb_s, outside_rate,
                             [_rel(summary.ssd_mb_s, outside_rate, floor=10.0)], "MB/s (10^6 B/s)"))
         if first.get("disk_read_bytes") is not None and last.get("disk_read_bytes") is not None:
@@ -316,7 +322,7 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
         llama_ts = n_eval / (t_eval_ms / 1000.0)
         figure_ts = engine_ts if rebuilt else summary.avg_ts
         checks.append(Check(f"tok/s, the {n_eval} tokens after the cut" if rebuilt else "avg_ts (CSV)",
-                            "llama_perf_context n_eval ÷ t_eval_ms", figure_ts, llama_ts,
+                            _source("avg_ts"), figure_ts, llama_ts,
                             [_rel(figure_ts, llama_ts)], "tok/s"))
         checks.append(Check("decoded tokens", "llama_perf_context n_eval", float(n_decoded), float(n_eval),
                             [] if rebuilt else [_rel(n_decoded, n_eval)], "tokens",
@@ -340,7 +346,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
         hi = (p.after["read_bytes"] - base.before["read_bytes"]) / mib
         if hi >= 32:  # early points: one shard is more than 5 %
             points.append((engine, lo, hi))
-    checks.append(Check("read_mb_total (timeline)", "/proc/<pid>/io read_bytes, another process",
+    checks.append(Check(verify_label("read_mb_total", "timeline"), _source("read_mb_total"),
                         points[-1][0] if points else 0.0, points[-1][2] if points else 0.0,
                         [_bracket(e, lo, hi) for e, lo, hi in points], "MiB",
                         note="" if points else "nothing read while generating"))
@@ -355,7 +361,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
         fast = (p.after["read_bytes"] - old.before["read_bytes"]) / MB_S / max(p.before["t"] - old.after["t"], 1e-6)
         if fast >= 10.0:
             rates.append((p.sample.ssd_mb_s, slow, fast))
-    checks.append(Check("ssd_mb_s (timeline, 1 s window)", "/proc/<pid>/io read_bytes ÷ the outside clock",
+    checks.append(Check(verify_label("ssd_mb_s", "timeline, 1 s window"), _source("ssd_mb_s"),
                         rates[-1][0] if rates else 0.0, rates[-1][2] if rates else 0.0,
                         [_bracket(e, lo, hi) for e, lo, hi in rates], "MB/s (10^6 B/s)",
                         note="" if rates else "no 1 s window read ≥ 10 MB/s"))
@@ -372,7 +378,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
                 f"readahead): farthest {beyond(points):.0f} MiB")
 
     cache = level("resident_weights_mb", "cache_bytes")
-    checks.append(Check("resident_weights_mb (timeline)", "mincore on another process's own mapping",
+    checks.append(Check(verify_label("resident_weights_mb", "timeline"), _source("resident_weights_mb"),
                         cache[-1][0], cache[-1][2], [_bracket(e, a, b) for e, a, b in cache], "MiB",
                         allowance_mb=allowance_mb, excess_mb=beyond(cache), note=allowed(cache)))
     smaps = level("resident_weights_mb", "smaps_rss")
@@ -382,7 +388,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
                         allowance_mb=allowance_mb, excess_mb=beyond(smaps),
                         note=("cached, not yet mapped: " + allowed(smaps)) if smaps else "smaps not readable"))
     rss = level("rss_mb", "vmrss")
-    checks.append(Check("rss_mb (timeline)", "/proc/<pid>/status VmRSS, another process",
+    checks.append(Check(verify_label("rss_mb", "timeline"), _source("rss_mb"),
                         rss[-1][0], rss[-1][2], [_bracket(e, a, b) for e, a, b in rss], "MiB",
                         allowance_mb=allowance_mb, excess_mb=beyond(rss), note=allowed(rss)))
     return checks

@@ -131,6 +131,10 @@ class ResidencyCounters:
     def copy(self) -> "ResidencyCounters":
         return ResidencyCounters(**self.__dict__)
 
+    def since(self, old: "ResidencyCounters") -> "ResidencyCounters":
+        """What was counted after ``old`` was read (a round's share of the running totals)."""
+        return ResidencyCounters(**{k: v - getattr(old, k) for k, v in self.__dict__.items()})
+
 
 class ResidencyBook:
     """Shard states and the bytes they hold, as the controller's threads move them.

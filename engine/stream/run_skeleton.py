@@ -28,7 +28,6 @@ import statistics
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -45,27 +44,6 @@ from shardscope.engine.stream.load_progress import LoadWatch
 
 GUARD_POLL_S = 0.02  # the file guard's promise, for both run kinds: checked ≤ 20 ms apart
 TIMELINE_SAMPLES = 6000  # a window session can run for hours: the timeline keeps the last 10 minutes
-
-
-@dataclass(frozen=True)
-class StreamTally:
-    """A streamer's cumulative counters in the one shape the summary divides.
-
-    Bytes are weight bytes the decode needed (``needed_bytes``), of those resident without a
-    read for this use (``hit_bytes``) and resident when compute arrived (``on_time_bytes``).
-    """
-
-    needed_bytes: int = 0
-    hit_bytes: int = 0
-    on_time_bytes: int = 0
-    loaded_bytes: int = 0
-    hits: int = 0
-    misses: int = 0
-    stalls: int = 0
-    wait_s: float = 0.0
-
-    def since(self, old: "StreamTally") -> "StreamTally":
-        return StreamTally(*(getattr(self, f) - getattr(old, f) for f in self.__dataclass_fields__))
 
 
 def share(part: float, whole: float) -> float:
@@ -115,9 +93,9 @@ def rounds(one_round: Callable, *, continuous: bool, on_summary: Callable | None
 class RunSkeleton:
     """The run both kinds share; a subclass supplies its streamer through the hooks below.
 
-    Hooks: ``_open_session`` (llama.cpp with the kind's callbacks), ``_open_streamer``,
-    ``_start_streamer``, ``_halt_streamer``, ``_tally`` (its counters as a StreamTally),
-    ``_token_done`` (per-token bookkeeping on the decode thread), ``_summary`` (the row),
+    Hooks: ``_open_session`` (llama.cpp with the kind's callbacks), ``_open_streamer`` (its
+    ``snapshot().counters`` are ResidencyCounters for both kinds), ``_start_streamer``,
+    ``_halt_streamer``, ``_token_done`` (per-token bookkeeping on the decode thread), ``_summary`` (the row),
     ``_fits`` (refuse a new settings set), and a ``set_<knob>`` method per live knob it
     takes (engine/knobs/knobs.py: each knob names its setter).
     """
@@ -378,8 +356,8 @@ class RunSkeleton:
             ssd_mb_s=round(mb_per_s(read, end_t - t_first), 1),
             cache_hit_rate=share(d.hit_bytes, d.needed_bytes),
             on_time_rate=share(d.on_time_bytes, d.needed_bytes),
-            cache_hits=d.hits,
-            cache_misses=d.misses,
+            cache_hits=d.cache_hits,
+            cache_misses=d.cache_misses,
             stalls=d.stalls,
             wait_ms_per_token=round(d.wait_s * 1000 / per_tok, 2),
             llama_eval_ms_per_token=round(result.perf["t_eval_ms"] / max(result.perf["n_eval"], 1), 2),
@@ -387,6 +365,18 @@ class RunSkeleton:
             text=result.text,
             decode_s=decode_s,  # not a column: the kinds' own per-token figures divide it
         )
+
+    def _tally(self):
+        """The streamer's running totals (ResidencyCounters, the same shape for both kinds)."""
+        return self.streamer.snapshot().counters
+
+    @staticmethod
+    def forward(method: str):
+        """A ``set_<knob>`` that hands the new value to the streamer's ``method`` (nothing before load)."""
+        def setter(self, value) -> None:
+            if self.streamer is not None:
+                getattr(self.streamer, method)(value)
+        return setter
 
     # ------------------------------------------------------------ the kind's hooks
     def _prompt_bytes(self) -> int:
@@ -433,5 +423,5 @@ class RunSkeleton:
         self.close()
 
 
-__all__ = ["RunSkeleton", "StreamTally", "GUARD_POLL_S", "share", "start_sampling", "rounds", "reset_peak_rss",
+__all__ = ["RunSkeleton", "GUARD_POLL_S", "share", "start_sampling", "rounds", "reset_peak_rss",
            "peak_rss_bytes"]

@@ -19,7 +19,7 @@ from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.shard_plan import ShardPlan, plan_shards
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.stream.residency import PINNED, RESIDENT, ResidencyController, require_budget
-from shardscope.engine.stream.run_skeleton import RunSkeleton, StreamTally
+from shardscope.engine.stream.run_skeleton import RunSkeleton
 from shardscope.engine.stream.run_summary import RunSummary
 
 def min_budget_mb(plan: ShardPlan, settings: RunSettings) -> float:
@@ -84,17 +84,9 @@ class StreamingRun(RunSkeleton):
         if self.session is not None and self.plan.host_bytes > budget_mb * MIB:
             self.session.request_layer_hook()
 
-    def set_prefetch_depth(self, depth: int) -> None:
-        if self.streamer is not None:
-            self.streamer.set_prefetch_depth(depth)
-
-    def set_policy(self, policy: str) -> None:
-        if self.streamer is not None:
-            self.streamer.set_policy(policy)
-
-    def set_ssd_mb_s(self, ssd_mb_s: float) -> None:
-        if self.streamer is not None:
-            self.streamer.set_ssd_mb_s(ssd_mb_s)
+    set_prefetch_depth = RunSkeleton.forward("set_prefetch_depth")
+    set_policy = RunSkeleton.forward("set_policy")
+    set_ssd_mb_s = RunSkeleton.forward("set_ssd_mb_s")
 
     # ------------------------------------------------------------ the streamer
     def _open_session(self):
@@ -139,12 +131,6 @@ class StreamingRun(RunSkeleton):
     def _token_done(self, index: int, proc: psutil.Process) -> None:
         if not self.session.hook_active:
             self.streamer.count_resident_pass()
-
-    def _tally(self) -> StreamTally:
-        c = self.streamer.snapshot().counters
-        return StreamTally(needed_bytes=c.needed_bytes, hit_bytes=c.hit_bytes, on_time_bytes=c.on_time_bytes,
-                           loaded_bytes=c.loaded_bytes, hits=c.cache_hits, misses=c.cache_misses,
-                           stalls=c.stalls, wait_s=c.wait_s)
 
     def _summary(self, result, figures: dict) -> RunSummary:
         s, c, plan = self.settings, self.streamer, self.plan

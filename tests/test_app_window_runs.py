@@ -1,4 +1,4 @@
-"""RunSession without a window: which run is current, the session time axis, the rounds
+"""WindowRuns without a window: which run is current, the session time axis, the rounds
 it quotes, the search lock, and one real run driven through it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from shardscope.app.run_session import RunSession
+from shardscope.app.window_runs import WindowRuns
 from shardscope.engine.knobs.settings import RunSettings
 
 
@@ -21,7 +21,7 @@ def summary(stopped: bool):
 
 @pytest.fixture
 def session(qtbot):
-    s = RunSession()
+    s = WindowRuns()
     yield s
     s.close()
 

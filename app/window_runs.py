@@ -1,11 +1,11 @@
-"""One workbench session's runs, without widgets: the run thread, which run is current,
-the session time axis, the timeline, the round summaries and the search lock.
+"""The window's runs, without widgets: the run thread, which run is current,
+the window time axis, the timeline, the round summaries and the search lock.
 
 The window and its panels only draw what this object announces, so everything about
 runs (late samples of a replaced run, the time offset after a restart, refusing Run
 while a sweep holds the engine) is testable without a window.
 
-Time is *session* time: every StreamingRun's sampler starts at 0, so each new run (a
+Time is *window* time: every StreamingRun's sampler starts at 0, so each new run (a
 restart after a shard-size change, or the next press of Run) is placed right after
 the previous one. The exported timeline uses the same axis.
 """
@@ -19,7 +19,6 @@ from PySide6.QtCore import QObject, Signal
 from shardscope.app.run_worker import RunThread, RunWorker
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.stream.streaming_run import RunSummary
 
 CLOSE_WAIT_MS = 15_000  # a run stops within ~1-2 s; this only bounds a wedged llama.cpp load
@@ -27,9 +26,9 @@ TIMELINE_MAX = 36_000  # one hour at 10 Hz: export what the session saw, bounded
 _WEDGED_RUNS: list[RunThread] = []  # runs that outlived CLOSE_WAIT_MS: kept referenced until exit
 
 
-class RunSession(QObject):
-    run_started = Signal(object, object, bool)  # plan, settings, a new press of Run on a used axis
-    sample = Signal(float, object)  # session time (s), MetricsSample
+class WindowRuns(QObject):
+    run_started = Signal(object, object, bool)  # ShardPlan or MoeLayout, settings, a new press of Run on a used axis
+    sample = Signal(float, object)  # window time (s), MetricsSample
     token = Signal(int, str)  # token index in its round, piece
     phase = Signal(str)
     summary = Signal(object, bool)  # RunSummary, whether it is now the last complete round
@@ -124,12 +123,12 @@ class RunSession(QObject):
         self.stop()
 
     # ------------------------------------------------------------------ from the worker
-    def _on_run_started(self, index: int, plan: ShardPlan, settings: RunSettings) -> None:
+    def _on_run_started(self, index: int, streamed, settings: RunSettings) -> None:
         used = bool(self.timeline)
         if used:
             self._t_offset = self.last_t + 0.1  # the new sampler starts at 0: continue the axis
         self._run_index = index
-        self.run_started.emit(plan, settings, used and index == 1)
+        self.run_started.emit(streamed, settings, used and index == 1)
 
     def _on_sample(self, index: int, s: MetricsSample) -> None:
         if index != self._run_index:
