@@ -26,8 +26,11 @@ from shardscope.app.first_start import startup_profile
 from shardscope.app.gui_thread_gc import collect_garbage_on_gui_thread
 from shardscope.app.model_probe import ModelInfo
 from shardscope.app.overbudget_watch import OverBudgetWatch
+from shardscope.app.phase_bands import PhaseBands
+from shardscope.app.phase_progress_bar import PhaseProgressBar
 from shardscope.app.profile_store import ProfileStore
 from shardscope.app.round_projection import RoundProjection
+from shardscope.app.run_worker import describe_exception
 from shardscope.app.window_runs import CLOSE_WAIT_MS, WindowRuns
 from shardscope.app.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
 from shardscope.app.settings_binding import describe_change
@@ -147,6 +150,10 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.warning_label = QLabel("", self)
         self.warning_label.setStyleSheet("color: #b00020; font-weight: bold")
         self.warning_label.hide()
+        # The load and the prompt pass of a large model take minutes: how far, how fast, how long.
+        self.phase_progress = PhaseProgressBar(self)
+        self.phase_bands = PhaseBands(self.chart)
+        self.statusBar().addPermanentWidget(self.phase_progress)
         self.statusBar().addPermanentWidget(self.warning_label)
         self.statusBar().addPermanentWidget(self.model_status)
 
@@ -165,8 +172,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         s.run_started.connect(self._on_run_started)
         s.sample.connect(self._on_sample)
         s.token.connect(lambda n, piece: self.run_view.show_token(n, piece, self.current_settings().prompt))
-        s.phase.connect(lambda name: self.statusBar().showMessage(
-            f"{name} — {s.complete_rounds()} complete round(s) this session"))
+        s.phase.connect(self._on_phase)
         s.summary.connect(self._on_summary)
         s.failed.connect(self.show_error)
         s.state_changed.connect(self._update_actions)
@@ -199,7 +205,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         try:
             answer = self.runs.apply(new)
         except ShardscopeError as exc:
-            self.show_error(str(exc))
+            self.show_error(describe_exception(exc, self.model_path))
             return False
         self.mark(text + (" (restart)" if answer == "restart" else ""))
         return True
@@ -317,7 +323,13 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
             self.stop_action.setEnabled(False)
             self.stop_button.setEnabled(False)
 
+    def _on_phase(self, name: str) -> None:
+        self.statusBar().showMessage(f"{name} — {self.runs.complete_rounds()} complete round(s) this session")
+        self.phase_bands.phase(name, self.runs.last_t)
+
     def _on_run_finished(self) -> None:
+        self.phase_progress.show_progress(None)
+        self.phase_bands.end(self.runs.last_t)
         if not self.runs.failed_now:  # an error stays in the status bar
             self.statusBar().showMessage(
                 f"stopped; {self.runs.complete_rounds()} complete round(s) this session", 8000)
@@ -351,6 +363,8 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     def _on_sample(self, t: float, s: MetricsSample) -> None:
         """10 Hz: store and compare only; the widgets repaint on their own timers."""
         self.chart.append(t, {**sample_values(s), **expert_values(s)})
+        self.phase_progress.show_progress(s.progress)
+        self.phase_bands.extend(t)
         self._set_level("budget", s.budget_mb)
         self._set_level("emulated", s.emulated_ssd_mb_s if s.emulated_ssd_mb_s > 0 else None)
         self.run_view.show_sample(s)

@@ -8,12 +8,9 @@ rough, and it says "about".
 
 from __future__ import annotations
 
+from shardscope.engine.measure.progress_words import clock  # one clock format for every estimate
 
-def clock(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+__all__ = ["clock", "eta_text"]
 
 
 def eta_text(done: int, total: int, elapsed_s: float, unit: str = "runs") -> str:

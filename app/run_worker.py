@@ -29,6 +29,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, QThread, Signal
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.knobs.knobs import LIVE, changed
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.knobs.settings import RunSettings, validate
@@ -36,6 +37,8 @@ from shardscope.engine.knobs.settings import RunSettings, validate
 
 def describe_exception(exc: BaseException, model_path: str | None) -> str:
     """One line for the status bar and the dialog: the engine's own words, or "internal error"."""
+    if isinstance(exc, KnobRefusal):  # named as the window names it: the slider, not the CLI flag
+        return exc.for_window()
     if isinstance(exc, ShardscopeError):
         return str(exc)
     where = Path(model_path).name if model_path else "the bundled model"

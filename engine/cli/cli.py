@@ -82,15 +82,24 @@ def cmd_bench(args) -> int:
     from shardscope.engine.runs.bench_command import run_repetitions
     from shardscope.engine.output.llama_bench_output import print_rows, utc_now
 
+    from shardscope.engine.cli.interrupt import run_interruptibly
+    from shardscope.engine.cli.progress_line import ProgressLine
+    from shardscope.engine.runs.stop_signal import StopSignal
+
     settings = settings_from_args(args)
     from shardscope.engine.stream.ssd_rate_limiter import configure_emulation
 
     configure_emulation(args.ssd_latency_us, args.ssd_queue_depth)  # the emulated SSD beyond its bandwidth
     started = utc_now()
     reports = []
-    summaries = run_repetitions(settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline,
-                                device=args.device, trace_path=args.trace,
-                                on_verify=reports.append if args.verify else None)
+    stop, line = StopSignal(), ProgressLine(quiet=args.quiet)  # Ctrl-C stops the run; one progress line
+    try:
+        summaries = run_interruptibly(lambda: run_repetitions(
+            settings, args.repetitions, csv_path=args.csv, timeline_path=args.timeline, device=args.device,
+            trace_path=args.trace, on_verify=reports.append if args.verify else None, on_sample=line.on_sample,
+            stop=stop), stop, before_exit=line.close)
+    finally:
+        line.close()
     human = sys.stdout if args.output == "md" else sys.stderr  # stdout carries only the rows
     with contextlib.redirect_stdout(human):
         if not args.quiet:
@@ -107,19 +116,30 @@ def cmd_bench(args) -> int:
 
 
 def cmd_synth(args) -> int:
+    import time
+
+    from shardscope.engine.cli.progress_line import ProgressLine
+    from shardscope.engine.measure.phase_progress import PhaseProgress
     from shardscope.engine.synth.synth import write_synthetic_model
 
-    last = [-1]
+    # A large model takes minutes to write: one progress line (bytes, rate, estimate) on a terminal.
+    line, phase, shown = ProgressLine(quiet=args.quiet), PhaseProgress(), [0.0]
+    total = int(args.size_mb * 2**20)
+    phase.begin("synth", total_bytes=total)
 
     def progress(fraction: float) -> None:
-        pct = int(fraction * 100)
-        if pct >= last[0] + 10 and not args.quiet:
-            last[0] = pct
-            print(f"  {pct:3d} %", file=sys.stderr)
+        phase.report(fraction=fraction, done_bytes=int(fraction * total))
+        now = time.perf_counter()
+        if now - shown[0] >= 0.1 or fraction >= 1.0:
+            shown[0] = now
+            line.show(phase.snapshot())
 
     moe = _moe_spec(args)
-    info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed, progress=progress,
-                                 moe=moe)
+    try:
+        info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed,
+                                     progress=progress, moe=moe)
+    finally:
+        line.close()
     experts = (f", {info.n_expert} experts (top-{info.n_expert_used}"
                f"{f', {info.n_shared_experts} shared' if info.n_shared_experts else ''}), arch {info.architecture}"
                if info.n_expert else "")

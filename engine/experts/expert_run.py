@@ -19,6 +19,7 @@ import numpy as np
 import psutil
 
 from shardscope.engine.base.bundled_model import resolve_model_path
+from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_cache import cache_advice
@@ -87,7 +88,8 @@ def _expert_figures(c, c0, figures: dict, per_tok: int, speculation: bool) -> di
 
 
 def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
-    """The expert cache the budget allows, or a one-line refusal naming the flag."""
+    """The expert cache the budget allows, or a one-line refusal naming the knob (KnobRefusal:
+    the CLI names the flag, the window the slider)."""
     budget = int(settings.budget_mb * MIB)
     dense = resident_dense_bytes(moe)  # whole pages: what mincore will count
     name = Path(moe.path).name
@@ -95,20 +97,21 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     if settings.expert_cache_mb:
         cache = int(settings.expert_cache_mb * MIB)
         if dense + cache > budget:
-            raise ShardscopeError(
-                f"--expert-cache-mb {settings.expert_cache_mb}: with {name}'s {dense / MIB:.0f} MB of dense weights "
-                f"it exceeds --budget-mb {settings.budget_mb:g} (at most {(budget - dense) / MIB:.0f} MB)")
+            raise KnobRefusal(
+                f"with {name}'s {dense / MIB:.0f} MB of dense weights it exceeds the budget of "
+                f"{settings.budget_mb:g} MB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
+                given=settings.expert_cache_mb)
     else:
         cache = budget - dense
     if settings.n_gpu_layers:
-        raise ShardscopeError(f"--n-gpu-layers {settings.n_gpu_layers}: expert streaming of {name} runs on the CPU "
-                              f"only (run with 0)")
+        raise KnobRefusal(f"expert streaming of {name} runs on the CPU only", "n_gpu_layers", 0, "",
+                          given=settings.n_gpu_layers)
     if cache < floor:
-        raise ShardscopeError(
+        raise KnobRefusal(
             f"budget {settings.budget_mb:g} MB leaves {max(cache, 0) / MIB:.0f} MB for experts of {name}; the minimum "
             f"is {floor / MIB:.0f} MB (a prompt may pick all {moe.n_expert} experts of a layer"
-            f"{', plus a layer of guesses' if settings.expert_speculation else ''}), i.e. --budget-mb "
-            f"{math.ceil((dense + floor) / MIB)}")
+            f"{', plus a layer of guesses' if settings.expert_speculation else ''})", "budget_mb",
+            math.ceil((dense + floor) / MIB))
     return cache
 
 
@@ -187,7 +190,8 @@ class ExpertRun(RunSkeleton):
         s = self.settings
         return LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
                             topk_hook=self._on_topk, hook_from_start=True,
-                            norm_hook=self._on_norm if s.expert_speculation else None, lazy_load=True)
+                            norm_hook=self._on_norm if s.expert_speculation else None, lazy_load=True,
+                            load_progress=self._load_watch)
 
     def _open_streamer(self) -> ExpertStreamer:
         s = self.settings
@@ -214,6 +218,7 @@ class ExpertRun(RunSkeleton):
         streamer = self.streamer
         if streamer is None:
             return True
+        self.progress.at_layer(layer)
         return streamer.on_topk(layer, ids)
 
     def run(self, continuous: bool = False,

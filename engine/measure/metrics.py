@@ -21,6 +21,7 @@ from typing import Callable
 import psutil
 
 from shardscope.engine.base import memory_calls
+from shardscope.engine.measure.phase_progress import PhaseProgress, Progress
 from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
 from shardscope.engine.base.units import MIB, mb_per_s
 
@@ -55,6 +56,7 @@ class MetricsSample:
     dense_mb_per_token: float = math.nan  # dense bytes streamed per decoded token
     expert_mb_per_token: float = math.nan  # expert bytes loaded per decoded token
     spec_accuracy: float = math.nan  # guessed experts their layer then picked (NaN: no guesses)
+    progress: Progress | None = None  # the long phase under way (load, prompt pass), else None
 
 
 @dataclass
@@ -99,7 +101,7 @@ def process_read_bytes(proc: psutil.Process) -> int:
 
 class MetricsSampler:
     def __init__(self, streamer, mapping, clock: TokenClock, interval_s: float = 0.1,
-                 window_s: float = 1.0):
+                 window_s: float = 1.0, *, progress: PhaseProgress | None = None, model_path: str | None = None):
         self.streamer = streamer  # a ResidencyController (layers) or an ExpertStreamer: its snapshot()
         self.mapping = mapping
         self._weights: int | None = None
@@ -122,6 +124,36 @@ class MetricsSampler:
         self._expert_history: deque = deque(maxlen=self.window + 1)
         self._last_expert = (math.nan, math.nan, math.nan, math.nan)
         self.samples_taken = 0
+        self.progress = progress
+        # Before the load has mapped the model (the sampler runs from the moment Run is
+        # pressed), the mapping is looked up each sample: it appears while MAP_POPULATE reads.
+        self._model_path = model_path
+
+    def attach(self, streamer, mapping) -> None:
+        """The run's streamer and mapping, once the load made them (sampling goes on meanwhile)."""
+        self.mapping = mapping
+        self._weights = None  # read the new mapping at the next sample
+        self._expert_counters = getattr(streamer, "snapshot_counters", None)
+        self.streamer = streamer
+
+    def _resident_weights(self, now: float) -> int | None:
+        """mincore over the whole mapping, at most WEIGHTS_DUTY of one core: mincore looks every
+        unmapped page up in the page cache, 57 ms of kernel time per call for a 28 GB model
+        (measured: the sampler alone took 67 % of a core at 10 Hz and slowed compute 3x). A
+        model that size is read every few samples and the last reading held in between."""
+        mapping = self.mapping
+        if mapping is None and self._model_path is not None:
+            mapping = memory_calls.find_mapping(self._model_path)  # the load maps it meanwhile
+        if mapping is None:
+            return None
+        if self._weights is None or now >= self._weights_due:
+            started = time.perf_counter()
+            try:
+                self._weights = memory_calls.resident_bytes(mapping.start, mapping.end)
+            except OSError:  # unmapped under us (a failed load, the header trimmed): the next sample
+                return self._weights
+            self._weights_due = now + (time.perf_counter() - started) / WEIGHTS_DUTY
+        return self._weights
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
         self._subscribers.append(callback)
@@ -159,6 +191,10 @@ class MetricsSampler:
         An expert run's on-time rate is its expert hit rate (resident when picked, a guess in
         time counts), already windowed per token when tokens are slow: it is taken as is."""
         c = self._expert_counters()
+        if self.clock.n_tokens == 0:
+            # Nothing decoded yet: the cold start's dense reads (sampled now that the sampler
+            # runs from the load on) are no decoded token's bytes.
+            self._expert_history.clear()
         self._expert_history.append((self.clock.n_tokens, c))
         n_old, old = self._expert_history[0]
         _, dense, expert, spec = self._last_expert
@@ -173,19 +209,6 @@ class MetricsSampler:
         self._last_expert = (hit, dense, expert, spec)
         return self._last_expert
 
-    def _resident_weights(self, now: float) -> int | None:
-        """mincore over the whole mapping, at most WEIGHTS_DUTY of one core: mincore looks every
-        unmapped page up in the page cache, 57 ms of kernel time per call for a 28 GB model
-        (measured: the sampler alone took 67 % of a core at 10 Hz and slowed compute 3x). A
-        model that size is read every few samples and the last reading held in between."""
-        if not self.mapping:
-            return None
-        if self._weights is None or now >= self._weights_due:
-            started = time.perf_counter()
-            self._weights = memory_calls.resident_bytes(self.mapping.start, self.mapping.end)
-            self._weights_due = now + (time.perf_counter() - started) / WEIGHTS_DUTY
-        return self._weights
-
     def sample(self) -> MetricsSample:
         for callback in list(self._before):
             callback()
@@ -196,7 +219,8 @@ class MetricsSampler:
         # and, measured, compute layers that overlapped it were 7x likelier to stall.
         # The two agree within the readahead window; tests cross-check them.
         weights = self._resident_weights(now)
-        read_total = process_read_bytes(self._proc) - self._read0
+        read_now = process_read_bytes(self._proc)
+        read_total = read_now - self._read0
         snap = self.streamer.snapshot() if self.streamer else None
         c = snap.counters if snap else None
         hits, misses = (c.cache_hits, c.cache_misses) if c else (0, 0)
@@ -242,6 +266,7 @@ class MetricsSampler:
             dense_mb_per_token=expert[1],
             expert_mb_per_token=expert[2],
             spec_accuracy=expert[3],
+            progress=self.progress.snapshot(read_now) if self.progress is not None else None,
         )
         self.samples_taken += 1
         for callback in list(self._subscribers):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from shardscope.engine.base.errors import RunStopped
 from shardscope.engine.output.csv_out import (TIMELINE_COLUMNS, append_rows, run_columns, run_row, timeline_rows,
                                               write_rows)
 from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.runs.stop_signal import StopSignal
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary
 
@@ -28,13 +30,16 @@ def run_bench(settings: RunSettings, *, csv_path: str | None = None, timeline_pa
 
 def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: str | None = None,
                     timeline_path: str | None = None, device: str | None = None,
-                    on_sample=None, trace_path: str | None = None, on_verify=None) -> list[RunSummary]:
+                    on_sample=None, trace_path: str | None = None, on_verify=None,
+                    stop: StopSignal | None = None) -> list[RunSummary]:
     """``repetitions`` rounds of one loaded run (llama-bench's ``-r``): one summary each.
 
     Like llama-bench's repetitions the model stays loaded between them; each round
     restarts the context from the prompt, the weights stay as streaming left them.
     Expert runs keep their expert cache between rounds the same way.
     ``on_verify`` (engine/runs/verify.py) gets the VerifyReport of a verified first round.
+    ``stop`` (Ctrl-C) stops the open run; then nothing is written (RunStopped): a cut-short
+    round is no row to compare, and the CSV keeps exactly the rows it had.
     """
     from shardscope.engine.runs.output_checks import check_outputs
 
@@ -49,6 +54,8 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
         on_verify(report)
     while len(summaries) < repetitions:
         with open_run(settings, trace_path=trace_path, on_sample=on_sample) as run:
+            if stop is not None:
+                stop.watch(run)
             def keep(summary: RunSummary) -> None:
                 summaries.append(summary)
                 if len(summaries) >= repetitions:
@@ -56,6 +63,8 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
 
             run.run(continuous=repetitions > 1, on_summary=keep)
             samples.extend(run.samples)
+    if stop is not None and stop.is_set():
+        raise RunStopped("interrupted: no row written")
     for summary in summaries:
         attach_projection(summary, device)
     if csv_path:

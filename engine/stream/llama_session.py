@@ -11,6 +11,13 @@ The eval callback asks llama.cpp to stop at each layer's first node
 has finished computing — the layer hook may block until the layer's weights are in.
 For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's picks
 are known there, before the layer's expert matmuls run (``topk_hook``).
+
+Stopping: the load progress callback (``load_progress``) can cancel a load; the abort
+callback ends the prompt pass (one ``llama_decode`` of every prompt token, which can
+read a whole model) at the next graph node once ``should_stop`` says so. It is installed
+for the prompt pass only: it is called after every node (~400 per token), which costs
+~6 % of decode speed, and decoded tokens already stop between tokens and, when
+streaming, in the layer hook.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 import llama_cpp
-from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.stream import lazy_mapping
 
 LOAD_MODE_MMAP = 1
@@ -127,7 +134,8 @@ class LlamaSession:
     def __init__(self, model_path: str, *, n_threads: int, n_gpu_layers: int = 0, n_ctx: int = 256,
                  layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True,
                  topk_hook: Callable[[int, np.ndarray], bool] | None = None,
-                 norm_hook: Callable[[int, np.ndarray], None] | None = None, lazy_load: bool = False):
+                 norm_hook: Callable[[int, np.ndarray], None] | None = None, lazy_load: bool = False,
+                 load_progress: Callable[[float], bool] | None = None):
         _ensure_backend()
         # A streamed model is mapped without reading it (lazy_mapping.py says why and how);
         # load_note says why not where that is unavailable. A model that fits loads as before.
@@ -161,6 +169,13 @@ class LlamaSession:
         self._ctx = None
         self._callback = None
         self._node_cache: dict[int, int] = {}
+        # Kept referenced for the life of the session: a collected ctypes callback segfaults.
+        self._load_progress = load_progress
+        self._load_cancelled = False
+        self._load_error: BaseException | None = None
+        self._progress_callback = llama_cpp.llama_progress_callback(self._on_load_progress)
+        self._abort_check: Callable[[], bool] | None = None
+        self._abort_callback = llama_cpp.ggml_abort_callback(self._on_abort)
         self._load_model()
         self._create_context()
 
@@ -170,9 +185,15 @@ class LlamaSession:
         params.n_gpu_layers = self.n_gpu_layers
         params.load_mode = LOAD_MODE_MMAP
         params.use_extra_bufts = False
+        if self._load_progress is not None:
+            params.progress_callback = self._progress_callback
         _log_tail.clear()
         self._model = llama_cpp.llama_model_load_from_file(self.model_path.encode(), params)
+        if self._load_error is not None:
+            raise self._load_error
         if not self._model:
+            if self._load_cancelled:
+                raise RunStopped(f"{self.model_path}: load stopped")
             raise ShardscopeError(f"{self.model_path}: llama.cpp could not load the model ({_last_log_error()})")
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
@@ -212,7 +233,27 @@ class LlamaSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ------------------------------------------------------------ callback
+    # ------------------------------------------------------------ callbacks
+    def _on_load_progress(self, fraction, user_data) -> bool:
+        """False cancels the load; an exception here must not cross into C (it would be lost)."""
+        try:
+            go_on = bool(self._load_progress(float(fraction)))
+        except BaseException as exc:  # noqa: BLE001 - re-raised by _load_model on its own thread
+            self._load_error = exc
+            go_on = False
+        self._load_cancelled = self._load_cancelled or not go_on
+        return go_on
+
+    def _on_abort(self, user_data) -> bool:
+        check = self._abort_check
+        return bool(check is not None and check())
+
+    def _abortable(self, should_stop: Callable[[], bool] | None) -> None:
+        """Install (or, with None, remove) the abort callback on the context."""
+        self._abort_check = should_stop
+        callback = self._abort_callback if should_stop is not None else llama_cpp.ggml_abort_callback()
+        llama_cpp.llama_set_abort_callback(self._ctx, callback, None)
+
     def _on_node(self, tensor, ask, user_data):
         layer = self._node_cache.get(tensor)
         if layer is None:
@@ -248,7 +289,7 @@ class LlamaSession:
         if self.layer_hook is not None and not self.hook_active:
             self._hook_requested = True
 
-    def _install_hook_now(self, history: list[int]) -> None:
+    def _install_hook_now(self, history: list[int], should_stop: Callable[[], bool] | None = None) -> None:
         """New context with the eval callback; replay the tokens already in the KV cache."""
         llama_cpp.llama_free(self._ctx)
         self._ctx = None
@@ -256,8 +297,12 @@ class LlamaSession:
         self.hook_active = True
         self._hook_requested = False
         self._create_context()
-        if history:
-            self._decode(history)
+        if history:  # a replay of the prompt pass: as long, and as stoppable
+            self._abortable(should_stop)
+            try:
+                self._decode(history)
+            finally:
+                self._abortable(None)
 
     # ------------------------------------------------------------ tokens
     def set_threads(self, n_threads: int) -> None:
@@ -315,7 +360,11 @@ class LlamaSession:
         stopped = False
         start = time.perf_counter()
         try:
-            self._decode(prompt_tokens)
+            self._abortable(should_stop)
+            try:
+                self._decode(prompt_tokens)
+            finally:
+                self._abortable(None)
         except _DecodeFailed:
             if should_stop and should_stop():  # Stop pressed while the prompt was computing
                 return GenerationResult(prompt_tokens=len(prompt_tokens), tokens=[], text="",
@@ -331,10 +380,11 @@ class LlamaSession:
             if should_stop and should_stop():
                 stopped = True
                 break
-            if self._hook_requested:
-                self._install_hook_now(prompt_tokens + out[:-1])
             t0 = time.perf_counter()
             try:
+                if self._hook_requested:
+                    self._install_hook_now(prompt_tokens + out[:-1], should_stop)
+                    t0 = time.perf_counter()
                 self._decode([token])
             except _DecodeFailed:
                 if should_stop and should_stop():  # the layer hook aborted the graph for Stop

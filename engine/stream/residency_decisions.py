@@ -17,11 +17,12 @@ waited. The hit rate is hit_bytes ÷ needed_bytes: ≈ 1 − kernel-read ÷ need
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.base.units import MIB
 
@@ -34,12 +35,11 @@ def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
     budget = int(budget_mb * MIB)
     minimum = plan.min_budget_bytes(depth)
     if budget < minimum and budget < plan.host_bytes:
-        raise ShardscopeError(
+        raise KnobRefusal(  # the CLI names --budget-mb, the window the Memory budget slider
             f"budget {budget_mb:g} MB is below the minimum of {minimum / MIB:.0f} MB for "
             f"{Path(plan.model_path).name} with prefetch depth {depth} (globals "
             f"{plan.globals_bytes / MIB:.0f} MB + largest layer + {depth} prefetched shard(s) "
-            f"of up to {plan.max_shard_bytes / MIB:.0f} MB)"
-        )
+            f"of up to {plan.max_shard_bytes / MIB:.0f} MB)", "budget_mb", math.ceil(minimum / MIB))
     return budget
 
 

@@ -11,7 +11,13 @@ change live. Everything else lives here once, so the two cannot drift apart agai
 - any failure — guard, streamer, llama.cpp — ends the round with one message, never a
   row computed from aborted graphs;
 - the summary divides every figure one way: rates over the decode phase's wall time,
-  per-token figures over decoded tokens, hit rates over the bytes the tokens needed.
+  per-token figures over decoded tokens, hit rates over the bytes the tokens needed;
+- the sampler runs from the start of ``run()``, so the load and the prompt pass are
+  charted too, and ``progress`` says how far each of them got (bytes, rate, layer, ETA);
+- Stop (and the CLI's Ctrl-C) ends every phase within a second: the load through its
+  progress callback (engine/stream/load_progress.py), the prompt pass through llama.cpp's
+  abort callback, decoding at the next layer; a phase cut short raises RunStopped and
+  no round is reported from it.
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ from typing import Callable
 
 import psutil
 
-from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.base.units import MIB, mb_per_s
 from shardscope.engine.knobs.knobs import KNOBS, changed
 from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
+from shardscope.engine.measure.phase_progress import PhaseProgress
 from shardscope.engine.stream.file_guard import ModelFileGuard
+from shardscope.engine.stream.load_progress import LoadWatch
 
 GUARD_POLL_S = 0.02  # the file guard's promise, for both run kinds: checked ≤ 20 ms apart
 TIMELINE_SAMPLES = 6000  # a window session can run for hours: the timeline keeps the last 10 minutes
@@ -62,26 +70,24 @@ def peak_rss_bytes(proc: psutil.Process) -> int:
     return proc.memory_info().rss
 
 
-def sampled_rounds(sampler, samples, on_sample: Callable | None, one_round: Callable, *, continuous: bool,
-                   on_summary: Callable | None, stop: threading.Event):
-    """Start ``sampler`` (feeding ``samples`` and ``on_sample``), run rounds, stop it.
-
-    One round, or while ``continuous`` until ``stop`` is set; each summary goes to
-    ``on_summary`` and the last one is returned.
-    """
+def start_sampling(sampler, samples, on_sample: Callable | None) -> None:
+    """Start ``sampler`` feeding ``samples`` and ``on_sample``: before the load, so the
+    charts hold the load and the prompt pass too, not only what follows the first token."""
     sampler.subscribe(samples.append)
     if on_sample:
         sampler.subscribe(on_sample)
     sampler.start()
-    try:
-        while True:
-            summary = one_round()
-            if on_summary:
-                on_summary(summary)
-            if not continuous or stop.is_set():
-                return summary
-    finally:
-        sampler.stop()
+
+
+def rounds(one_round: Callable, *, continuous: bool, on_summary: Callable | None, stop: threading.Event):
+    """One round, or while ``continuous`` until ``stop`` is set; each summary goes to
+    ``on_summary`` and the last one is returned."""
+    while True:
+        summary = one_round()
+        if on_summary:
+            on_summary(summary)
+        if not continuous or stop.is_set():
+            return summary
 
 
 class RunSkeleton:
@@ -125,6 +131,8 @@ class RunSkeleton:
         self._fd: int | None = None
         self._watch_stop = threading.Event()
         self._watch: threading.Thread | None = None
+        self.progress = PhaseProgress()  # the load's and the prompt pass's: status bar, CLI line
+        self._load_watch: LoadWatch | None = None  # the kinds hand it to LlamaSession(load_progress=)
 
     # ------------------------------------------------------------ control
     def stop(self) -> None:
@@ -201,6 +209,8 @@ class RunSkeleton:
     def load(self) -> None:
         from shardscope.engine.base import memory_calls
 
+        if self._stop.is_set():
+            raise RunStopped(f"{self.model_path}: stopped before the load")
         self._phase("loading")
         # The guard goes first: from here on nobody can shrink the file under the mapping.
         try:
@@ -214,7 +224,14 @@ class RunSkeleton:
                                   f"{self.layout.file_size} bytes, the file now has {stat.st_size})")
         self._watch = threading.Thread(target=self._watch_file, name="shardscope-file-guard", daemon=True)
         self._watch.start()
-        self.session = self._open_session()
+        proc = psutil.Process()
+        self._load_watch = LoadWatch(self.progress, self._stop, file_bytes=stat.st_size,
+                                     ssd_mb_s=self.settings.ssd_mb_s, read_bytes=lambda: process_read_bytes(proc))
+        try:
+            self.session = self._open_session()
+        finally:
+            self.progress.end(completed=self.session is not None, read_bytes=process_read_bytes(proc))
+            self._load_watch = None
         self.mapping = memory_calls.find_mapping(self.model_path)
         self.slots, self.io_note = self._own_slots()
         self.streamer = self._open_streamer()
@@ -247,18 +264,22 @@ class RunSkeleton:
         prompt each round, the weights stay as streaming left them) until ``stop()``: the
         window's Run button and the soak bench work this way. Each summary goes to ``on_summary``.
         """
-        if self.session is None:
-            self.load()
-        self._phase("cold start")
-        # The sampler's baselines come first so the cold-start loads are counted too.
-        self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval)
-        if not self._started:
-            self._start_streamer()
-            self._started = True
+        # From the moment the run starts (the window's Run, the CLI's bench): the load and
+        # the prompt pass are charted too; its baselines count the cold-start loads as well.
+        self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval,
+                                      progress=self.progress, model_path=self.model_path)
+        start_sampling(self.sampler, self.samples, self._on_sample)
         try:
-            return sampled_rounds(self.sampler, self.samples, self._on_sample, self._round,
-                                  continuous=continuous, on_summary=on_summary, stop=self._stop)
+            if self.session is None:
+                self.load()
+            self.sampler.attach(self.streamer, self.mapping)
+            self._phase("cold start")
+            if not self._started:
+                self._start_streamer()
+                self._started = True
+            return rounds(self._round, continuous=continuous, on_summary=on_summary, stop=self._stop)
         finally:
+            self.sampler.stop()
             self._phase("done")
 
     def _round(self):
@@ -273,6 +294,7 @@ class RunSkeleton:
             now = time.perf_counter()
             self._token_done(index, proc)
             if index == 0:
+                self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
                 marks["first"] = (process_read_bytes(proc), self._tally(), now)
                 self._phase("generating")
             else:
@@ -283,6 +305,9 @@ class RunSkeleton:
                 self.on_token(index, piece.decode("utf-8", "replace"), dt)
 
         self._phase("prompt")
+        # The layer hooks say which layer the prompt pass is at; its bytes are the kernel's reads.
+        self.progress.begin("prompt", n_layers=self.layout.n_layers, read_bytes=process_read_bytes(proc),
+                            bytes_from_reads=True, total_bytes=self._prompt_bytes())
         try:
             result = self.session.generate(s.prompt, s.n_gen, temperature=s.temperature, seed=s.seed,
                                            on_token=on_token, should_stop=self._should_stop)
@@ -293,12 +318,16 @@ class RunSkeleton:
             if isinstance(exc, ShardscopeError):
                 raise
             if self._stop.is_set():
-                raise ShardscopeError("run stopped") from None
+                raise RunStopped("run stopped") from None
             raise ShardscopeError(f"{self.model_path}: generation failed ({exc})") from None
+        finally:
+            self.progress.end()
         self._check_file()  # a change in the last poll interval must not pass either
         if self.error:
             # Graphs the streamer aborted computed garbage: no row from them.
             raise ShardscopeError(self.error)
+        if not result.tokens and self._stop.is_set():  # stopped in the prompt pass: no round to report
+            raise RunStopped("run stopped in the prompt pass")
         self._end_round(result)
         return self._summary(result, self._figures(result, proc, marks, round_start))
 
@@ -363,6 +392,10 @@ class RunSkeleton:
         return setter
 
     # ------------------------------------------------------------ the kind's hooks
+    def _prompt_bytes(self) -> int:
+        """Bytes the prompt pass will have to read, where the kind knows them (0: unknown)."""
+        return 0
+
     def _begin_round(self) -> None:
         pass
 
@@ -403,5 +436,5 @@ class RunSkeleton:
         self.close()
 
 
-__all__ = ["RunSkeleton", "GUARD_POLL_S", "share", "sampled_rounds", "reset_peak_rss",
+__all__ = ["RunSkeleton", "GUARD_POLL_S", "share", "start_sampling", "rounds", "reset_peak_rss",
            "peak_rss_bytes"]

@@ -18,7 +18,7 @@ from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.shard_plan import ShardPlan, plan_shards
 from shardscope.engine.measure.metrics import MetricsSample
-from shardscope.engine.stream.residency import ResidencyController, require_budget
+from shardscope.engine.stream.residency import PINNED, RESIDENT, ResidencyController, require_budget
 from shardscope.engine.stream.run_skeleton import RunSkeleton
 from shardscope.engine.stream.run_summary import RunSummary
 
@@ -98,7 +98,7 @@ class StreamingRun(RunSkeleton):
         # streamed through our own pages; one that fits loads as llama.cpp does.
         return LlamaSession(self.model_path, n_threads=s.threads, n_gpu_layers=s.n_gpu_layers,
                             n_ctx=s.n_ctx, layer_hook=self._on_layer, hook_from_start=not fits,
-                            lazy_load=not fits and not s.n_gpu_layers)
+                            lazy_load=not fits and not s.n_gpu_layers, load_progress=self._load_watch)
 
     def _open_streamer(self) -> ResidencyController:
         s = self.settings
@@ -121,7 +121,14 @@ class StreamingRun(RunSkeleton):
         controller = self.streamer
         if controller is None:
             return True
+        self.progress.at_layer(layer_number)
         return controller.on_layer(self._layer_pos.get(layer_number, layer_number))
+
+    def _prompt_bytes(self) -> int:
+        """The shards not in RAM now: the prompt pass touches every layer once, so it reads each
+        of them once (an expert run cannot know before its routers pick)."""
+        states = self.streamer.snapshot().states
+        return sum(shard.n_bytes for shard, state in zip(self.plan.shards, states) if state not in (RESIDENT, PINNED))
 
     def _token_done(self, index: int, proc: psutil.Process) -> None:
         if not self.session.hook_active:

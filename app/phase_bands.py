@@ -1,0 +1,71 @@
+"""The long phases (the load, the prompt pass) as named, shaded spans on every chart.
+
+Why spans and not change markers: a phase has a length — a user looking at a chart of
+a 30 GB model sees the 45 s of the load and the minute of the prompt pass as what they
+are, and the marker count keeps meaning "settings changed". A span opens when its
+phase begins, grows with each sample and closes when the next phase begins.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor
+
+from shardscope.app.charts import PLOTS
+
+SHADES = {"loading": "#f2c14e", "prompt": "#7fb3d5"}  # translucent: the curves stay readable
+MAX_BANDS = 40  # like the chart's markers: a long session keeps the recent ones
+
+
+class PhaseBands:
+    def __init__(self, chart) -> None:
+        self.chart = chart
+        self._bands: deque = deque()
+        self._open: list | None = None  # the growing band's regions, one per plot
+        self._open_name: str | None = None
+
+    def phase(self, name: str, t: float) -> None:
+        """Phase ``name`` began at session time ``t``."""
+        self.extend(t)
+        self._open = None
+        self._open_name = None
+        if name not in SHADES:
+            return
+        color = QColor(SHADES[name])
+        color.setAlpha(60)
+        regions = []
+        for key in PLOTS:
+            item = self.chart.plot_item(key)
+            region = pg.LinearRegionItem(values=(t, t), movable=False, brush=pg.mkBrush(color),
+                                         pen=pg.mkPen(None))
+            region.setZValue(-10)
+            item.addItem(region, ignoreBounds=True)
+            if key == PLOTS[0]:  # the name once, on the top chart, at the span's start
+                pg.InfLineLabel(region.lines[0], text=name, position=0.85, anchor=(0, 0.5), color="#444444")
+            regions.append((item, region))
+        self._bands.append((name, regions))
+        self._open, self._open_name = regions, name
+        while len(self._bands) > MAX_BANDS:
+            for item, region in self._bands.popleft()[1]:
+                item.removeItem(region)
+
+    def extend(self, t: float) -> None:
+        """A sample at ``t``: the open span reaches it."""
+        if self._open is None:
+            return
+        for _, region in self._open:
+            start = region.getRegion()[0]
+            region.setRegion((start, max(start, t)))
+
+    def end(self, t: float) -> None:
+        self.phase("", t)
+
+    @property
+    def open_phase(self) -> str | None:
+        return self._open_name
+
+    def spans(self) -> list[tuple[str, float, float]]:
+        """(phase, start, end) of each span shown, oldest first (tests, the export)."""
+        return [(name, *regions[0][1].getRegion()) for name, regions in self._bands]
