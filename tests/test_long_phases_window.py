@@ -1,8 +1,9 @@
 """The window during the long phases (issue 20): progress, charts from t = 0, Stop within a second.
 
-A 200 MB model on an emulated 40 MB/s disk, dropped from the page cache first, so the
-load (llama.cpp reads the whole file) takes ~5 s and the prompt pass (every layer
-streamed under a 100 MB budget) ~3 s: long enough to watch and to stop in. The figures
+A 200 MB model on an emulated 40 MB/s disk, dropped from the page cache first. Under a
+400 MB budget it fits, so llama.cpp reads the whole file at load: ~5 s. Under a 100 MB budget
+it streams, so the load maps it without reading it (engine/stream/lazy_mapping.py) and the
+prompt pass streams every layer: ~3 s. Long enough to watch and to stop in. The figures
 the window shows are the engine's snapshot of the kernel's read_bytes and the layer
 hooks; the tests check what the window shows (bar, spans, curves) and what it does.
 """
@@ -20,6 +21,12 @@ from shardscope.engine.knobs.settings import RunSettings
 
 SLOW = dict(budget_mb=100, shard_mb=16, prefetch_depth=1, policy="pinned", ssd_mb_s=40, n_gen=4, n_ctx=128,
             threads=2)
+FITS = dict(SLOW, budget_mb=400)  # the whole model is read at load: the long load
+
+
+def long_phase(window, phase: str) -> None:
+    """The settings whose run makes ``phase`` long: a load that reads the model, a streamed prompt."""
+    window.apply_settings(RunSettings(**(FITS if phase == "loading" else SLOW)))
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +70,7 @@ def idle(window) -> bool:
     return not window.is_running() and window.run_button.isEnabled()
 
 
-def test_progress_advances_to_100_percent_and_charts_start_before_the_first_token(qtbot, slow_window):
-    window = slow_window
+def _run_to_first_token(qtbot, window):
     seen = shown_progress(window)
     window.start_run()
     wait_for(qtbot, window, lambda: window.last_sample is not None and window.last_sample.phase == "generating",
@@ -72,25 +78,30 @@ def test_progress_advances_to_100_percent_and_charts_start_before_the_first_toke
     first_token_t = next(t for t, phase, _, _ in seen if phase == "generating")
     window.stop_run()
     qtbot.waitUntil(lambda: idle(window), timeout=5_000)
-    for phase in ("loading", "prompt"):
-        shown = [p for _, _, p, _ in seen if p is not None and p.phase == phase and math.isfinite(p.fraction)]
-        fractions = [p.fraction for p in shown]
-        assert len(fractions) >= 5, (phase, fractions)  # seconds long: many steps, not one jump
-        assert fractions == sorted(fractions), (phase, fractions)
-        assert fractions[-1] == 1.0 and fractions[0] < 0.5, (phase, fractions)
-        # What the bar drew is what the engine said.
-        drawn = [pct for _, _, p, pct in seen if p is not None and p.phase == phase and math.isfinite(p.fraction)]
-        assert drawn == pytest.approx([100 * f for f in fractions], abs=0.1)
-    loading = [p for _, _, p, _ in seen if p is not None and p.phase == "loading"]
+    return seen, first_token_t
+
+
+def _check_steps(seen, phase: str) -> list:
+    shown = [p for _, _, p, _ in seen if p is not None and p.phase == phase and math.isfinite(p.fraction)]
+    fractions = [p.fraction for p in shown]
+    assert len(fractions) >= 5, (phase, fractions)  # seconds long: many steps, not one jump
+    assert fractions == sorted(fractions), (phase, fractions)
+    assert fractions[-1] == 1.0 and fractions[0] < 0.5, (phase, fractions)
+    # What the bar drew is what the engine said.
+    drawn = [pct for _, _, p, pct in seen if p is not None and p.phase == phase and math.isfinite(p.fraction)]
+    assert drawn == pytest.approx([100 * f for f in fractions], abs=0.1)
+    return [p for _, _, p, _ in seen if p is not None and p.phase == phase]
+
+
+def test_load_progress_advances_to_100_percent_and_charts_start_before_the_first_token(qtbot, slow_window):
+    window = slow_window
+    long_phase(window, "loading")
+    seen, first_token_t = _run_to_first_token(qtbot, window)
+    loading = _check_steps(seen, "loading")
     assert loading[-1].total_bytes == os.path.getsize(window.model_path)
     assert max(p.elapsed_s for p in loading) > 2.0  # the emulated disk made the load long
-    prompt = [p for _, _, p, _ in seen if p is not None and p.phase == "prompt"]
-    layers = {p.layer for p in prompt if p.layer is not None}
-    assert prompt[-1].n_layers == 16 and len(layers) >= 6 and max(layers) == 15, layers  # the layer at work
-    # How many bytes of how many: the shards not in RAM when the prompt pass began (each read once).
-    assert 50 * 2**20 < prompt[-1].total_bytes < os.path.getsize(window.model_path)
-    assert any(math.isfinite(p.eta_s) and p.eta_s > 0 for p in loading + prompt)
-    # The charts hold the load and the prompt pass: samples from before the first token.
+    assert any(math.isfinite(p.eta_s) and p.eta_s > 0 for p in loading)
+    # The charts hold the load: samples from before the first token.
     times, rss = window.chart.curve_data("rss")
     before = [r for t, r in zip(times, rss) if t < first_token_t and math.isfinite(r)]
     assert len(before) >= 30 and max(before) > 0
@@ -98,16 +109,36 @@ def test_progress_advances_to_100_percent_and_charts_start_before_the_first_toke
     assert max(x for t, x in zip(times, ssd) if t < first_token_t) > 10  # the load's reads, charted
     # The phases are named spans on the time axis.
     spans = window.phase_bands.spans()
-    names = [name for name, _, _ in spans]
-    assert names[:2] == ["loading", "prompt"], spans
-    (_, load_start, load_end), (_, prompt_start, prompt_end) = spans[:2]
-    assert load_end - load_start > 2.0 and load_end <= prompt_start + 0.2 and prompt_end <= first_token_t + 0.2
+    assert spans[0][0] == "loading", spans
+    _, load_start, load_end = spans[0]
+    assert load_end - load_start > 2.0 and load_end <= first_token_t + 0.2
+    assert not window.phase_progress.isVisible()
+
+
+def test_prompt_progress_names_the_layer_and_the_bytes_and_the_load_reads_nothing(qtbot, slow_window):
+    window = slow_window
+    long_phase(window, "prompt")
+    seen, first_token_t = _run_to_first_token(qtbot, window)
+    prompt = _check_steps(seen, "prompt")
+    layers = {p.layer for p in prompt if p.layer is not None}
+    assert prompt[-1].n_layers == 16 and len(layers) >= 6 and max(layers) == 15, layers  # the layer at work
+    # How many bytes of how many: the shards not in RAM when the prompt pass began (each read once).
+    assert 50 * 2**20 < prompt[-1].total_bytes < os.path.getsize(window.model_path)
+    assert any(math.isfinite(p.eta_s) and p.eta_s > 0 for p in prompt)
+    # A streamed model is mapped, not read, at load: the load's bytes are a small part of the file.
+    loading = [p for _, _, p, _ in seen if p is not None and p.phase == "loading"]
+    assert loading and loading[-1].read_bytes < 0.2 * os.path.getsize(window.model_path)
+    names = [name for name, _, _ in window.phase_bands.spans()]
+    assert "prompt" in names and names.index("prompt") > names.index("loading"), names
+    _, prompt_start, prompt_end = window.phase_bands.spans()[names.index("prompt")]
+    assert prompt_end <= first_token_t + 0.2
     assert not window.phase_progress.isVisible()
 
 
 @pytest.mark.parametrize("phase", ["loading", "prompt"])
 def test_stop_during_a_long_phase_returns_the_window_to_idle_within_a_second(qtbot, slow_window, phase):
     window = slow_window
+    long_phase(window, phase)
     window.start_run()
 
     def deep_in_phase() -> bool:

@@ -174,9 +174,19 @@ def load_lazily(path: str) -> str | None:
     return reason
 
 
+def load_eagerly(path: str) -> None:
+    """Back to llama.cpp's own load for ``path`` (its next load, e.g. once it fits the budget)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    with _lock:
+        _state["lazy_files"].discard((st.st_dev, st.st_ino))
+
+
 def populates_skipped() -> int:
     """How many model mappings were made without MAP_POPULATE (tests read it)."""
     return _state["skipped"]
 
 
-__all__ = ["install", "load_lazily", "populates_skipped", "libllama_path"]
+__all__ = ["install", "load_lazily", "load_eagerly", "populates_skipped", "libllama_path"]

@@ -176,7 +176,11 @@ class LlamaSession:
         self._progress_callback = llama_cpp.llama_progress_callback(self._on_load_progress)
         self._abort_check: Callable[[], bool] | None = None
         self._abort_callback = llama_cpp.ggml_abort_callback(self._on_abort)
-        self._load_model()
+        try:
+            self._load_model()
+        finally:
+            if self.lazy_load:  # only this load: a later one of the same file decides for itself
+                lazy_mapping.load_eagerly(model_path)
         self._create_context()
 
     # ------------------------------------------------------------ lifecycle

@@ -350,6 +350,10 @@ class RunSkeleton:
         # sampler thread's appends ("deque mutated during iteration", found by the soak).
         since = round_start - self.sampler._t0
         gen = [x for x in list(self.samples) if x.phase == "generating" and x.t_s >= since]
+        if not gen and n_decoded and self.sampler is not None:
+            # Tokens faster than the sampler's interval: one reading now, still in "generating",
+            # so the row's peak is measured, never missing.
+            gen = [self.sampler.sample()]
         read = end_read - read0
         return dict(
             model_filename=Path(self.model_path).name,
