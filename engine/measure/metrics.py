@@ -12,6 +12,7 @@ a plain callback (the GUI wraps it in a Qt signal); they are called on this thre
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -106,6 +107,8 @@ class MetricsSampler:
         self.mapping = mapping
         self._weights: int | None = None
         self._weights_due = 0.0
+        self._fd: int | None = None
+        self._fd_path = ""
         self.clock = clock
         self.interval_s = interval_s
         self.window = max(1, int(round(window_s / interval_s)))
@@ -149,11 +152,27 @@ class MetricsSampler:
         if self._weights is None or now >= self._weights_due:
             started = time.perf_counter()
             try:
-                self._weights = memory_calls.resident_bytes(mapping.start, mapping.end)
+                # Cheap where cachestat exists (cost follows what is resident, not the file's size);
+                # else mincore over the whole mapping, duty-cycled.
+                weights = memory_calls.model_bytes_in_ram(mapping, self._model_fd(mapping))
+                self._weights = weights if weights is not None else \
+                    memory_calls.resident_bytes(mapping.start, mapping.end)
             except OSError:  # unmapped under us (a failed load, the header trimmed): the next sample
                 return self._weights
             self._weights_due = now + (time.perf_counter() - started) / WEIGHTS_DUTY
         return self._weights
+
+    def _model_fd(self, mapping) -> int:
+        """A descriptor of the mapped file for cachestat, opened once (closed with the sampler)."""
+        if self._fd is None or self._fd_path != mapping.path:
+            self._close_fd()
+            self._fd, self._fd_path = os.open(mapping.path, os.O_RDONLY), mapping.path
+        return self._fd
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def subscribe(self, callback: Callable[[MetricsSample], None]) -> None:
         self._subscribers.append(callback)
@@ -173,6 +192,7 @@ class MetricsSampler:
         if self._thread is not None:
             self._thread.join(timeout=2)
         self.sample()  # a last sample so the end state is charted too
+        self._close_fd()
 
     def _run(self) -> None:
         next_t = time.perf_counter()
