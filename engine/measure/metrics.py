@@ -27,6 +27,7 @@ from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windo
 from shardscope.engine.base.units import MIB, mb_per_s
 
 WEIGHTS_DUTY = 0.02  # the share of one core the resident-weights reading may take
+HELD_FROM_BYTES = 4 * 2**30  # mappings this big may hold a reading between samples (verify needs fresh ones)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ class MetricsSampler:
             mapping = memory_calls.find_mapping(self._model_path)  # the load maps it meanwhile
         if mapping is None:
             return None
-        if self._weights is None or now >= self._weights_due:
+        small = mapping.end - mapping.start < HELD_FROM_BYTES  # cheap to read: fresh at every sample
+        if small or self._weights is None or now >= self._weights_due:
             started = time.perf_counter()
             try:
                 # Cheap where cachestat exists (cost follows what is resident, not the file's size);
