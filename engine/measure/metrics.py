@@ -27,6 +27,7 @@ from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windo
 from shardscope.engine.base.units import MIB, mb_per_s
 
 WEIGHTS_DUTY = 0.02  # the share of one core the resident-weights reading may take
+MAX_HOLD_S = 2.0  # a held reading is never older than this (a 30 GB mincore at load time: ~0.2 s)
 HELD_FROM_BYTES = 4 * 2**30  # mappings this big may hold a reading between samples (verify needs fresh ones)
 
 
@@ -161,7 +162,7 @@ class MetricsSampler:
                     memory_calls.resident_bytes(mapping.start, mapping.end)
             except OSError:  # unmapped under us (a failed load, the header trimmed): the next sample
                 return self._weights
-            self._weights_due = now + (time.perf_counter() - started) / WEIGHTS_DUTY
+            self._weights_due = now + min(MAX_HOLD_S, (time.perf_counter() - started) / WEIGHTS_DUTY)
         return self._weights
 
     def _model_fd(self, mapping) -> int:
