@@ -140,12 +140,15 @@ class ExpertIO:
                     freed.append(page)
         return freed
 
-    def evict_unit(self, layer: int, expert: int) -> int:
-        """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
-        residue = 0
+    def _inner_spans(self, layer: int, expert: int):
+        """Per slice: (start, end, page-inward file range or None, its address span or None)."""
         for start, end in self.moe.unit_ranges(layer, expert):
             inner = memory_calls.page_inward(start, end)
-            span = self.mapping.clip(*inner) if inner else None
+            yield start, end, inner, self.mapping.clip(*inner) if inner else None
+
+    def evict_unit(self, layer: int, expert: int) -> int:
+        """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
+        for start, end, inner, span in self._inner_spans(layer, expert):
             if self.slots:
                 if span:
                     self.slots.drop(*inner)
@@ -155,19 +158,11 @@ class ExpertIO:
                     self.slots.drop(page, page + memory_calls.PAGE)
             elif span:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
-            if span:
-                residue += memory_calls.resident_bytes(span[0], span[1])
-        return residue
+        return self.unit_resident_bytes(layer, expert)
 
     def unit_resident_bytes(self, layer: int, expert: int) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""
-        total = 0
-        for start, end in self.moe.unit_ranges(layer, expert):
-            inner = memory_calls.page_inward(start, end)
-            span = self.mapping.clip(*inner) if inner else None
-            if span:
-                total += memory_calls.resident_bytes(span[0], span[1])
-        return total
+        return sum(memory_calls.resident_bytes(*span) for _, _, _, span in self._inner_spans(layer, expert) if span)
 
     def close(self) -> None:
         if self.slots:
