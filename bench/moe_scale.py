@@ -12,14 +12,13 @@ Writes once (and keeps, in the user cache dir) a synthetic 64-expert top-8 MoE o
 - llama.cpp plain mmap under the same memory cap (cgroup v2 memory.max, else v1
   memory.limit_in_bytes: bench/memory_cap.py): its tok/s, GB per token, and the ratio.
 
-Usage: .venv/bin/python bench/moe_scale.py [--tokens 16] [--policies lru,hot] [--plain-tokens 3]
+Usage: .venv/bin/python bench/moe_scale.py [--tokens 16] [--runs lru:off,hot:on] [--plain-tokens 3]
 The model write takes a few minutes and ~30 GB of disk; later runs reuse it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import resource
@@ -32,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cold_cache import drop_from_cache  # noqa: E402
-from bench.memory_cap import run_capped  # noqa: E402
+from bench.plain_mmap import plain_mmap_capped  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
@@ -216,41 +215,6 @@ def streamed_run(model: str, budget_mb: float, tokens: int, threads: int, policy
             "needed_bytes": needed, "note": note, "mechanism": summary.load_mechanism}
 
 
-def _plain_child(model: str, tokens: int, threads: int) -> None:
-    from shardscope.engine.stream.llama_session import LlamaSession
-
-    r0, t0 = read_bytes(), time.perf_counter()
-    marks = {}
-    with LlamaSession(model, n_threads=threads, n_ctx=128) as session:
-        def on_token(index, *_):
-            if index == 0:
-                marks["first"] = read_bytes()
-        result = session.generate(PROMPT, tokens, on_token=on_token) if _takes_on_token(session) else \
-            session.generate(PROMPT, tokens)
-        total = read_bytes() - r0
-    n = len(result.token_s)
-    print(json.dumps({"tok_s": n / sum(result.token_s) if n else 0.0,
-                      "gb_per_token": (read_bytes() - marks.get("first", r0)) / GB / max(n, 1) if marks else
-                      total / GB / max(n + 1, 1), "wall_s": time.perf_counter() - t0}))
-
-
-def _takes_on_token(session) -> bool:
-    import inspect
-
-    return "on_token" in inspect.signature(session.generate).parameters
-
-
-def plain_mmap(model: str, cap_mb: float, tokens: int, threads: int) -> tuple[dict | None, str]:
-    drop_from_cache(model)
-    out, how = run_capped([sys.executable, __file__, "--plain-child", model, str(tokens), str(threads)],
-                          int(cap_mb * MIB), 3600)
-    if out is None:
-        return None, how
-    if out.returncode != 0:
-        return None, f"the capped child failed (exit {out.returncode}: {out.stderr.strip()[-300:]})"
-    return json.loads(out.stdout.strip().splitlines()[-1]), how
-
-
 def report(label: str, r: dict, size: int, budget_mb: float, seconds: float) -> None:
     s = r["summary"]
     wait = getattr(s, "expert_wait_ms_per_token", s.wait_ms_per_token)
@@ -270,9 +234,6 @@ def report(label: str, r: dict, size: int, budget_mb: float, seconds: float) -> 
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--plain-child":
-        _plain_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--budget-mb", type=float, default=2048)
     parser.add_argument("--tokens", type=int, default=16)
@@ -314,10 +275,10 @@ def main() -> None:
         return
     best = max(results.values(), key=lambda r: r["summary"].avg_ts)
     if args.plain_tokens:
-        plain, how = plain_mmap(model, args.cap_mb, args.plain_tokens, args.threads)
+        plain, how = plain_mmap_capped(model, args.cap_mb, args.plain_tokens, args.threads)
         if plain:
             print(f"plain mmap, capped at {args.cap_mb:.0f} MiB (cgroup {how}): {plain['tok_s']:.4f} tok/s, "
-                  f"{plain['gb_per_token']:.1f} GB read per token", flush=True)
+                  f"{plain['read_mb_per_token'] * MIB / GB:.1f} GB read per token", flush=True)
             print(f"ratio to plain mmap under the same cap {best['summary'].avg_ts / plain['tok_s']:.1f}x")
         else:
             print(f"plain mmap: not run ({how})")

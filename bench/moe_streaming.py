@@ -19,7 +19,6 @@ speculation.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
-from bench.memory_cap import run_capped  # noqa: E402
+from bench.plain_mmap import plain_mmap_capped  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
 from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
@@ -78,37 +77,8 @@ def layer_run(model: str, budget_mb: float, layer_mb: float, tokens: int, thread
 
 
 # ----------------------------------------------------------------- plain mmap, capped
-def plain_mmap_capped(model: str, cap_mb: float, tokens: int, threads: int) -> tuple[dict | None, str]:
-    drop_from_cache(model)
-    out, how = run_capped([sys.executable, __file__, "--plain-mmap-child", model, str(tokens), str(threads)],
-                          int(cap_mb * MIB), 3600)
-    if out is None:
-        return None, how
-    if out.returncode != 0:
-        return None, f"the capped child failed (exit {out.returncode}: {out.stderr.strip()[-200:]})"
-    return json.loads(out.stdout.strip().splitlines()[-1]), ""
-
-
-def _plain_mmap_child(model: str, tokens: int, threads: int) -> None:
-    import psutil
-
-    from shardscope.engine.stream.llama_session import LlamaSession
-
-    proc = psutil.Process()
-    with LlamaSession(model, n_threads=threads, n_ctx=128) as session:
-        read0 = proc.io_counters().read_bytes
-        result = session.generate(PROMPT, tokens)
-        read = proc.io_counters().read_bytes - read0
-    n = len(result.token_s)
-    print(json.dumps({"tok_s": n / sum(result.token_s) if n else 0.0,
-                      "read_mb_per_token": read / MIB / max(n + 1, 1)}))
-
-
 # ----------------------------------------------------------------- main
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--plain-mmap-child":
-        _plain_mmap_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=640)
     parser.add_argument("--tokens", type=int, default=16)

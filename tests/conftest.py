@@ -71,6 +71,16 @@ def synthetic_model(tmp_path_factory) -> str:
     return str(path)
 
 
+def drop_from_page_cache(path: str) -> None:
+    """Our own temp model only: the next load reads it from disk, as a first run does."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def blank_summary(**values):
     """A RunSummary with every required field zero/empty except the ones given (robust to new columns)."""
     import dataclasses

@@ -21,6 +21,8 @@ import time
 
 import pytest
 
+from conftest import drop_from_page_cache
+
 from shardscope.engine.output.csv_out import run_columns
 
 ARGS = ["--budget-mb", "100", "--shard-mb", "16", "--prefetch-depth", "1", "--ssd-mb-s", "40", "--tokens", "64",
@@ -44,15 +46,6 @@ def slow_moe_model(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("slow-moe") / "slow-moe-200mb.gguf"
     write_synthetic_model(path, 200, n_layers=16, moe=MoeSpec(32, 4), seed=5)
     return str(path)
-
-
-def drop_from_page_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def bench_on_a_terminal(model: str, csv: str, env: dict, args=ARGS) -> tuple[subprocess.Popen, int]:

@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from conftest import drop_from_page_cache
+
 from shardscope.engine.base import memory_calls
 from shardscope.engine.experts.expert_cache import cache_advice
 from shardscope.engine.stream import lazy_mapping
@@ -25,14 +27,6 @@ def _read_bytes() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
 
 
-def _drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture()
 def mapped_file(tmp_path):
     path = tmp_path / "blob.bin"
@@ -41,7 +35,7 @@ def mapped_file(tmp_path):
     fd = os.open(path, os.O_RDONLY)
     addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
     os.close(fd)
-    _drop_cache(str(path))
+    drop_from_page_cache(str(path))
     mapping = memory_calls.FileMapping(str(path), addr, addr + memory_calls.page_outward(0, size)[1], 0)
     slots = DirectSlots.probe(str(path), mapping)
     if isinstance(slots, str):
@@ -62,7 +56,7 @@ def test_own_slots_hold_the_files_bytes_and_leave_nothing_behind(mapped_file):
         expected = f.read(hi - lo)
     assert ctypes.string_at(mapping.address(lo), hi - lo) == expected
     assert memory_calls.resident_bytes(mapping.address(lo), mapping.address(hi)) == hi - lo
-    _drop_cache(path)  # the check's own read went through the page cache
+    drop_from_page_cache(path)  # the check's own read went through the page cache
     slots.drop(lo, hi)
     assert memory_calls.resident_bytes(mapping.start, mapping.end) == 0
     # A second load of the same size reuses the dropped slot's pages and still reads the file.
@@ -101,7 +95,7 @@ def test_a_streamed_model_loads_without_reading_it(synthetic_model):
     reason = lazy_mapping.load_lazily(synthetic_model)
     if reason:
         pytest.skip(reason)
-    _drop_cache(synthetic_model)
+    drop_from_page_cache(synthetic_model)
     read0, skipped0 = _read_bytes(), lazy_mapping.populates_skipped()
     with LlamaSession(synthetic_model, n_threads=2, n_ctx=64, lazy_load=True) as session:
         read = _read_bytes() - read0
@@ -123,7 +117,7 @@ def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_it
 
     path = tmp_path / "moe.gguf"
     write_synthetic_model(path, 160, moe=MoeSpec(32, 4, routing_skew=1.0), seed=3)
-    _drop_cache(str(path))
+    drop_from_page_cache(str(path))
     settings = RunSettings(model_path=str(path), budget_mb=round(os.path.getsize(path) / MIB / 2), n_gen=3,
                            n_ctx=64, prompt=PROMPT)
     marks = {"read0": _read_bytes()}

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import make_window, wait_for
+from conftest import drop_from_page_cache, make_window, wait_for
 from shardscope.engine.knobs.settings import RunSettings
 
 SLOW = dict(budget_mb=100, shard_mb=16, prefetch_depth=1, policy="pinned", ssd_mb_s=40, n_gen=4, n_ctx=128,
@@ -36,16 +36,6 @@ def slow_model(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("slow") / "slow-200mb.gguf"
     write_synthetic_model(path, 200, n_layers=16, seed=3)
     return str(path)
-
-
-def drop_from_page_cache(path: str) -> None:
-    """Our own temp file only: the load must read it from disk, as a first run does."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture

@@ -42,22 +42,26 @@ def _vmrss(pid: int) -> int:
     raise RuntimeError("no VmRSS in /proc/<pid>/status")
 
 
-def _smaps_rss(pid: int, start: int, end: int) -> tuple[int, int]:
-    """(Rss, Rss of the anonymous VMAs) of every VMA inside [start, end): the model's mapping is
-    split where the streamer swapped its own (anonymous) pages in, and those pages are model bytes
-    in RAM that no mapping of the file can see."""
-    total = anon = 0
-    inside = is_anon = False
+def _vmas(pid: int):
+    """(start, end, anonymous?, Rss bytes) of every VMA of the process, from /proc/<pid>/smaps."""
+    current = None
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
             words = line.split()
             if words and "-" in words[0] and not words[0].endswith(":"):
                 lo, hi = (int(x, 16) for x in words[0].split("-"))
-                inside, is_anon = start <= lo and hi <= end, len(words) < 6
-            elif inside and line.startswith("Rss:"):
-                total += int(words[1]) * 1024
-                anon += int(words[1]) * 1024 if is_anon else 0
-    return total, anon
+                current = (lo, hi, len(words) < 6)
+            elif current is not None and line.startswith("Rss:"):
+                yield (*current, int(words[1]) * 1024)
+                current = None
+
+
+def _smaps_rss(pid: int, start: int, end: int) -> tuple[int, int]:
+    """(Rss, Rss of the anonymous VMAs) of every VMA inside [start, end): the model's mapping is
+    split where the streamer swapped its own (anonymous) pages in, and those pages are model bytes
+    in RAM that no mapping of the file can see."""
+    inside = [(anon, rss) for lo, hi, anon, rss in _vmas(pid) if start <= lo and hi <= end]
+    return sum(rss for _, rss in inside), sum(rss for anon, rss in inside if anon)
 
 
 def _anon_rss_over(pid: int, spans: list[tuple[int, int]]) -> int:
@@ -69,16 +73,7 @@ def _anon_rss_over(pid: int, spans: list[tuple[int, int]]) -> int:
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    total, counted = 0, False
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            words = line.split()
-            if words and "-" in words[0] and not words[0].endswith(":"):
-                lo, hi = (int(x, 16) for x in words[0].split("-"))
-                counted = len(words) < 6 and any(a <= lo and hi <= b for a, b in merged)
-            elif counted and line.startswith("Rss:"):
-                total += int(words[1]) * 1024
-    return total
+    return sum(rss for lo, hi, anon, rss in _vmas(pid) if anon and any(a <= lo and hi <= b for a, b in merged))
 
 
 def _disk_of(path: str) -> tuple[int, int] | None:

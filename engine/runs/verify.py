@@ -200,8 +200,7 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     def before_sample() -> None:
         if not finished:
             # Own slots hold weights no mapping of the file shows: their Rss comes from smaps, every time.
-            own_slots = any(getattr(holder, "slots", None) for holder in
-                            (getattr(run, "controller", None), getattr(getattr(run, "streamer", None), "io", None)))
+            own_slots = run.slots is not None  # the skeleton opened them at load
             pending["before"] = watcher.read(smaps=own_slots or len(pairs) % SMAPS_EVERY == 0)
 
     def paired(sample: MetricsSample) -> None:

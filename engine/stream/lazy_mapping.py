@@ -63,7 +63,12 @@ def _mmap_hook(addr, length, prot, flags, fd, offset):
             _state["lazy_ranges"].append((result, result + length))
             _state["skipped"] += 1
         return result
-    return _real_mmap(addr, length, prot, flags, fd, offset)
+    result = _real_mmap(addr, length, prot, flags, fd, offset)
+    if result not in (None, ctypes.c_void_p(-1).value) and _state["lazy_ranges"]:
+        # Addresses of an unmapped lazy model may be reused by an eager one: forget them.
+        _state["lazy_ranges"] = [(lo, hi) for lo, hi in _state["lazy_ranges"]
+                                 if hi <= result or lo >= result + length]
+    return result
 
 
 @_MADVISE
