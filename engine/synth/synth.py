@@ -40,8 +40,9 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import is_finite_number
 from shardscope.engine.synth.synth_shapes import (
     attention_tensors, edge_tensors,
-    MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, _Q_STD, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
+    MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
 )
+from shardscope.engine.synth.synth_quant import random_blocks
 from shardscope.engine.synth.synth_vocab import SynthVocab, build_vocab
 
 def default_n_layers(size_mb: float) -> int:
@@ -107,6 +108,7 @@ def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
 
 
 def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:
+    """Random weights of ``t`` in its format, a chunk (≤ 8 MiB) at a time."""
     if t.random_f32:
         weights = np.random.Generator(bitgen).standard_normal((t.n_expert * t.rows, t.cols)) * t.sigma
         if t.row_scale:
@@ -116,20 +118,13 @@ def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> N
     if not t.quantized:
         fh.write(np.ones(t.rows * t.cols, dtype="<f4").tobytes())
         return
-    blocks_per_row = t.cols // _Q8_BLOCK
-    scale = np.frombuffer(np.array([t.sigma / _Q_STD], dtype="<f2").tobytes(), dtype=np.uint8)
-    rows_per_chunk = max(1, _CHUNK_BYTES // (blocks_per_row * _Q8_BYTES))
+    blocks_per_row = t.cols // t.qtype.block
+    rows_per_chunk = max(1, _CHUNK_BYTES // t.qtype.row_bytes(t.cols))
     total_rows = t.n_expert * t.rows  # experts are consecutive blocks of rows
     for start in range(0, total_rows, rows_per_chunk):
         n_blocks = min(rows_per_chunk, total_rows - start) * blocks_per_row
-        n_bytes = n_blocks * _Q8_BYTES
-        # Random bytes straight into the block layout (4 GB/s with SFC64), then fix up:
-        # Q8_0 quants lie in [-127, 127], and every block starts with the f16 scale.
-        raw = bitgen.random_raw(-(-n_bytes // 8)).view(np.int8)[:n_bytes]
-        np.maximum(raw, -127, out=raw)
-        buf = raw.view(np.uint8).reshape(n_blocks, _Q8_BYTES)
-        buf[:, :2] = scale
-        fh.write(memoryview(buf))
+        # Random bytes straight into the block layout (4 GB/s with SFC64), finite scales set.
+        fh.write(memoryview(random_blocks(t.qtype, n_blocks, t.sigma, bitgen)))
 
 
 def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, int]:
@@ -151,18 +146,20 @@ def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, 
     return float(size_mb), int(n_layers)
 
 
-def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, mla: bool = False) -> None:
-    """``mla``: a deepseek2 model, whose FFN width, heads and rope dims its own writer adds."""
+def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, own_shape: bool = False,
+              alignment: int = ALIGNMENT, file_type: int = _FILE_TYPE_MOSTLY_Q8_0) -> None:
+    """``own_shape``: an arch writer (deepseek2, the GQA archs) adds FFN width, heads and rope dims."""
     writer.add_name(f"shardscope-synthetic-{size_mb:g}MB")
     writer.add_description("random weights written by shardscope for streaming tests; output is gibberish")
-    writer.add_custom_alignment(ALIGNMENT)
-    writer.add_file_type(_FILE_TYPE_MOSTLY_Q8_0)
+    if alignment != 32:  # 32 is GGUF's default: real files leave the key out
+        writer.add_custom_alignment(alignment)
+    writer.add_file_type(file_type)
     writer.add_quantization_version(2)
     writer.add_vocab_size(vocab.n_vocab)
     writer.add_context_length(CONTEXT_LENGTH)
     writer.add_embedding_length(shape.n_embd)
     writer.add_block_count(shape.n_layers)
-    if not mla:
+    if not own_shape:
         writer.add_feed_forward_length(shape.n_ff)
         writer.add_head_count(shape.n_head)
         writer.add_head_count_kv(shape.n_head_kv)
@@ -205,12 +202,17 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
         header = _header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
         arch = synth_moe.architecture(moe)
+        alignment, file_type = synth_moe.alignment(moe), synth_moe.file_type(moe)
     else:
         size_mb, n_layers = _validate(size_mb, n_layers, str(target))
         shape = _plan(size_mb, n_layers, vocab, str(target))
         tensors = _tensors(shape, vocab.n_vocab)
         header = _header_bytes(n_layers, vocab)
         arch = "llama"
+        alignment, file_type = ALIGNMENT, _FILE_TYPE_MOSTLY_Q8_0
+
+    def pad(n: int) -> int:
+        return -(-n // alignment) * alignment
 
     directory = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
@@ -219,7 +221,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         raise ShardscopeError(f"{target}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ShardscopeError(f"{target}: directory {directory} is not writable")
-    expected = header + sum(_pad(t.nbytes) for t in tensors)
+    expected = header + sum(pad(t.nbytes) for t in tensors)
     try:
         free = shutil.disk_usage(directory).free
     except OSError:
@@ -239,13 +241,14 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         if progress is not None:
             progress(0.0)
         writer = gguf.GGUFWriter(partial, arch=arch)
-        _metadata(writer, shape, vocab, size_mb, mla=arch == "deepseek2")
+        _metadata(writer, shape, vocab, size_mb, own_shape=moe is not None and synth_moe.arch_spec(moe) is not None
+                  or arch == "deepseek2", alignment=alignment, file_type=file_type)
         if moe is not None:
             synth_moe.add_metadata(writer, shape, moe)
         for t in tensors:
             if t.quantized:
                 writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8),
-                                       t.nbytes, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+                                       t.nbytes, raw_dtype=gguf.GGMLQuantizationType(t.qtype.ggml_type))
             else:
                 writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.float32), t.nbytes)
         try:
@@ -256,15 +259,15 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
             writer.close()
 
         # The data section: tensors in the order of their infos, each at the next
-        # multiple of ALIGNMENT (the offsets write_ti_data_to_file recorded).
+        # multiple of the alignment (the offsets write_ti_data_to_file recorded).
         fh = open(partial, "ab")
         for index, t in enumerate(tensors):
-            fh.write(b"\0" * (_pad(fh.tell()) - fh.tell()))
+            fh.write(b"\0" * (pad(fh.tell()) - fh.tell()))
             _write_tensor(fh, t, np.random.SFC64([seed, index]))
             written += t.nbytes
             if progress is not None and index < len(tensors) - 1:
                 progress(written / data_total)
-        fh.write(b"\0" * (_pad(fh.tell()) - fh.tell()))
+        fh.write(b"\0" * (pad(fh.tell()) - fh.tell()))
         os.fsync(fh.fileno())
         size_bytes = fh.tell()
         fh.close()

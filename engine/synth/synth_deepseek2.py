@@ -1,4 +1,10 @@
-"""Kimi-shaped synthetic models: llama.cpp's ``deepseek2`` architecture at small scale.
+"""Kimi- and DeepSeek-V3-shaped synthetic models: llama.cpp's ``deepseek2`` architecture at small scale.
+
+``--arch kimi-k2`` and ``--arch deepseek3`` are rows of ``synth_arch_specs`` (this llama.cpp has no
+arch of either name: both run as deepseek2). DeepSeek-V3 differs from Kimi K2 where the graph
+sees it: 256 experts routed in 8 groups (the best 4 groups by their top-2 scores, then top-8 of
+those: ``expert_group_count`` / ``expert_group_used_count``), 3 leading dense layers, a routed
+scale of 2.5. Without shared experts llama.cpp does not load a deepseek2 file: refused first.
 
 Kimi K2 (and DeepSeek-V3) run in llama.cpp as ``deepseek2``; the 1.56 TB case the
 README sizes is of that shape, so the engine must stream one, not only Mixtral-style
@@ -30,18 +36,14 @@ from __future__ import annotations
 import math
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth.synth_router_seam import attention_output, router_bias, router_weight
 from shardscope.engine.synth.synth_shapes import (
     MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
 
 ARCH = "deepseek2"
 GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 KIMI_K2 = {"experts": 384, "experts_used": 8, "shared_experts": 1}
-WEIGHTS_SCALE = 2.827  # Kimi K2's routed_scaling_factor
-DENSE_LEAD = 1  # Kimi K2: first_k_dense_replace = 1
 NOPE = ROPE = V_HEAD = 64  # per-head dims (Kimi: 128 / 64 / 128), 64 keeps small models valid
-EXPERT_FF_RATIO = 2048 / 7168
-DENSE_FF_RATIO = 18432 / 7168
-BIAS_SIGMA = 0.02  # the router bias: small next to the unit-scale logits, as a trained one is
 _PAGE = 4096
 
 
@@ -49,10 +51,10 @@ def tensors_per_layer(spec) -> int:
     return 18 if spec.shared_experts else 15
 
 
-def default_n_layers(size_mb: float) -> int:
-    """As the other MoE shapes (sqrt(size)/3), plus the dense first layer; never 26 or 27
-    (older llama.cpp takes those depths for DeepSeek-V2-Lite, which has no q_lora)."""
-    n = int(min(64, max(3, round(math.sqrt(size_mb) / 3) + DENSE_LEAD)))
+def default_n_layers(size_mb: float, row) -> int:
+    """As the other MoE shapes (sqrt(size)/3), plus the dense leading layers; never 26 or 27
+    (llama.cpp takes those depths for DeepSeek-V2-Lite, which has no q_lora)."""
+    n = int(min(64, max(2 + row.dense_lead, round(math.sqrt(size_mb) / 3) + row.dense_lead)))
     return 28 if n in (26, 27) else n
 
 
@@ -64,8 +66,8 @@ def mla_dims(n_embd: int) -> tuple[int, int, int]:
     return n_head, q_lora, kv_lora
 
 
-def dense_ff(n_embd: int) -> int:
-    return max(32, int(round(n_embd * DENSE_FF_RATIO / 32)) * 32)
+def dense_ff(n_embd: int, row) -> int:
+    return max(32, int(round(n_embd * row.dense_ff_ratio / 32)) * 32)
 
 
 def _attention_bytes(e: int) -> int:
@@ -80,8 +82,8 @@ def _moe_layer_bytes(e: int, f: int, spec) -> int:
     return _attention_bytes(e) + _pad(4 * x * e) + _pad(4 * x) + shared + 3 * _pad(x * _q8(f, e))
 
 
-def _dense_layer_bytes(e: int) -> int:
-    return _attention_bytes(e) + 3 * _pad(_q8(dense_ff(e), e))
+def _dense_layer_bytes(e: int, row) -> int:
+    return _attention_bytes(e) + 3 * _pad(_q8(dense_ff(e, row), e))
 
 
 def _ff_step(e: int) -> int:
@@ -90,18 +92,19 @@ def _ff_step(e: int) -> int:
     return math.lcm(_Q8_BLOCK, _PAGE // math.gcd(_PAGE, row))
 
 
-def plan(size_mb: float, n_layers: int, spec, vocab, where: str) -> _Shape:
-    """n_embd and the expert n_ff that hit the size, n_ff near Kimi's 0.286 n_embd."""
-    if n_layers <= DENSE_LEAD:
-        raise ShardscopeError(f"{where}: a deepseek2 model needs more than {DENSE_LEAD} layer(s) "
-                              f"(the first {DENSE_LEAD} are dense), got {n_layers}")
+def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
+    """n_embd and the expert n_ff that hit the size, n_ff near the model's ratio (Kimi: 0.286 n_embd)."""
+    lead = row.dense_lead
+    if n_layers <= lead:
+        raise ShardscopeError(f"{where}: a {row.name} model needs more than {lead} layer(s) "
+                              f"(the first {lead} are dense), got {n_layers}")
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     best, best_key = None, None
     for aligned in (True, False):
         for e in range(128, 8192 + 1, 64):
-            base = fixed + _global_bytes(e, vocab.n_vocab) + DENSE_LEAD * _dense_layer_bytes(e)
-            n_moe = n_layers - DENSE_LEAD
+            base = fixed + _global_bytes(e, vocab.n_vocab) + lead * _dense_layer_bytes(e, row)
+            n_moe = n_layers - lead
             per_f = (3 * spec.experts + 3 * spec.shared_experts) * e * _Q8_BYTES / _Q8_BLOCK
             f_lin = ((target - base) / n_moe - _moe_layer_bytes(e, 0, spec)) / per_f
             step = _ff_step(e) if aligned else _Q8_BLOCK
@@ -110,21 +113,21 @@ def plan(size_mb: float, n_layers: int, spec, vocab, where: str) -> _Shape:
             if abs(total - target) > SIZE_TOLERANCE * target:
                 continue
             # A page-aligned shape wins unless it is over 2x off Kimi's width ratio.
-            key = abs(math.log(f / (EXPERT_FF_RATIO * e))) + (0 if aligned else math.log(2))
+            key = abs(math.log(f / (row.expert_ff_ratio * e))) + (0 if aligned else math.log(2))
             if best_key is None or key < best_key:
                 h, _, _ = mla_dims(e)
                 best, best_key = _Shape(n_layers, e, f, h, 1), key
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB deepseek2 model with {n_layers} layers of {spec.experts} "
+            f"{where}: cannot make a {size_mb:g} MB {row.name} model with {n_layers} layers of {spec.experts} "
             f"experts within {SIZE_TOLERANCE:.0%}; ask for a larger size or fewer layers")
     return best
 
 
-def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
+def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
     e, f, n, x = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts
     h, q, kv = mla_dims(e)
-    fd = dense_ff(e)
+    fd = dense_ff(e, row)
     s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
     out = list(head)
@@ -140,10 +143,10 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
             # ne [nope, kv_lora, n_head] and [kv_lora, v, n_head]: one matrix per head.
             _Tensor(p + "attn_k_b.weight", kv, NOPE, False, 1.0 / math.sqrt(NOPE), n_expert=h, random_f32=True),
             _Tensor(p + "attn_v_b.weight", V_HEAD, kv, False, 1.0 / math.sqrt(kv), n_expert=h, random_f32=True),
-            _Tensor(p + "attn_output.weight", e, h * V_HEAD, True, s_res / math.sqrt(h * V_HEAD)),
+            attention_output(p + "attn_output.weight", e, h * V_HEAD, s_res / math.sqrt(h * V_HEAD)),
             _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
         ]
-        if i < DENSE_LEAD:
+        if i < row.dense_lead:
             out += [
                 _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
                 _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
@@ -151,8 +154,8 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
             ]
             continue
         out += [
-            _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True, row_scale=router_scale(spec, i)),
-            _Tensor(p + "exp_probs_b.bias", 1, x, False, BIAS_SIGMA, random_f32=True),
+            router_weight(p + "ffn_gate_inp.weight", spec, i, e),
+            router_bias(p + "exp_probs_b.bias", spec, i),
         ]
         if spec.shared_experts:
             s = spec.shared_experts * f
@@ -161,23 +164,24 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
                 _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
                 _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s)),
             ]
-        # The routed output is scaled by WEIGHTS_SCALE after the normalised weights: undo it here.
+        # The routed output is scaled by weights_scale after the normalised weights: undo it here.
         out += [
             _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x),
             _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
-            _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / WEIGHTS_SCALE, n_expert=x),
+            _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / row.weights_scale,
+                    n_expert=x),
         ]
     return out + tail
 
 
-def add_metadata(writer, shape: _Shape, spec) -> None:
+def add_metadata(writer, shape: _Shape, spec, row) -> None:
     """The deepseek2 hparams llama.cpp reads (names as convert_hf_to_gguf.py writes them)."""
     h, q, kv = mla_dims(shape.n_embd)
-    writer.add_feed_forward_length(dense_ff(shape.n_embd))
+    writer.add_feed_forward_length(dense_ff(shape.n_embd, row))
     writer.add_head_count(h)
     writer.add_head_count_kv(1)  # MLA in its absorbed form is one shared latent "head"
     writer.add_rope_dimension_count(ROPE)
-    writer.add_leading_dense_block_count(DENSE_LEAD)
+    writer.add_leading_dense_block_count(row.dense_lead)
     writer.add_q_lora_rank(q)
     writer.add_kv_lora_rank(kv)
     writer.add_key_length(kv + ROPE)
@@ -188,7 +192,10 @@ def add_metadata(writer, shape: _Shape, spec) -> None:
     writer.add_expert_count(spec.experts)
     writer.add_expert_used_count(spec.experts_used)
     writer.add_expert_shared_count(spec.shared_experts)
-    writer.add_expert_weights_scale(WEIGHTS_SCALE)
+    writer.add_expert_weights_scale(row.weights_scale)
+    if row.expert_groups[0]:  # DeepSeek-V3: top-k groups by their best two scores, then top-k experts
+        writer.add_expert_group_count(row.expert_groups[0])
+        writer.add_expert_group_used_count(row.expert_groups[1])
     writer.add_expert_weights_norm(True)
     import gguf  # only the writer needs it
 

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
+from shardscope.engine.synth import synth_gqa_moe as gqa
+from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
+from shardscope.engine.synth.synth_quant import SCHEMES
+from shardscope.engine.synth.synth_router_seam import router_scale, router_weight
 from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
@@ -40,11 +44,28 @@ class MoeSpec:
     experts_used: int = 8
     shared_experts: int = 0
     routing_skew: float = 0.0
-    # "" picks llama (no shared experts) or qwen2moe; "deepseek2" is the Kimi / DeepSeek-V3 shape
+    # "" picks llama (no shared experts) or qwen2moe; the others are rows of synth_arch_specs
     arch: str = ""
+    quant: str = ""  # "" = the arch's default (q8_0; mxfp4 for gpt-oss); q4_k_m, mxfp4
 
 
-ARCHES = ("", "llama", "qwen2moe", "deepseek2")
+ARCHES = ("", "llama", "qwen2moe", *ARCH_SPECS)
+QUANTS = tuple(SCHEMES)
+
+
+def arch_spec(spec: MoeSpec) -> ArchSpec | None:
+    """The synth_arch_specs row of ``spec.arch``; None for the Mixtral / qwen2moe shapes."""
+    return ARCH_SPECS.get(spec.arch)
+
+
+def defaults_for(arch: str | None) -> MoeSpec:
+    """The MoeSpec an --arch starts from: the real model's expert counts, before explicit flags."""
+    if arch in NOT_WRITTEN:
+        raise ShardscopeError(f"--arch {arch}: {NOT_WRITTEN[arch]}")
+    row = ARCH_SPECS.get(arch or "")
+    if row is None:
+        return MoeSpec(arch=arch or "")
+    return MoeSpec(experts=row.experts, experts_used=row.experts_used, shared_experts=row.shared_experts, arch=row.name)
 
 
 def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
@@ -52,6 +73,10 @@ def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
         value = getattr(spec, key)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ShardscopeError(f"{where}: {key} must be a whole number, got {value!r}")
+    if spec.arch in NOT_WRITTEN:
+        raise ShardscopeError(f"{where}: {NOT_WRITTEN[spec.arch]}")
+    if spec.arch not in ARCHES:
+        raise ShardscopeError(f"{where}: arch must be one of {', '.join(a for a in ARCHES if a)}, got {spec.arch!r}")
     if not 2 <= spec.experts <= MAX_EXPERTS:
         raise ShardscopeError(f"{where}: experts must be 2 to {MAX_EXPERTS}, got {spec.experts}")
     if not 1 <= spec.experts_used <= spec.experts:
@@ -59,32 +84,70 @@ def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
             f"{where}: experts_used must be 1 to experts ({spec.experts}), got {spec.experts_used}")
     if spec.shared_experts < 0:
         raise ShardscopeError(f"{where}: shared_experts must be ≥ 0, got {spec.shared_experts}")
-    if spec.arch not in ARCHES:
-        raise ShardscopeError(f"{where}: arch must be one of {', '.join(a for a in ARCHES if a)}, got {spec.arch!r}")
     if spec.arch == "llama" and spec.shared_experts:
         raise ShardscopeError(f"{where}: arch llama has no shared experts; use qwen2moe or deepseek2")
     if spec.arch == "qwen2moe" and not spec.shared_experts:
         raise ShardscopeError(f"{where}: arch qwen2moe needs shared_experts ≥ 1")
+    row = arch_spec(spec)
+    if row is not None:
+        _check_row(spec, row, where)
+    elif spec.quant not in ("", "q8_0"):
+        raise ShardscopeError(f"{where}: quant {spec.quant} is written for the archs of real files "
+                              f"({', '.join(ARCH_SPECS)}); arch {architecture(spec)} is written as q8_0 only")
     skew = spec.routing_skew
     if isinstance(skew, bool) or not isinstance(skew, numbers.Real) or not math.isfinite(skew) or skew < 0:
         raise ShardscopeError(f"{where}: routing_skew must be a finite number ≥ 0, got {skew!r}")
     return spec
 
 
+def _check_row(spec: MoeSpec, row: ArchSpec, where: str) -> None:
+    """What llama.cpp's loader of the arch requires (a file without it does not load)."""
+    if row.shared_experts and spec.shared_experts < 1:
+        raise ShardscopeError(f"{where}: arch {row.name} needs shared_experts ≥ 1 (llama.cpp requires the "
+                              f"ffn_*_shexp tensors of {row.gguf_arch})")
+    if not row.shared_experts and spec.shared_experts:
+        raise ShardscopeError(f"{where}: arch {row.name} has no shared experts; give --shared-experts 0")
+    if row.name == "llama4" and spec.shared_experts != 1:
+        raise ShardscopeError(f"{where}: arch llama4 has exactly one shared expert, got {spec.shared_experts}")
+    if spec.quant and spec.quant not in row.quants:
+        raise ShardscopeError(f"{where}: arch {row.name} is written as {' or '.join(row.quants)}, not {spec.quant}")
+    groups, used = row.expert_groups
+    if groups and (spec.experts % groups or spec.experts_used > (spec.experts // groups) * used):
+        raise ShardscopeError(f"{where}: arch {row.name} routes in {groups} expert groups (top {used}): experts "
+                              f"must be a multiple of {groups} and experts_used ≤ {used} groups' experts")
+
+
 def architecture(spec: MoeSpec) -> str:
+    row = arch_spec(spec)
+    if row is not None:
+        return row.gguf_arch
     return spec.arch or ("qwen2moe" if spec.shared_experts else "llama")
+
+
+def alignment(spec: MoeSpec) -> int:
+    """Real files' 32 bytes for the archs of synth_arch_specs but the MLA ones (as #18 wrote them);
+    4096 (page-aligned experts) for the Mixtral / qwen2moe / deepseek2 shapes tests rely on."""
+    row = arch_spec(spec)
+    return gqa.ALIGNMENT if row is not None and not row.mla else 4096
+
+
+def file_type(spec: MoeSpec) -> int:
+    row = arch_spec(spec)
+    return gqa.file_type(spec, row) if row is not None else 7
 
 
 def default_n_layers(size_mb: float, spec: MoeSpec | None = None) -> int:
     """Fewer, wider layers than a dense model: 8 at 600 MB, so experts are not slivers."""
-    if spec is not None and spec.arch == deepseek2.ARCH:
-        return deepseek2.default_n_layers(size_mb)
+    row = arch_spec(spec) if spec is not None else None
+    if row is not None:
+        return deepseek2.default_n_layers(size_mb, row) if row.mla else gqa.default_n_layers(size_mb, row)
     return int(min(64, max(2, round(math.sqrt(size_mb) / 3))))
 
 
 def tensors_per_layer(spec: MoeSpec) -> int:
-    if spec.arch == deepseek2.ARCH:
-        return deepseek2.tensors_per_layer(spec)
+    row = arch_spec(spec)
+    if row is not None:
+        return deepseek2.tensors_per_layer(spec) if row.mla else gqa.TENSORS_PER_LAYER
     return 10 + (4 if spec.shared_experts else 0)
 
 
@@ -111,8 +174,11 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     Real MoE models have narrower experts the more of them there are (Mixtral 8 × 3.5
     n_embd, OLMoE 64 × 0.5, Qwen3 128 × 0.375): aim at n_ff ≈ 28 / n_expert × n_embd.
     """
-    if spec.arch == deepseek2.ARCH:
-        return deepseek2.plan(size_mb, n_layers, spec, vocab, where)
+    row = arch_spec(spec)
+    if row is not None:
+        if row.mla:
+            return deepseek2.plan(size_mb, n_layers, spec, row, vocab, where)
+        return gqa.plan(size_mb, n_layers, spec, row, vocab, where)
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     ratio = min(3.5, max(0.25, 28.0 / spec.experts))
@@ -148,19 +214,12 @@ def _search(target: int, fixed: int, n_layers: int, spec: MoeSpec, vocab, ratio:
     return best, best_key
 
 
-def router_scale(spec: MoeSpec, layer: int) -> tuple[float, ...]:
-    if spec.routing_skew <= 0:
-        return ()
-    n_hot = max(2, spec.experts // 8)
-    scale = [1.0] * spec.experts
-    for rank in range(n_hot):
-        scale[(layer * n_hot + rank) % spec.experts] = 1.0 + spec.routing_skew * (n_hot - rank) / n_hot
-    return tuple(scale)
-
-
 def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
-    if spec.arch == deepseek2.ARCH:
-        return deepseek2.tensors(shape, spec, n_vocab, router_scale)
+    row = arch_spec(spec)
+    if row is not None:
+        if row.mla:
+            return deepseek2.tensors(shape, spec, row, n_vocab)
+        return gqa.tensors(shape, spec, row, n_vocab)
     e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
@@ -169,9 +228,7 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
     for i in range(n):
         p = f"blk.{i}."
         out += attention_tensors(p, e, kv, n) + [
-            # Router logits of unit scale: picks then depend on the token, not on noise.
-            _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True,
-                    row_scale=router_scale(spec, i)),
+            router_weight(p + "ffn_gate_inp.weight", spec, i, e),
         ]
         if spec.shared_experts:
             s = spec.shared_experts * f
@@ -190,8 +247,11 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
 
 
 def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:
-    if spec.arch == deepseek2.ARCH:
-        return deepseek2.add_metadata(writer, shape, spec)
+    row = arch_spec(spec)
+    if row is not None:
+        if row.mla:
+            return deepseek2.add_metadata(writer, shape, spec, row)
+        return gqa.add_metadata(writer, shape, spec, row)
     writer.add_expert_count(spec.experts)
     writer.add_expert_used_count(spec.experts_used)
     if spec.shared_experts:
@@ -205,5 +265,5 @@ def like_kimi_k2(routing_skew: float = 0.0) -> MoeSpec:
 
 
 PRESETS = {"kimi-k2": like_kimi_k2}
-
-__all__ = ["MoeSpec", "like_kimi_k2", "PRESETS", "validate_spec", "plan", "tensors", "add_metadata", "architecture", "default_n_layers"]
+__all__ = ["MoeSpec", "like_kimi_k2", "PRESETS", "validate_spec", "plan", "tensors", "add_metadata", "architecture",
+           "default_n_layers", "defaults_for", "alignment", "file_type", "router_scale", "ARCHES", "QUANTS"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from shardscope.engine.synth.synth_quant import Q8_0, QuantType
 from shardscope.engine.synth.synth_vocab import SynthVocab
 from shardscope.engine.base.units import MIB
 
@@ -61,16 +62,17 @@ class _Tensor:
     # an F32 tensor without it is a norm (all ones).
     random_f32: bool = False
     row_scale: tuple[float, ...] = ()
+    qtype: QuantType = Q8_0  # the block format of a quantized tensor
 
     @property
     def nbytes(self) -> int:
         if self.quantized:
-            return self.n_expert * self.rows * (self.cols // _Q8_BLOCK) * _Q8_BYTES
+            return self.n_expert * self.rows * self.qtype.row_bytes(self.cols)
         return self.n_expert * self.rows * self.cols * 4
 
     def numpy_shape(self) -> tuple[int, ...]:
-        """The shape GGUFWriter takes (outermost first; Q8_0 rows given in bytes)."""
-        last = self.cols // _Q8_BLOCK * _Q8_BYTES if self.quantized else self.cols
+        """The shape GGUFWriter takes (outermost first; quantized rows given in bytes)."""
+        last = self.qtype.row_bytes(self.cols) if self.quantized else self.cols
         if self.n_expert > 1:
             return (self.n_expert, self.rows, last)
         return (last,) if self.rows == 1 and not self.quantized else (self.rows, last)

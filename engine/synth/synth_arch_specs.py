@@ -1,0 +1,94 @@
+"""What makes each MoE architecture ``synth --moe --arch A`` writes: one row per arch.
+
+Users bring Qwen3-MoE, gpt-oss, GLM-4.5, Llama 4, Kimi K2 and DeepSeek-V3 files; the streaming
+engine must meet each one's tensors (expert biases, shared experts, dense layers between MoE
+layers, router biases, sinks). The flags below say which of llama.cpp's tensors and keys an arch
+needs; they were read from llama.cpp's own loader in the llama-cpp-python 0.3.36 build
+(src/models/<arch>.cpp ``load_arch_hparams`` / ``load_arch_tensors`` and the graph), and every
+arch's file is loaded and run by that libllama in tests/test_arch_matrix.py.
+
+Ratios (expert width, dense width, attention width per n_embd; expert counts) are the named real
+model's config.json, so a small synthetic file has that model's proportions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    name: str  # the --arch value
+    gguf_arch: str  # general.architecture llama.cpp dispatches on
+    like: str  # the real model the ratios come from
+    experts: int
+    experts_used: int
+    shared_experts: int = 0
+    dense_lead: int = 0  # leading dense layers (leading_dense_block_count)
+    moe_step: int = 1  # an MoE FFN on every moe_step-th layer, dense ones between (interleave_moe_layer_step)
+    expert_ff_ratio: float = 0.375  # one expert's FFN width / n_embd
+    dense_ff_ratio: float = 2.75  # a dense layer's FFN width / n_embd
+    q_ratio: float = 1.0  # n_head · head_dim / n_embd
+    kv_group: int = 4  # query heads per KV head
+    qk_norm: bool = False  # attn_q_norm / attn_k_norm
+    attn_bias: bool = False  # attn_q/k/v .bias
+    out_bias: bool = False  # attn_output.bias
+    post_attn_norm: bool = False  # the FFN's input norm is attn_post_norm (no ffn_norm)
+    sinks: bool = False  # attn_sinks, one logit per head
+    sliding_window: int = 0  # > 0: every other layer attends this many tokens (attention.sliding_window)
+    expert_biases: bool = False  # ffn_{gate,up,down}_exps.bias: per-expert F32 biases, read with the experts
+    router_bias: str = ""  # "exp_probs_b": added to the scores before top-k; "gate_inp": to the logits
+    gating: int = 0  # expert_gating_func written (0: the arch's graph fixes it, key not written)
+    weights_norm: bool = False
+    weights_scale: float = 0.0  # 0: key not written
+    rope_fraction: float = 1.0  # rotary dims / head dim
+    expert_groups: tuple[int, int] = (0, 0)  # (expert_group_count, expert_group_used_count)
+    quant: str = "q8_0"  # the --quant a file gets unless told
+    quants: tuple[str, ...] = ("q8_0", "q4_k_m")
+    mla: bool = False  # deepseek2's MLA attention (engine.synth.synth_deepseek2 writes these)
+
+
+ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
+    # Qwen3-30B-A3B: n_embd 2048, 128 experts top-8 of 768, 32 heads × 128 over 4 KV heads, QK norm
+    ArchSpec("qwen3moe", "qwen3moe", "Qwen3-30B-A3B", 128, 8, expert_ff_ratio=768 / 2048,
+             dense_ff_ratio=6144 / 2048, q_ratio=2.0, kv_group=8, qk_norm=True),
+    # gpt-oss-20b: n_embd 2880, 32 experts top-4 of 2880 in MXFP4 with biases, router bias,
+    # 64 heads × 64 over 8, q/k/v/o biases, attention sinks, a 128-token window on every other layer
+    ArchSpec("gpt-oss", "gpt-oss", "gpt-oss-20b", 32, 4, expert_ff_ratio=1.0, dense_ff_ratio=1.0,
+             q_ratio=4096 / 2880, kv_group=8, attn_bias=True, out_bias=True, post_attn_norm=True, sinks=True,
+             sliding_window=128, expert_biases=True, router_bias="gate_inp", quant="mxfp4",
+             quants=("mxfp4", "q8_0")),
+    # GLM-4.5-Air: n_embd 4096, layer 0 dense (10944), 128 experts top-8 of 1408 + 1 shared,
+    # sigmoid router with exp_probs_b, 96 heads × 128 over 8 with q/k/v biases, half-rotary
+    ArchSpec("glm4moe", "glm4moe", "GLM-4.5-Air", 128, 8, shared_experts=1, dense_lead=1,
+             expert_ff_ratio=1408 / 4096, dense_ff_ratio=10944 / 4096, q_ratio=3.0, kv_group=12,
+             attn_bias=True, post_attn_norm=True, router_bias="exp_probs_b", gating=2, weights_norm=True,
+             weights_scale=1.0, rope_fraction=0.5),
+    # Llama-4-Maverick-17B-128E: n_embd 5120, MoE on every 2nd layer (128 experts top-1 of 8192
+    # + 1 shared of the same width), dense FFN 16384 between, 40 heads × 128 over 8, sigmoid
+    ArchSpec("llama4", "llama4", "Llama-4-Maverick-17B-128E", 128, 1, shared_experts=1, moe_step=2,
+             expert_ff_ratio=8192 / 5120, dense_ff_ratio=16384 / 5120, q_ratio=1.0, kv_group=5),
+    # Kimi-K2-Instruct (deepseek2 in llama.cpp): 384 experts top-8 + 1 shared, layer 0 dense, MLA
+    ArchSpec("kimi-k2", "deepseek2", "Kimi-K2-Instruct", 384, 8, shared_experts=1, dense_lead=1,
+             expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
+             weights_norm=True, weights_scale=2.827, mla=True),
+    # DeepSeek-V3: as Kimi but 256 experts in 8 groups (top-4 groups, then top-8), 3 dense layers
+    ArchSpec("deepseek3", "deepseek2", "DeepSeek-V3", 256, 8, shared_experts=1, dense_lead=3,
+             expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
+             weights_norm=True, weights_scale=2.5, expert_groups=(8, 4), mla=True),
+    # --arch deepseek2: the deepseek2 graph with Kimi's shape unless told otherwise
+    ArchSpec("deepseek2", "deepseek2", "Kimi-K2-Instruct", 64, 8, shared_experts=1, dense_lead=1,
+             expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
+             weights_norm=True, weights_scale=2.827, mla=True),
+)}
+
+# Archs llama.cpp 0.3.36 knows that synth does not write yet, with the reason (refused before writing).
+NOT_WRITTEN = {
+    "gemma4": "gemma4 (per-layer SWA pattern array, per-expert down scales, router scale, fused shared FFN) "
+              "is not written by synth yet",
+    "qwen3next": "qwen3next (gated delta-net linear-attention layers between full-attention ones) "
+                 "is not written by synth yet",
+}
+
+
+__all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]
