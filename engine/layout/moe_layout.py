@@ -4,8 +4,12 @@ A MoE layer stores each routed-expert matrix as one 3-D tensor (``ffn_gate_exps`
 ``ffn_up_exps``, ``ffn_down_exps``; ne = [.., .., n_expert]), expert-major: expert e is
 the contiguous slice [offset + e·nbytes/n_expert, offset + (e+1)·nbytes/n_expert). An
 expert of a layer is the unit expert streaming loads and evicts: its three slices.
-Everything else (attention, norms, router ``ffn_gate_inp``, shared experts ``*_shexp``,
-embeddings) is dense.
+Everything else is dense and stays resident: attention, norms, router ``ffn_gate_inp`` (and its
+bias), ``exp_probs_b``, shared experts ``*_shexp``, per-expert biases ``ffn_*_exps.bias`` (gpt-oss:
+small, and read for every picked expert anyway), whole dense FFN layers between MoE layers
+(glm4moe / deepseek2 leading ones, llama4 every other layer), embeddings. In files with 32-byte
+alignment an expert's slice shares its first and last page with a neighbour (another expert or a
+dense tensor); engine/experts/expert_io.py keeps such a page while anything resident covers it.
 
 Some defects make llama.cpp *abort the process* (GGML_ASSERT, no error return) instead
 of failing the load, e.g. a missing ``<arch>.expert_used_count``: they are refused
@@ -22,6 +26,17 @@ from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo
 from shardscope.engine.base.units import MIB
 
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS: more aborts llama.cpp
+# The graph node whose data holds a layer's picked expert ids, per arch, as "<name>-<layer>".
+# Read in llama-cpp-python 0.3.36's src/models/<arch>.cpp: every MoE arch there routes through
+# llm_graph_context::build_moe_ffn, which names the ids ffn_moe_topk (after the optional expert
+# group mask of deepseek2 / DeepSeek-V3, so the ids are the final picks); files of each arch
+# below streamed with identical tokens in tests/test_arch_matrix.py.
+TOPK_NODE = "ffn_moe_topk"
+TOPK_NODES = {arch: TOPK_NODE for arch in (
+    "llama", "qwen2moe", "qwen3moe", "gpt-oss", "glm4moe", "llama4", "deepseek2")}
+# The gating each arch's graph applies when the file has no expert_gating_func key (glm4moe and
+# deepseek2 read the key with that default; llama4 and gpt-oss fix it in the graph).
+_DEFAULT_GATING = {"deepseek2": "sigmoid", "glm4moe": "sigmoid", "llama4": "sigmoid"}
 # Recognition is by tensor name, so llama (Mixtral), qwen2moe, qwen3moe, olmoe, granitemoe,
 # deepseek2 and the like all qualify; the counts are read under the file's own architecture.
 EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps")
@@ -48,6 +63,8 @@ class MoeLayout:
     gating: str = "softmax"
     # per layer: the F32 bias ``exp_probs_b.bias`` added to the scores before top-k, as its offset
     router_biases: dict[int, int] = field(default_factory=dict)
+    # the graph node carrying the picks (callback name "<topk_node>-<layer>")
+    topk_node: str = TOPK_NODE
 
     def unit_ranges(self, layer: int, expert: int) -> tuple[tuple[int, int], ...]:
         return tuple((off + expert * per, off + (expert + 1) * per) for off, per in self.expert_tensors[layer])
@@ -148,12 +165,12 @@ def read_moe_layout(layout: ModelLayout) -> MoeLayout | None:
               and t.shape[0] == count}
     # Without the key, this llama.cpp (0.3.36) gates deepseek2 by sigmoid: a file without it
     # generated the same tokens as with gating_func = 2.
-    gating = _GATING.get(_key(layout, "expert_gating_func") or 0, "sigmoid" if arch == "deepseek2" else "softmax")
+    gating = _GATING.get(_key(layout, "expert_gating_func") or 0, _DEFAULT_GATING.get(arch, "softmax"))
     dense = tuple(sorted((t.offset, t.offset + t.n_bytes) for t in layout.tensors if t.name not in expert_names))
     return MoeLayout(path=path, architecture=arch, n_expert=int(count), n_expert_used=int(used),
                      layers=tuple(sorted(per_layer)), expert_tensors=per_layer, dense_ranges=dense,
                      total_bytes=layout.weight_bytes, routers=routers, gating=gating,
-                     router_biases=biases)
+                     router_biases=biases, topk_node=TOPK_NODES.get(arch, TOPK_NODE))
 
 
-__all__ = ["MoeLayout", "read_moe_layout", "streams_experts", "EXPERT_TENSORS"]
+__all__ = ["MoeLayout", "read_moe_layout", "streams_experts", "EXPERT_TENSORS", "TOPK_NODE", "TOPK_NODES"]

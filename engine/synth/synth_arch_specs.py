@@ -33,7 +33,7 @@ class ArchSpec:
     qk_norm: bool = False  # attn_q_norm / attn_k_norm
     attn_bias: bool = False  # attn_q/k/v .bias
     out_bias: bool = False  # attn_output.bias
-    post_attn_norm: bool = False  # the FFN's input norm is attn_post_norm (no ffn_norm)
+    post_attn_norm: bool = False  # the FFN's input norm is post_attention_norm (no ffn_norm)
     sinks: bool = False  # attn_sinks, one logit per head
     sliding_window: int = 0  # > 0: every other layer attends this many tokens (attention.sliding_window)
     expert_biases: bool = False  # ffn_{gate,up,down}_exps.bias: per-expert F32 biases, read with the experts

@@ -66,7 +66,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                  _Tensor(p + "attn_k.weight", kv, e, True, s_e),
                  _Tensor(p + "attn_v.weight", kv, e, True, s_e),
                  attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
-                 vec("attn_post_norm.weight" if arch.post_attn_norm else "ffn_norm.weight", e)]
+                 vec("post_attention_norm.weight" if arch.post_attn_norm else "ffn_norm.weight", e)]
         if arch.attn_bias:
             layer += [vec("attn_q.bias", q, 0.02), vec("attn_k.bias", kv, 0.02), vec("attn_v.bias", kv, 0.02)]
         if arch.out_bias:

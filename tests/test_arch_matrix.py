@@ -1,0 +1,178 @@
+"""Every MoE architecture synth writes: llama.cpp loads and runs it, and expert streaming under a
+small budget gives the unconstrained run's greedy tokens while reading only the routed experts.
+
+Checked against sources the engine does not compute: llama.cpp itself (loading, tokens with no
+callback installed), the gguf package's reader (tensor types, offsets, alignment), the kernel's
+/proc/self/io read counter and mincore.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import pytest
+
+from conftest import drop_from_page_cache
+
+from shardscope.engine.base import memory_calls
+from shardscope.engine.cli.cli import main
+from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes
+from shardscope.engine.experts.expert_run import ExpertRun
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
+from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
+from shardscope.engine.synth.synth import write_synthetic_model
+from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS
+from shardscope.engine.synth.synth_moe import defaults_for
+
+MIB = 1024 * 1024
+PROMPT = "The history of the printing press begins"
+N_GEN = 8
+SIZE_MB = 48
+# --arch → (file architecture, the first MoE layer, whether slices are page multiples)
+ARCHES = {
+    "qwen3moe": ("qwen3moe", 0, False),
+    "gpt-oss": ("gpt-oss", 0, False),
+    "glm4moe": ("glm4moe", 1, False),
+    "llama4": ("llama4", 1, False),
+    "kimi-k2": ("deepseek2", 1, True),
+    "deepseek3": ("deepseek2", 3, True),
+    "deepseek2": ("deepseek2", 1, True),
+}
+
+
+@pytest.fixture(scope="module", params=list(ARCHES))
+def arch_model(request, tmp_path_factory):
+    arch = request.param
+    path = tmp_path_factory.mktemp(arch) / f"{arch}.gguf"
+    info = write_synthetic_model(path, SIZE_MB, moe=defaults_for(arch), seed=5)
+    assert abs(info.size_bytes - SIZE_MB * MIB) <= 0.05 * SIZE_MB * MIB
+    return arch, str(path)
+
+
+def _reference(path: str) -> list[int]:
+    from shardscope.engine.stream.llama_session import LlamaSession
+
+    with LlamaSession(path, n_threads=2, n_ctx=128) as session:  # all resident, no callback
+        return session.generate(PROMPT, N_GEN).tokens
+
+
+def test_file_is_the_arch_llama_cpp_loads_and_runs(arch_model):
+    import gguf
+
+    arch, path = arch_model
+    gguf_arch, first_moe, aligned = ARCHES[arch]
+    reader = gguf.GGUFReader(path)  # the gguf package's view, not the engine's
+    assert reader.fields["general.architecture"].contents() == gguf_arch
+    assert reader.alignment == (4096 if aligned else 32)
+    names = {t.name for t in reader.tensors}
+    row = ARCH_SPECS[arch]
+    assert f"blk.{first_moe}.ffn_gate_exps.weight" in names
+    assert all(f"blk.{i}.ffn_gate.weight" in names for i in range(first_moe))  # leading dense layers
+    assert any("_shexp" in n for n in names) == bool(row.shared_experts)
+    assert (f"blk.{first_moe}.exp_probs_b.bias" in names) == (row.router_bias == "exp_probs_b")
+    if arch == "gpt-oss":
+        assert {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.bias", "blk.0.ffn_down_exps.bias"} <= names
+        down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down_exps.weight")
+        assert down.tensor_type == gguf.GGMLQuantizationType.MXFP4
+    if arch == "llama4":  # MoE on every second layer, dense FFN between
+        assert "blk.0.ffn_gate.weight" in names and "blk.2.ffn_gate.weight" in names
+        assert "blk.3.ffn_gate_exps.weight" in names and "blk.2.ffn_gate_exps.weight" not in names
+    tokens = _reference(path)
+    assert len(tokens) == N_GEN and tokens == _reference(path)  # it runs, deterministically
+
+
+def _settings(path: str, budget_mb: float) -> RunSettings:
+    return RunSettings(model_path=path, budget_mb=budget_mb, n_gen=N_GEN, n_ctx=128, prompt=PROMPT,
+                       expert_policy="lru")
+
+
+def test_streams_only_routed_experts_with_identical_text(arch_model):
+    arch, path = arch_model
+    reference = _reference(path)
+    moe = read_moe_layout(read_layout(path))
+    # a third of the file, and never less than the dense part plus a few tokens' experts
+    budget = max(SIZE_MB / 3, moe.dense_bytes / MIB + 3 * moe.n_expert_used * moe.max_unit_bytes * len(moe.layers) / MIB)
+    assert budget < moe.total_bytes / MIB  # it streams
+    drop_from_page_cache(path)
+    with ExpertRun(_settings(path, budget)) as run:
+        summary = run.run()
+        tokens, per_token = run.tokens, run.per_token
+    assert tokens == reference
+    assert summary.expert_misses > 0 and summary.dense_mb_per_token == 0
+    for row in per_token:  # the kernel's count per decoded token: the missed experts and their edge pages
+        unit = max(moe.unit_bytes(layer) for layer in moe.layers)
+        edges = max(edge_bytes(moe, layer) for layer in moe.layers)
+        assert row["read_bytes"] <= row["misses"] * (unit + edges) + 64 * 1024, row
+        assert row["read_bytes"] >= 0.95 * row["expert_bytes"] - 64 * 1024, row
+
+
+def _neighbours(moe):
+    """Two experts of one layer whose slices share a page (32-byte aligned files have many)."""
+    layer = moe.layers[0]
+    for expert in range(moe.n_expert - 1):
+        a = {p for s, e in moe.unit_ranges(layer, expert) for p in range(*memory_calls.page_outward(s, e), 4096)}
+        b = {p for s, e in moe.unit_ranges(layer, expert + 1) for p in range(*memory_calls.page_outward(s, e), 4096)}
+        if a & b:
+            return layer, expert, expert + 1, min(a & b)
+    return None
+
+
+@pytest.mark.parametrize("own_slots", [True, False])
+def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(tmp_path, own_slots):
+    path = tmp_path / "q.gguf"
+    write_synthetic_model(path, 24, moe=defaults_for("qwen3moe"), seed=1)
+    moe = read_moe_layout(read_layout(str(path)))
+    found = _neighbours(moe)
+    assert found, "a 32-byte aligned file has experts sharing a page"
+    layer, a, b, shared = found
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+    mapping = memory_calls.FileMapping(str(path), addr, addr + memory_calls.page_outward(0, size)[1], 0)
+    slots = DirectSlots.probe(str(path), mapping) if own_slots else None
+    if isinstance(slots, str):
+        pytest.skip(slots)
+    io = ExpertIO(moe, mapping, fd, slots, SsdRateLimiter())
+    try:
+        io.start()
+        io.load_unit(layer, a)
+        io.load_unit(layer, b)
+        assert memory_calls.resident_bytes(mapping.address(shared), mapping.address(shared) + 4096) == 4096
+        io.evict_unit(layer, a)
+        # mincore: b's page is still in memory and holds the file's bytes
+        assert memory_calls.resident_bytes(mapping.address(shared), mapping.address(shared) + 4096) == 4096
+        assert ctypes.string_at(mapping.address(shared), 4096) == os.pread(fd, 4096, shared)
+        assert io.evict_unit(layer, b) == 0  # nothing of b's inner pages left
+    finally:
+        io.close()
+        _libc.munmap(addr, size)
+        os.close(fd)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--arch", "gemma4"], "gemma4"),
+    (["--arch", "qwen3next"], "qwen3next"),
+    (["--arch", "deepseek2", "--shared-experts", "0"], "needs shared_experts ≥ 1"),
+    (["--arch", "qwen3moe", "--shared-experts", "1"], "has no shared experts"),
+    (["--arch", "llama", "--quant", "q4_k_m"], "q8_0 only"),
+    (["--arch", "glm4moe", "--quant", "mxfp4"], "not mxfp4"),
+    (["--arch", "deepseek3", "--experts", "100"], "multiple of 8"),
+])
+def test_combinations_synth_cannot_write_are_refused_before_writing(tmp_path, capsys, argv, words):
+    out = tmp_path / "m.gguf"
+    assert main(["synth", "--moe", "--size-mb", "40", "--out", str(out), "--quiet", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not list(tmp_path.iterdir())
+
+
+def test_deepseek2_without_like_loads(tmp_path, capsys):
+    """It wrote a file llama.cpp refused (blk.1.ffn_gate_shexp.weight not found) and exited 0."""
+    out = tmp_path / "d.gguf"
+    assert main(["synth", "--moe", "--arch", "deepseek2", "--size-mb", "40", "--out", str(out), "--quiet"]) == 0
+    assert "1 shared" in capsys.readouterr().out
+    assert len(_reference(str(out))) == N_GEN

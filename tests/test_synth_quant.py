@@ -1,0 +1,54 @@
+"""Synthetic weights in users' block formats (Q8_0, Q4_K, Q6_K, MXFP4), checked with the gguf
+package's own block sizes and dequantizer, and a Q4_K_M qwen3moe file read back by it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardscope.engine.synth.synth import write_synthetic_model
+from shardscope.engine.synth.synth_moe import MoeSpec
+from shardscope.engine.synth.synth_quant import TYPES, random_blocks
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_block_sizes_are_ggmls(name):
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    qtype = TYPES[name]
+    assert GGML_QUANT_SIZES[GGMLQuantizationType(qtype.ggml_type)] == (qtype.block, qtype.bytes)
+    assert GGMLQuantizationType(qtype.ggml_type).name == name
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_random_blocks_dequantize_to_finite_weights_of_the_asked_scale(name):
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    qtype, sigma = TYPES[name], 0.05
+    blocks = random_blocks(qtype, 512, sigma, np.random.SFC64(7))
+    weights = dequantize(blocks.reshape(-1), GGMLQuantizationType(qtype.ggml_type)).astype(np.float64)
+    assert weights.size == 512 * qtype.block and np.isfinite(weights).all()
+    assert abs(weights.mean()) < 0.1 * sigma
+    low, high = (0.7, 1.42) if name == "MXFP4" else (0.9, 1.1)  # MXFP4 scales are powers of two
+    assert low * sigma < weights.std() < high * sigma
+
+
+def test_q4_k_m_qwen3moe_experts_read_back_as_q4_k_and_q6_k(tmp_path):
+    import gguf
+
+    path = tmp_path / "q.gguf"
+    info = write_synthetic_model(path, 64, moe=MoeSpec(128, 8, arch="qwen3moe", quant="q4_k_m"))
+    reader = gguf.GGUFReader(path)
+    types = {t.name.split(".", 2)[2]: t.tensor_type.name for t in reader.tensors if t.name.startswith("blk.0.ffn_")}
+    assert (types["ffn_gate_exps.weight"], types["ffn_up_exps.weight"], types["ffn_down_exps.weight"]) == (
+        "Q4_K", "Q4_K", "Q6_K")
+    assert reader.alignment == 32 and reader.fields["general.file_type"].contents() == 15  # MOSTLY_Q4_K_M
+    offsets = [t.data_offset for t in reader.tensors]
+    assert all(o % 32 == 0 for o in offsets) and any(o % 4096 for o in offsets)
+    gate = next(t for t in reader.tensors if t.name == "blk.0.ffn_gate_exps.weight")
+    assert (int(gate.n_bytes) // 128) % 4096  # one expert's slice is not a page multiple
+    from shardscope.engine.stream.llama_session import LlamaSession
+
+    with LlamaSession(info.path, n_threads=2, n_ctx=128) as session:
+        assert len(session.generate("The printing press", 4).tokens) == 4
