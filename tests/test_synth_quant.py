@@ -38,7 +38,7 @@ def test_q4_k_m_qwen3moe_experts_read_back_as_q4_k_and_q6_k(tmp_path):
     import gguf
 
     path = tmp_path / "q.gguf"
-    info = write_synthetic_model(path, 64, moe=MoeSpec(128, 8, arch="qwen3moe", quant="q4_k_m"))
+    info = write_synthetic_model(path, 100, moe=MoeSpec(128, 8, arch="qwen3moe", quant="q4_k_m"))
     reader = gguf.GGUFReader(path)
     types = {t.name.split(".", 2)[2]: t.tensor_type.name for t in reader.tensors if t.name.startswith("blk.0.ffn_")}
     assert (types["ffn_gate_exps.weight"], types["ffn_up_exps.weight"], types["ffn_down_exps.weight"]) == (
@@ -46,8 +46,9 @@ def test_q4_k_m_qwen3moe_experts_read_back_as_q4_k_and_q6_k(tmp_path):
     assert reader.alignment == 32 and reader.fields["general.file_type"].contents() == 15  # MOSTLY_Q4_K_M
     offsets = [t.data_offset for t in reader.tensors]
     assert all(o % 32 == 0 for o in offsets) and any(o % 4096 for o in offsets)
-    gate = next(t for t in reader.tensors if t.name == "blk.0.ffn_gate_exps.weight")
-    assert (int(gate.n_bytes) // 128) % 4096  # one expert's slice is not a page multiple
+    starts = [int(t.data_offset) + e * (int(t.n_bytes) // 128) for t in reader.tensors if "_exps" in t.name
+              for e in range(128)]
+    assert sum(1 for s in starts if s % 4096) > len(starts) // 2  # most expert slices do not start on a page
     from shardscope.engine.stream.llama_session import LlamaSession
 
     with LlamaSession(info.path, n_threads=2, n_ctx=128) as session:
