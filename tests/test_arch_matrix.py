@@ -40,6 +40,7 @@ ARCHES = {
     "gpt-oss": ("gpt-oss", 0, False),
     "glm4moe": ("glm4moe", 1, False),
     "llama4": ("llama4", 1, False),
+    "gemma4": ("gemma4", 0, False),
     "kimi-k2": ("deepseek2", 1, True),
     "deepseek3": ("deepseek2", 3, True),
     "deepseek2": ("deepseek2", 1, True),
@@ -75,12 +76,16 @@ def test_file_is_the_arch_llama_cpp_loads_and_runs(arch_model):
     row = ARCH_SPECS[arch]
     assert f"blk.{first_moe}.ffn_gate_exps.weight" in names
     assert all(f"blk.{i}.ffn_gate.weight" in names for i in range(first_moe))  # leading dense layers
+    assert all(f"blk.{i}.ffn_gate_exps.weight" not in names for i in range(first_moe))
     assert any("_shexp" in n for n in names) == bool(row.shared_experts)
     assert (f"blk.{first_moe}.exp_probs_b.bias" in names) == (row.router_bias == "exp_probs_b")
     if arch == "gpt-oss":
         assert {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.bias", "blk.0.ffn_down_exps.bias"} <= names
         down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down_exps.weight")
         assert down.tensor_type == gguf.GGMLQuantizationType.MXFP4
+    if arch == "gemma4":  # a dense FFN beside the experts in every layer, the router's scale, per-expert scales
+        assert {"blk.0.ffn_gate.weight", "blk.0.ffn_gate_inp.scale", "blk.0.ffn_down_exps.scale",
+                "rope_freqs.weight"} <= names
     if arch == "llama4":  # MoE on every second layer, dense FFN between
         assert "blk.0.ffn_gate.weight" in names and "blk.2.ffn_gate.weight" in names
         assert "blk.3.ffn_gate_exps.weight" in names and "blk.2.ffn_gate_exps.weight" not in names
@@ -157,7 +162,6 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--arch", "gemma4"], "gemma4"),
     (["--arch", "qwen3next"], "qwen3next"),
     (["--arch", "deepseek2", "--shared-experts", "0"], "needs shared_experts ≥ 1"),
     (["--arch", "qwen3moe", "--shared-experts", "1"], "has no shared experts"),

@@ -167,7 +167,7 @@ def _moe_spec(args):
                       for key in _MOE_FLAGS if key != "like"})
 
 
-# what synth --arch offers; gemma4 and qwen3next are refused with the reason (not written yet)
+# what synth --arch offers; qwen3next is refused with the reason (not written yet)
 SYNTH_ARCHES = ("llama", "qwen2moe", "deepseek2", "qwen3moe", "gpt-oss", "glm4moe", "llama4", "kimi-k2",
                 "deepseek3", "gemma4", "qwen3next")
 
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="make some experts win more often (0: uniform router)")
     synth.add_argument("--arch", choices=SYNTH_ARCHES, default=None,
                        help="MoE architecture (default: llama, or qwen2moe with shared experts); qwen3moe, gpt-oss, "
-                            "glm4moe, llama4, kimi-k2, deepseek3 have that model's expert counts and tensors; "
+                            "glm4moe, llama4, gemma4, kimi-k2, deepseek3 have that model's expert counts and tensors; "
                             "deepseek2 is the Kimi K2 shape: MLA, dense first layer, sigmoid router")
     synth.add_argument("--quant", choices=("q8_0", "q4_k_m", "mxfp4"), default=None,
                        help="experts' format: q8_0, q4_k_m (gate/up Q4_K, down Q6_K) or mxfp4 (gpt-oss's default)")

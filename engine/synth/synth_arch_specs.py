@@ -45,7 +45,11 @@ class ArchSpec:
     expert_groups: tuple[int, int] = (0, 0)  # (expert_group_count, expert_group_used_count)
     quant: str = "q8_0"  # the --quant a file gets unless told
     quants: tuple[str, ...] = ("q8_0", "q4_k_m")
-    mla: bool = False  # deepseek2's MLA attention (engine.synth.synth_deepseek2 writes these)
+    family: str = "gqa"  # the writer module: "gqa" (synth_gqa_moe), "mla" (synth_deepseek2), "gemma4"
+
+    @property
+    def mla(self) -> bool:
+        return self.family == "mla"
 
 
 ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
@@ -68,24 +72,27 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
     # + 1 shared of the same width), dense FFN 16384 between, 40 heads × 128 over 8, sigmoid
     ArchSpec("llama4", "llama4", "Llama-4-Maverick-17B-128E", 128, 1, shared_experts=1, moe_step=2,
              expert_ff_ratio=8192 / 5120, dense_ff_ratio=16384 / 5120, q_ratio=1.0, kv_group=5),
+    # Gemma-4-26B-A4B: n_embd 2816, every layer a dense GELU FFN (2112) beside 128 experts top-8 of
+    # 704, 16 heads over 8, 5 sliding-window layers to 1 full; the router reads its own scaled norm
+    ArchSpec("gemma4", "gemma4", "Gemma-4-26B-A4B", 128, 8, expert_ff_ratio=704 / 2816,
+             dense_ff_ratio=2112 / 2816, q_ratio=16 * 256 / 2816, kv_group=2, qk_norm=True, post_attn_norm=True,
+             sliding_window=1024, family="gemma4"),
     # Kimi-K2-Instruct (deepseek2 in llama.cpp): 384 experts top-8 + 1 shared, layer 0 dense, MLA
     ArchSpec("kimi-k2", "deepseek2", "Kimi-K2-Instruct", 384, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
-             weights_norm=True, weights_scale=2.827, mla=True),
+             weights_norm=True, weights_scale=2.827, family="mla"),
     # DeepSeek-V3: as Kimi but 256 experts in 8 groups (top-4 groups, then top-8), 3 dense layers
     ArchSpec("deepseek3", "deepseek2", "DeepSeek-V3", 256, 8, shared_experts=1, dense_lead=3,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
-             weights_norm=True, weights_scale=2.5, expert_groups=(8, 4), mla=True),
+             weights_norm=True, weights_scale=2.5, expert_groups=(8, 4), family="mla"),
     # --arch deepseek2: the deepseek2 graph with Kimi's shape unless told otherwise
     ArchSpec("deepseek2", "deepseek2", "Kimi-K2-Instruct", 64, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
-             weights_norm=True, weights_scale=2.827, mla=True),
+             weights_norm=True, weights_scale=2.827, family="mla"),
 )}
 
 # Archs llama.cpp 0.3.36 knows that synth does not write yet, with the reason (refused before writing).
 NOT_WRITTEN = {
-    "gemma4": "gemma4 (per-layer SWA pattern array, per-expert down scales, router scale, fused shared FFN) "
-              "is not written by synth yet",
     "qwen3next": "qwen3next (gated delta-net linear-attention layers between full-attention ones) "
                  "is not written by synth yet",
 }

@@ -100,13 +100,14 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     return out + tail
 
 
-def _total(shape: _Shape, spec, arch: ArchSpec, vocab) -> int:
+def _total(shape: _Shape, spec, arch: ArchSpec, vocab, build=None) -> int:
     fixed = _header_bytes(shape.n_layers, vocab, TENSORS_PER_LAYER)
-    return fixed + sum(_pad(t.nbytes) for t in tensors(shape, spec, arch, vocab.n_vocab))
+    return fixed + sum(_pad(t.nbytes) for t in (build or tensors)(shape, spec, arch, vocab.n_vocab))
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
-    """n_embd and the expert width that hit the size, the width nearest the real model's ratio."""
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str, build=None) -> _Shape:
+    """n_embd and the expert width that hit the size, the width nearest the real model's ratio.
+    ``build``: the arch's tensor list (default this module's; synth_gemma4 passes its own)."""
     if n_layers <= arch.dense_lead or not any(is_moe_layer(arch, i) for i in range(n_layers)):
         raise ShardscopeError(f"{where}: a {arch.name} model of {n_layers} layers has no MoE layer "
                               f"(the first {arch.dense_lead} are dense, then every {arch.moe_step}. is MoE)")
@@ -117,13 +118,13 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str)
     best, best_key = None, None
     for e in range(e_step, 8192 + 1, e_step):
         n_head, n_kv = heads(arch, e)
-        t1 = _total(_Shape(n_layers, e, f_step, n_head, n_kv), spec, arch, vocab)
-        t2 = _total(_Shape(n_layers, e, 2 * f_step, n_head, n_kv), spec, arch, vocab)
+        t1 = _total(_Shape(n_layers, e, f_step, n_head, n_kv), spec, arch, vocab, build)
+        t2 = _total(_Shape(n_layers, e, 2 * f_step, n_head, n_kv), spec, arch, vocab, build)
         if t1 > target * (1 + SIZE_TOLERANCE):
             break
         f = max(f_step, int(round((f_step + (target - t1) * f_step / (t2 - t1)) / f_step)) * f_step)
         shape = _Shape(n_layers, e, f, n_head, n_kv)
-        if abs(_total(shape, spec, arch, vocab) - target) > SIZE_TOLERANCE * target:
+        if abs(_total(shape, spec, arch, vocab, build) - target) > SIZE_TOLERANCE * target:
             continue
         key = abs(math.log(f / (arch.expert_ff_ratio * e)))
         if best_key is None or key < best_key:

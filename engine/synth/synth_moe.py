@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
+from shardscope.engine.synth import synth_gemma4 as gemma4
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
@@ -117,6 +118,11 @@ def _check_row(spec: MoeSpec, row: ArchSpec, where: str) -> None:
                               f"must be a multiple of {groups} and experts_used ≤ {used} groups' experts")
 
 
+def _writer(row: ArchSpec):
+    """The module that writes the arch family's tensors and keys (plan, tensors, add_metadata)."""
+    return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4}[row.family]
+
+
 def architecture(spec: MoeSpec) -> str:
     row = arch_spec(spec)
     if row is not None:
@@ -176,9 +182,7 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     """
     row = arch_spec(spec)
     if row is not None:
-        if row.mla:
-            return deepseek2.plan(size_mb, n_layers, spec, row, vocab, where)
-        return gqa.plan(size_mb, n_layers, spec, row, vocab, where)
+        return _writer(row).plan(size_mb, n_layers, spec, row, vocab, where)
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     ratio = min(3.5, max(0.25, 28.0 / spec.experts))
@@ -217,9 +221,7 @@ def _search(target: int, fixed: int, n_layers: int, spec: MoeSpec, vocab, ratio:
 def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
     row = arch_spec(spec)
     if row is not None:
-        if row.mla:
-            return deepseek2.tensors(shape, spec, row, n_vocab)
-        return gqa.tensors(shape, spec, row, n_vocab)
+        return _writer(row).tensors(shape, spec, row, n_vocab)
     e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
@@ -249,9 +251,7 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
 def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:
     row = arch_spec(spec)
     if row is not None:
-        if row.mla:
-            return deepseek2.add_metadata(writer, shape, spec, row)
-        return gqa.add_metadata(writer, shape, spec, row)
+        return _writer(row).add_metadata(writer, shape, spec, row)
     writer.add_expert_count(spec.experts)
     writer.add_expert_used_count(spec.experts_used)
     if spec.shared_experts:
