@@ -45,7 +45,7 @@ class ArchSpec:
     expert_groups: tuple[int, int] = (0, 0)  # (expert_group_count, expert_group_used_count)
     quant: str = "q8_0"  # the --quant a file gets unless told
     quants: tuple[str, ...] = ("q8_0", "q4_k_m")
-    family: str = "gqa"  # the writer module: "gqa" (synth_gqa_moe), "mla" (synth_deepseek2), "gemma4"
+    family: str = "gqa"  # the writer module: gqa (synth_gqa_moe), mla (synth_deepseek2), gemma4, qwen3next
 
     @property
     def mla(self) -> bool:
@@ -77,6 +77,11 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("gemma4", "gemma4", "Gemma-4-26B-A4B", 128, 8, expert_ff_ratio=704 / 2816,
              dense_ff_ratio=2112 / 2816, q_ratio=16 * 256 / 2816, kv_group=2, qk_norm=True, post_attn_norm=True,
              sliding_window=1024, family="gemma4"),
+    # Qwen3-Next-80B-A3B: n_embd 2048, linear attention (gated delta net) on 3 of 4 layers, 512
+    # experts top-10 of 512 + 1 shared of 512 on every layer, 16 heads × 256 over 2, quarter-rotary
+    ArchSpec("qwen3next", "qwen3next", "Qwen3-Next-80B-A3B", 512, 10, shared_experts=1,
+             expert_ff_ratio=512 / 2048, dense_ff_ratio=5120 / 2048, q_ratio=2.0, kv_group=8, qk_norm=True,
+             post_attn_norm=True, rope_fraction=0.25, family="qwen3next"),
     # Kimi-K2-Instruct (deepseek2 in llama.cpp): 384 experts top-8 + 1 shared, layer 0 dense, MLA
     ArchSpec("kimi-k2", "deepseek2", "Kimi-K2-Instruct", 384, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
@@ -91,11 +96,8 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
              weights_norm=True, weights_scale=2.827, family="mla"),
 )}
 
-# Archs llama.cpp 0.3.36 knows that synth does not write yet, with the reason (refused before writing).
-NOT_WRITTEN = {
-    "qwen3next": "qwen3next (gated delta-net linear-attention layers between full-attention ones) "
-                 "is not written by synth yet",
-}
+# Archs this llama.cpp knows that synth does not write yet, with the reason (refused before writing).
+NOT_WRITTEN: dict[str, str] = {}
 
 
 __all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]

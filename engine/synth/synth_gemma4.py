@@ -69,6 +69,10 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     return out + tail
 
 
+def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
+    return gqa.default_n_layers(size_mb, arch)
+
+
 def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
@@ -83,4 +87,4 @@ def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     writer.add_uint32(f"{a}.embedding_length_per_layer_input", 0)  # no per-layer embeddings (E2B/E4B have them)
 
 
-__all__ = ["tensors", "plan", "add_metadata", "is_swa"]
+__all__ = ["tensors", "plan", "add_metadata", "is_swa", "default_n_layers"]

@@ -29,6 +29,7 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
 from shardscope.engine.synth import synth_gemma4 as gemma4
 from shardscope.engine.synth import synth_gqa_moe as gqa
+from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import router_scale, router_weight
@@ -120,7 +121,7 @@ def _check_row(spec: MoeSpec, row: ArchSpec, where: str) -> None:
 
 def _writer(row: ArchSpec):
     """The module that writes the arch family's tensors and keys (plan, tensors, add_metadata)."""
-    return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4}[row.family]
+    return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4, "qwen3next": qwen3next}[row.family]
 
 
 def architecture(spec: MoeSpec) -> str:
@@ -146,7 +147,7 @@ def default_n_layers(size_mb: float, spec: MoeSpec | None = None) -> int:
     """Fewer, wider layers than a dense model: 8 at 600 MB, so experts are not slivers."""
     row = arch_spec(spec) if spec is not None else None
     if row is not None:
-        return deepseek2.default_n_layers(size_mb, row) if row.mla else gqa.default_n_layers(size_mb, row)
+        return _writer(row).default_n_layers(size_mb, row)
     return int(min(64, max(2, round(math.sqrt(size_mb) / 3))))
 
 
