@@ -123,11 +123,10 @@ class ExpertIO:
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
         with self.limiter.pacing(end - start for start, end in ranges):
             self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
-        if self.slots:
-            with self._lock:
-                for start, end in ranges:
-                    for page in _edge_pages(start, end):
-                        self._holders[page] += 1
+        with self._lock:  # both paths: a shared page goes only when no resident range covers it
+            for start, end in ranges:
+                for page in _edge_pages(start, end):
+                    self._holders[page] += 1
 
     def _release_edges(self, start: int, end: int) -> list[int]:
         """Edge pages no resident range holds any more after this one goes: the caller drops them."""
@@ -149,16 +148,21 @@ class ExpertIO:
     def evict_unit(self, layer: int, expert: int) -> int:
         """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
         for start, end, inner, span in self._inner_spans(layer, expert):
-            if self.slots:
-                if span:
-                    self.slots.drop(*inner)
-                with self._lock:
-                    freed = self._release_edges(start, end)
-                for page in freed:
-                    self.slots.drop(page, page + memory_calls.PAGE)
-            elif span:
-                self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
+            if span:
+                self._drop(inner[0], inner[1], span)
+            with self._lock:
+                freed = self._release_edges(start, end)
+            for page in freed:  # an edge page no resident range covers any more (32-byte-aligned files)
+                edge = self.mapping.clip(page, page + memory_calls.PAGE)
+                if edge:
+                    self._drop(page, page + memory_calls.PAGE, edge)
         return self.unit_resident_bytes(layer, expert)
+
+    def _drop(self, file_lo: int, file_hi: int, span: tuple[int, int]) -> None:
+        if self.slots:
+            self.slots.drop(file_lo, file_hi)
+        else:
+            self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, file_lo)
 
     def unit_resident_bytes(self, layer: int, expert: int) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""
