@@ -13,6 +13,11 @@ Widths are chosen, where the size allows, so that one expert's slice of each exp
 tensor is a whole number of 4 KiB pages: an expert then loads and evicts without
 touching its neighbours' pages.
 
+The archs of real files (qwen3moe, gpt-oss, glm4moe, llama4, gemma4, qwen3next, kimi-k2,
+deepseek3; ``MoeSpec.arch``) are rows of ``synth_arch_specs``, written by the module of their family
+(``_writer``); ``defaults_for`` gives a row's real expert counts, ``validate_spec`` refuses what
+llama.cpp would not load before anything is written.
+
 Routing skew: random routers pick experts almost uniformly, the worst case for any
 expert cache; real routers favour some experts. ``routing_skew`` S scales the router
 rows of the first ``max(2, n_expert // 8)`` experts of each layer (rotated per layer) by
