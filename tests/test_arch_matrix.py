@@ -174,6 +174,8 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
     (["--arch", "llama", "--quant", "q4_k_m"], "q8_0 only"),
     (["--arch", "glm4moe", "--quant", "mxfp4"], "not mxfp4"),
     (["--arch", "deepseek3", "--experts", "100"], "multiple of 8"),
+    (["--arch", "kimi-k2", "--layers", "27"], "DeepSeek-V2-Lite"),
+    (["--arch", "llama4", "--layers", "1"], "has no MoE layer"),
 ])
 def test_combinations_synth_cannot_write_are_refused_before_writing(tmp_path, capsys, argv, words):
     out = tmp_path / "m.gguf"

@@ -98,6 +98,9 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
     if n_layers <= lead:
         raise ShardscopeError(f"{where}: a {row.name} model needs more than {lead} layer(s) "
                               f"(the first {lead} are dense), got {n_layers}")
+    if n_layers in (26, 27):  # read as DeepSeek-V2-Lite (no q_lora); measured: "blk.0.attn_q.weight not found"
+        raise ShardscopeError(f"{where}: a {row.name} model of {n_layers} layers is read by llama.cpp as "
+                              f"DeepSeek-V2-Lite (no q_lora) and does not load; ask for another layer count")
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     best, best_key = None, None
