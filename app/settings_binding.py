@@ -140,10 +140,14 @@ class SettingsPanel(QWidget):
         if self._committed[key] != old:
             self.edited.emit(key, old, self._committed[key])
 
-    def set_maximum(self, key: str, maximum: int) -> None:
-        """Fit a slider's range to the model (budget ~ model size); never below its value."""
+    def set_maximum(self, key: str, maximum: int, minimum: int | None = None) -> None:
+        """Fit a slider's range to the model (budget ~ model size); never below its value.
+        ``minimum``: the model's own floor (an MoE's minimum budget); never above the value either,
+        so a value the engine refuses stays shown and its refusal names the slider."""
         slider = self.sliders[key]
         low, _high, step = KNOBS[key].slider
+        if minimum is not None:
+            low = max(low, min(int(minimum), slider.value()))
         hi = max(int(maximum), slider.value(), low + step)
         slider.setRange(low, self._round_up(key, hi))
 
