@@ -23,14 +23,13 @@ from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_cache import cache_advice
-from shardscope.engine.layout.budget_minimum import resident_dense_bytes
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.layout.budget_minimum import (expert_cache_bytes, min_budget_mb, min_expert_cache_bytes,
-                                                     prompt_batch_tokens, whole_mb)
+                                                     prompt_batch_tokens, resident_dense_bytes, whole_mb)
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.measure.metrics import MetricsSample, process_read_bytes
@@ -256,7 +255,7 @@ class ExpertRun(RunSkeleton):
         self._marks = {}
         self.streamer.begin_prompt()
         self.streamer.token = self._token_base
-        self._marks["prompt_read"] = process_read_bytes(psutil.Process())
+        self._marks["prompt_start"] = process_read_bytes(psutil.Process())
 
     def _token_done(self, index: int, proc: psutil.Process) -> None:
         streamer = self.streamer
@@ -264,7 +263,7 @@ class ExpertRun(RunSkeleton):
         if index == 0:
             streamer.end_prompt()
             self._marks["first"] = c
-            self._marks["prompt_read"] = read - self._marks.get("prompt_read", read)
+            self._marks["prompt_read"] = read - self._marks.get("prompt_start", read)
         else:
             read0, c0, _ = self._marks["last"]
             self.per_token.append({"read_bytes": read - read0, "expert_bytes": c.loaded_bytes - c0.loaded_bytes,

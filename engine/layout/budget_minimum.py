@@ -20,10 +20,13 @@ always fits the cache, so the prompt runs under any budget decoding runs under.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
-from shardscope.engine.layout.moe_layout import MoeLayout
+
+if TYPE_CHECKING:  # only the type: sizing from numbers imports this module without the gguf package
+    from shardscope.engine.layout.moe_layout import MoeLayout
 
 STEP_LAYERS = 2  # one decoding step holds two layers' picks: the layer computing, the next loading
 SPECULATION_LAYERS = 1  # speculation loads one more layer's guessed picks
