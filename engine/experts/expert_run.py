@@ -297,7 +297,7 @@ class ExpertRun(RunSkeleton):
             expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used),
             expert_speculation=s.expert_speculation,
             trace_path=self.trace_path or "",
-            prompt_batch_tokens=self.prompt_batch_tokens or result.prompt_tokens,
+            prompt_batch_tokens=min(self.prompt_batch_tokens or result.prompt_tokens, result.prompt_tokens),
             prompt_mb_read=round(self._marks.get("prompt_read", 0) / MIB, 3),
         )
 

@@ -38,7 +38,12 @@ def edge_bytes(moe: MoeLayout, layer: int) -> int:
     def extra(expert: int) -> int:
         return sum(hi - lo - (end - start) for start, end in moe.unit_ranges(layer, expert)
                    for lo, hi in [memory_calls.page_outward(start, end)])
-    return max(extra(expert) for expert in range(moe.n_expert))
+    # expert e's slices start at offset + e x size: their place within a page repeats every
+    # PAGE / gcd(size, PAGE) experts, so that many cover every case (one, where slices are aligned)
+    period = 1
+    for _, per in moe.expert_tensors[layer]:
+        period = math.lcm(period, memory_calls.PAGE // math.gcd(per, memory_calls.PAGE))
+    return max(extra(expert) for expert in range(min(moe.n_expert, period)))
 
 
 def dense_pages(moe: MoeLayout) -> list[tuple[int, int]]:
