@@ -154,3 +154,20 @@ def test_plan_states_one_expert_cache_for_a_budget(capsys, qwen_like):
     settings = RunSettings(model_path=qwen_like, budget_mb=budget)
     run_cache = cache_bytes_for(moe_layout_for(settings), settings) / MIB
     assert caches and all(abs(c - run_cache) < 0.5 for c in caches), (caches, run_cache, out)
+
+
+def test_the_windows_budget_slider_starts_at_the_models_minimum(qtbot, tmp_path, qwen_like):
+    from tests.conftest import make_window
+
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.open_model(qwen_like)
+        qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == qwen_like, timeout=30_000)
+        slider = window.controls.sliders["budget_mb"].slider
+        moe = window.model_info.moe
+        assert slider.minimum() == bm.min_budget_mb(moe, False)
+        from shardscope.engine.experts.expert_run import cache_bytes_for
+
+        assert cache_bytes_for(moe, RunSettings(model_path=qwen_like, budget_mb=slider.minimum())) > 0
+    finally:
+        window.close()
