@@ -58,17 +58,18 @@ def model_path(size_mb: int) -> str:
 
 
 def prompt_of(path: str, n_tokens: int) -> str:
-    """A prompt of exactly ``n_tokens`` tokens (the BOS included), cut from TEXT."""
+    """The longest run of TEXT's first characters that is ``n_tokens`` tokens (the BOS included)."""
     from shardscope.engine.stream.llama_session import LlamaSession
 
-    with LlamaSession(path, n_threads=2, n_ctx=256) as session:
-        tokens = session.tokenize(TEXT)
-        # pieces of the first tokens (the BOS has none) joined back; checked by tokenizing again
-        for extra in range(0, 8):
-            text = b"".join(session.piece(t) for t in tokens[:n_tokens + extra]).decode("utf-8", "replace")
-            if len(session.tokenize(text)) == n_tokens:
-                return text
-    raise SystemExit(f"could not cut a {n_tokens}-token prompt from the text")
+    with LlamaSession(path, n_threads=2, n_ctx=512) as session:
+        lo, hi = 1, len(TEXT)
+        while lo < hi:  # the most characters with at most n_tokens tokens
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if len(session.tokenize(TEXT[:mid])) <= n_tokens else (lo, mid - 1)
+        text = TEXT[:lo]
+        if len(session.tokenize(text)) != n_tokens:
+            raise SystemExit(f"could not cut a {n_tokens}-token prompt from the text")
+        return text
 
 
 def reference_tokens(path: str, prompt: str, n_gen: int) -> list[int]:
