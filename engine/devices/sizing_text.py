@@ -49,11 +49,14 @@ def format_sizing(result: SizingResult) -> str:
     if r.fits_in_memory:
         lines.append(f"  residency   the whole model fits: {mib_text(r.resident_bytes)} resident, nothing streams")
     elif r.is_moe:
+        held = r.resident_bytes - r.dense_resident_bytes
         lines.append(
             f"  residency   dense {mib_text(r.dense_resident_bytes)} + expert cache "
-            f"{mib_text(r.expert_cache_bytes)} (budget - dense; {r.policy}: "
-            f"{mib_text(r.resident_bytes - r.dense_resident_bytes)} held, {mib_text(r.staging_bytes)} for one "
-            f"step's picks); {r.hit_rate:.2%} of a token's layer bytes served from memory"
+            f"{mib_text(r.expert_cache_bytes)} (budget - dense, what the run uses; one step's picks take "
+            f"{mib_text(r.staging_bytes)} of it"
+            + (f"; pinned: {mib_text(held)} held for good" if held < r.expert_cache_bytes and r.policy == "pinned"
+               else "")
+            + f"); {r.hit_rate:.2%} of a token's layer bytes served from memory"
         )
     else:
         lines.append(
