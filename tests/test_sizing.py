@@ -398,3 +398,22 @@ def test_plan_stays_an_alias_of_size():
     out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", name, *args], capture_output=True, text=True,
                           check=True).stdout for name in ("size", "plan")]
     assert out[0] == out[1] and out[0].startswith("Plan: ")
+
+
+def test_prompt_projection_counts_the_experts_tokens_share():
+    """With the expert count known, a batch's union is n x (1 - (1 - k/n)^m) experts (uniform routing);
+    a cache holding a layer's bank takes the prompt in one pass."""
+    from shardscope.engine.devices.sizing_prompt import project_prompt
+
+    inp = SizingInput(total_params=100e9, active_params=10e9, bits_per_weight=8, n_layers=10, globals_bytes=1e9)
+    r = size_from_numbers(inp, get_device("iphone-16-pro").with_extended_limit(), budget_mb=4000)
+    picks = r.layer_picks_bytes  # 0.9e9: one layer's k picks
+    m = int(r.expert_cache_bytes // picks)
+    p = project_prompt(r, 10, n_expert=64, n_expert_used=8)
+    assert p.batch_tokens == m and p.n_batches == -(-10 // m)
+    sizes = [m] * (10 // m) + ([10 % m] if 10 % m else [])
+    union = sum(64 * (1 - (1 - 8 / 64) ** s) for s in sizes)  # experts per layer over the batches
+    assert p.read_bytes == pytest.approx(10 * union * picks / 8)
+    assert p.read_bytes < project_prompt(r, 10).read_bytes == pytest.approx(10 * 10 * picks)
+    whole = project_prompt(r, 10, n_expert=2, n_expert_used=1)  # a bank of 2 x 0.9e9 fits the cache
+    assert (whole.batch_tokens, whole.n_batches) == (10, 1)
