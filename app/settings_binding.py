@@ -130,6 +130,8 @@ class SettingsPanel(QWidget):
         lo, hi = slider.slider.minimum(), slider.slider.maximum()
         if v > hi:
             slider.setRange(lo, self._round_up(key, v))  # a profile's value must show exactly
+        elif v < lo and v >= KNOBS[key].slider[0]:  # below a model's floor (set_maximum): shown, not raised
+            slider.setRange(v, hi)
         slider.setValue(v)
         self._committed[key] = _cast(key, slider.value())
 

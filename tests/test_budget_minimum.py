@@ -171,3 +171,20 @@ def test_the_windows_budget_slider_starts_at_the_models_minimum(qtbot, tmp_path,
         assert cache_bytes_for(moe, RunSettings(model_path=qwen_like, budget_mb=slider.minimum())) > 0
     finally:
         window.close()
+
+
+def test_a_budget_below_the_floor_is_shown_as_given_not_raised(qtbot, tmp_path, qwen_like):
+    """A profile's budget under the model's minimum stays what it says; the run's refusal then
+    names the slider (not a silent raise to the floor)."""
+    from tests.conftest import make_window
+
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.open_model(qwen_like)
+        qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == qwen_like, timeout=30_000)
+        floor = bm.min_budget_mb(window.model_info.moe, False)
+        window.apply_settings(RunSettings(budget_mb=floor - 2))
+        assert window.controls.value("budget_mb") == floor - 2
+        assert window.current_settings().budget_mb == floor - 2
+    finally:
+        window.close()
