@@ -15,9 +15,9 @@ are known there, before the layer's expert matmuls run (``topk_hook``).
 Stopping: the load progress callback (``load_progress``) can cancel a load; the abort
 callback ends the prompt pass (one ``llama_decode`` of every prompt token, or of each
 micro-batch where expert streaming asks for them, which can read a whole model) at the
-next graph node once ``should_stop`` says so. It is installed for the prompt pass only: it is called after every node (~400 per token), which costs
-~6 % of decode speed, and decoded tokens already stop between tokens and, when
-streaming, in the layer hook.
+next graph node once ``should_stop`` says so. It is installed for the prompt pass only:
+it is called after every node (~400 per token), which costs ~6 % of decode speed, and
+decoded tokens already stop between tokens and, when streaming, in the layer hook.
 """
 
 from __future__ import annotations
