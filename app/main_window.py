@@ -44,6 +44,7 @@ from shardscope.app.window_profiles import WindowProfiles
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.layout.budget_minimum import min_budget_mb
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.knobs.profile_file import Profile
 from shardscope.engine.knobs.settings import RunSettings
@@ -213,7 +214,8 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     def _fit_ranges(self) -> None:
         info = self.model_info
         if info is not None:
-            self.controls.set_maximum("budget_mb", max(1024, math.ceil(info.total_mb * 1.5)))
+            floor = None if info.moe is None else min_budget_mb(info.moe, self.current_settings().expert_speculation)
+            self.controls.set_maximum("budget_mb", max(1024, math.ceil(info.total_mb * 1.5)), minimum=floor)
             self.controls.set_maximum("n_gpu_layers", info.n_layers + 1)  # +1: the output layer
             if info.moe is not None:
                 self.controls.set_maximum("expert_cache_mb", math.ceil(info.moe.expert_bytes / MIB))

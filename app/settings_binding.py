@@ -130,6 +130,8 @@ class SettingsPanel(QWidget):
         lo, hi = slider.slider.minimum(), slider.slider.maximum()
         if v > hi:
             slider.setRange(lo, self._round_up(key, v))  # a profile's value must show exactly
+        elif v < lo and v >= KNOBS[key].slider[0]:  # below a model's floor (set_maximum): shown, not raised
+            slider.setRange(v, hi)
         slider.setValue(v)
         self._committed[key] = _cast(key, slider.value())
 
@@ -140,10 +142,14 @@ class SettingsPanel(QWidget):
         if self._committed[key] != old:
             self.edited.emit(key, old, self._committed[key])
 
-    def set_maximum(self, key: str, maximum: int) -> None:
-        """Fit a slider's range to the model (budget ~ model size); never below its value."""
+    def set_maximum(self, key: str, maximum: int, minimum: int | None = None) -> None:
+        """Fit a slider's range to the model (budget ~ model size); never below its value.
+        ``minimum``: the model's own floor (an MoE's minimum budget); never above the value either,
+        so a value the engine refuses stays shown and its refusal names the slider."""
         slider = self.sliders[key]
         low, _high, step = KNOBS[key].slider
+        if minimum is not None:
+            low = max(low, min(int(minimum), slider.value()))
         hi = max(int(maximum), slider.value(), low + step)
         slider.setRange(low, self._round_up(key, hi))
 

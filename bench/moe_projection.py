@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.engine.experts.expert_streaming import min_cache_bytes  # noqa: E402
+from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
 from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token  # noqa: E402
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     moe = read_moe_layout(read_layout(path))
     n_used = moe.n_expert_used
     used_bytes = n_used * sum(moe.unit_bytes(layer) for layer in moe.layers)  # picked experts, one token
-    cache = max(args.cache_share * moe.expert_bytes, min_cache_bytes(moe, False) + MIB)  # the prompt's floor
+    cache = max(args.cache_share * moe.expert_bytes, min_expert_cache_bytes(moe, False) + MIB)  # the run's floor
     budget_mb = (moe.dense_bytes + cache) / MIB
     base = RunSettings(model_path=path, budget_mb=int(budget_mb) + 1, n_gen=args.tokens, n_ctx=128,
                        threads=args.threads, prompt=PROMPT)

@@ -230,6 +230,16 @@ def test_worked_example_numbers_in_docs():
     assert r.bound == "ssd"
     laptop = size_from_numbers(inp, "laptop-16gb")
     assert laptop.s_per_token == pytest.approx(15.14, rel=1e-3)
+    # The expert cache is the budget less the dense bytes (what the run uses), and the prompt
+    # at the minimum the engine accepts: micro-batches of 2 tokens, each reading its own picks.
+    from shardscope.engine.devices.sizing_prompt import project_prompt
+
+    assert r.expert_cache_bytes / MIB == pytest.approx(5120 - 2.35e9 / MIB)
+    at_min = size_from_numbers(inp, iphone.with_extended_limit(), budget_mb=3669)
+    p = project_prompt(at_min, 100)
+    assert (p.batch_tokens, p.n_batches) == (2, 50)
+    assert p.read_bytes == pytest.approx(100 * 45.65e9, rel=1e-3)  # 100 tokens x one token's picks
+    assert p.ttft_s == pytest.approx(5308, rel=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -257,8 +267,8 @@ def test_nonsense_inputs_are_refused(inp, expected):
 def test_budget_below_minimum_says_the_minimum():
     with pytest.raises(ShardscopeError) as info:
         size_from_numbers(DENSE, "iphone-16-pro", budget_mb=500)
-    # 718.75e6 bytes / 2^20 = 685.5 MiB
-    assert "below the minimum of 685 MiB" in str(info.value)
+    # 718.75e6 bytes / 2^20 = 685.5 MiB, said rounded up: a budget of 685 MiB is refused too
+    assert "below the minimum of 686 MiB" in str(info.value)
 
 
 def test_budget_above_device_limit_and_bad_policy_are_refused():
@@ -319,17 +329,38 @@ def test_gguf_dense_header(tmp_path):
 
 
 def test_gguf_moe_header_uses_expert_counts(tmp_path):
+    from shardscope.engine.experts.expert_run import cache_bytes_for
+    from shardscope.engine.knobs.knob_refusal import KnobRefusal
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.layout.gguf_layout import read_layout
+    from shardscope.engine.layout.moe_layout import read_moe_layout
+
     path = _write_gguf(tmp_path / "moe.gguf", experts=True)
-    r = size_from_gguf_header(path, "iphone-16-pro", budget_mb=40_000 / MIB)
+    moe = read_moe_layout(read_layout(path))
+    probe = size_from_gguf_header(path, "iphone-16-pro", budget_mb=1)  # fits: only the minimum is read
+    # Expert streaming keeps the dense tensors (8192 + 3 x 4096 bytes, in whole pages) and needs two
+    # layers' picks: 2 of 8 experts, each 2048 bytes of unaligned slices booked with their pages.
+    assert probe.dense_resident_bytes >= 8192 + 3 * 4096
+    assert probe.layer_picks_bytes >= 2 * 2048
+    minimum = probe.dense_resident_bytes + 2 * probe.layer_picks_bytes
+    assert probe.min_budget_bytes == minimum
+    # the run accepts exactly that budget and refuses a byte less (what `bench` would say)
+    settings = RunSettings(model_path=str(path), budget_mb=minimum / MIB)
+    assert cache_bytes_for(moe, settings) == 2 * probe.layer_picks_bytes
+    with pytest.raises(KnobRefusal):
+        cache_bytes_for(moe, RunSettings(model_path=str(path), budget_mb=(minimum - 1) / MIB))
+
+    budget = minimum + 1000
+    r = size_from_gguf_header(path, "iphone-16-pro", budget_mb=budget / MIB)
     # Per layer: 4096 dense + 16384 experts, of which 2/8 are touched: 4096 + 4096 = 8192.
-    assert r.is_moe
+    assert r.is_moe and not r.fits_in_memory
     assert r.weight_bytes == 8192 + 3 * (4096 + 16384)
     assert r.active_bytes_per_layer == 8192
     assert r.active_bytes_per_token == 8192 + 3 * 8192
-    # minimum = 8192 + 2 x 8192 = 24,576; cache = 15,424: all 12,288 dense bytes pinned
-    # first, then 3,136 expert bytes. streamed = 0.25 x (49,152 - 3,136) = 11,504.
-    assert r.min_budget_bytes == 24_576
-    assert r.streamed_bytes_per_token == pytest.approx(11_504)
+    # expert cache = budget - dense; beyond one step's 2 x picks, 1000 bytes hold experts for good;
+    # dense bytes never stream: streamed = 0.25 x (49,152 - 1000).
+    assert r.expert_cache_bytes == budget - r.dense_resident_bytes
+    assert r.streamed_bytes_per_token == pytest.approx(0.25 * (49_152 - 1000))
 
 
 def test_gguf_moe_without_counts_is_pessimistic(tmp_path):
@@ -367,3 +398,22 @@ def test_plan_stays_an_alias_of_size():
     out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", name, *args], capture_output=True, text=True,
                           check=True).stdout for name in ("size", "plan")]
     assert out[0] == out[1] and out[0].startswith("Plan: ")
+
+
+def test_prompt_projection_counts_the_experts_tokens_share():
+    """With the expert count known, a batch's union is n x (1 - (1 - k/n)^m) experts (uniform routing);
+    a cache holding a layer's bank takes the prompt in one pass."""
+    from shardscope.engine.devices.sizing_prompt import project_prompt
+
+    inp = SizingInput(total_params=100e9, active_params=10e9, bits_per_weight=8, n_layers=10, globals_bytes=1e9)
+    r = size_from_numbers(inp, get_device("iphone-16-pro").with_extended_limit(), budget_mb=4000)
+    picks = r.layer_picks_bytes  # 0.9e9: one layer's k picks
+    m = int(r.expert_cache_bytes // picks)
+    p = project_prompt(r, 10, n_expert=64, n_expert_used=8)
+    assert p.batch_tokens == m and p.n_batches == -(-10 // m)
+    sizes = [m] * (10 // m) + ([10 % m] if 10 % m else [])
+    union = sum(64 * (1 - (1 - 8 / 64) ** s) for s in sizes)  # experts per layer over the batches
+    assert p.read_bytes == pytest.approx(10 * union * picks / 8)
+    assert p.read_bytes < project_prompt(r, 10).read_bytes == pytest.approx(10 * 10 * picks)
+    whole = project_prompt(r, 10, n_expert=2, n_expert_used=1)  # a bank of 2 x 0.9e9 fits the cache
+    assert (whole.batch_tokens, whole.n_batches) == (10, 1)

@@ -16,9 +16,14 @@ The arithmetic, every step of it in bytes (units: see :mod:`engine.devices`)::
     unit = the most bytes one layer touches for one token (max over layers of D_k + f E_k)
 
     budget   = device app limit - KV cache - compute buffers - runtime   (default)
-    minimum  = G + 2 x unit with prefetch (the layer being computed + the one being
-               read), G + 1 x unit without; for a dense model the unit is a whole layer
-    cache C  = budget - minimum   (what may stay resident besides the globals)
+    dense:   minimum  = G + 2 x unit with prefetch (the layer being computed + the one
+                        being read), G + 1 x unit without; the unit is a whole layer
+             cache C  = budget - minimum   (what may stay resident besides the globals)
+    MoE:     expert streaming keeps G + D resident and streams the picks; its minimum and
+             expert cache are engine/layout/budget_minimum.py's, the run's own:
+             minimum  = G + D + 2 x P, P = one layer's k picked experts (the layer
+                        computing + the next loading; the prompt goes in micro-batches)
+             expert cache X = budget - G - D (the 2 x P of one step included)
 
     model fits (W <= budget): everything resident, nothing streams.
     pinned: pin D first (touched every token: each pinned byte saves one read per
@@ -56,6 +61,7 @@ from shardscope.engine.stream.ssd_rate_limiter import REQUEST_BYTES
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.quantity_text import bytes_text, mib_text, seconds_text
 from shardscope.engine.base.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.layout.budget_minimum import STEP_LAYERS, min_cache_for, whole_mb
 from shardscope.engine.devices.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
 
 __all__ = [
@@ -112,6 +118,8 @@ class ModelShape:
     n_params: float
     bits_per_weight: float
     assumptions: tuple[str, ...] = ()
+    dense_resident_bytes: float = 0.0  # MoE: G + D as expert streaming holds them (whole pages from a file)
+    layer_picks_bytes: float = 0.0  # MoE: P, the most bytes one layer's k picked experts book
 
     @property
     def active_bytes(self) -> float:
@@ -165,6 +173,9 @@ class SizingResult:
     unverified: tuple[str, ...] = ()
     ssd_latency_us: float = 0.0  # the device's SSD model beyond its bandwidth
     ssd_queue_depth: int = 32
+    dense_resident_bytes: float = 0.0  # MoE: G + D, resident for the whole run
+    layer_picks_bytes: float = 0.0  # MoE: P, one layer's k picked experts
+    expert_cache_bytes: float = 0.0  # MoE: budget - G - D, the one expert cache of this budget
 
     @property
     def tokens_per_s(self) -> float:
@@ -236,35 +247,54 @@ def size_shape(
     W, G, D, E, f = (shape.weight_bytes, shape.globals_bytes, shape.dense_layer_bytes,
                      shape.expert_bytes, shape.expert_fraction)
     A = shape.active_bytes
-    n_units = 2 if prefetch else 1
-    staging = n_units * shape.unit_bytes
-    minimum = G + staging
+    moe = shape.is_moe
+    n_units = STEP_LAYERS if moe else 2 if prefetch else 1
+    if moe:  # expert streaming: engine/layout/budget_minimum.py's rule, as the run applies it
+        resident_dense, picks = shape.dense_resident_bytes or G + D, shape.layer_picks_bytes
+        staging = min_cache_for(picks, speculation=False)
+        minimum = resident_dense + staging
+        parts = f"dense {mib_text(resident_dense)} + {n_units} x {mib_text(picks)}: one layer's picked experts"
+    else:
+        staging = n_units * shape.unit_bytes
+        minimum = G + staging
+        parts = f"globals {mib_text(G)} + {n_units} x {mib_text(shape.unit_bytes)} that one layer touches per token"
+    expert_cache = 0.0
 
     if W <= budget:
         fits, resident, staging, streamed, overlap = True, W, 0.0, 0.0, prefetch
     elif budget < minimum:
         raise ShardscopeError(
-            f"plan: budget {budget_mb:,.0f} MiB is below the minimum of {mib_text(minimum)} for "
-            f"{shape.label} on {device.name} (globals {mib_text(G)} + {n_units} x "
-            f"{mib_text(shape.unit_bytes)} that one layer touches per token)"
+            f"plan: budget {budget_mb:,.0f} MiB is below the minimum of {whole_mb(minimum):,} MiB for "
+            f"{shape.label} on {device.name} ({parts})"
         )
+    elif moe:
+        fits, overlap = False, prefetch
+        expert_cache = budget - resident_dense  # the run's expert cache of this budget: one figure
+        if expert_hit_rate is not None or expert_trace is not None:
+            hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, expert_cache / E)
+            streamed = moe_ssd_bytes_per_token(0.0, f * E, hit)
+            resident = resident_dense + expert_cache
+            overlap = False
+            assumptions.append(
+                f"expert hit rate {hit:.1%} ({source}) on the {mib_text(expert_cache)} expert cache "
+                f"({expert_cache / E:.3%} of the experts): per token (1 - {hit:.3g}) x {bytes_text(f * E)} of "
+                "picked experts; misses are waited for, so reads do not overlap compute")
+        elif policy == "pinned":  # the cache beyond one step's picks holds experts for good
+            e_pinned = min(expert_cache - staging, E)
+            streamed = f * (E - e_pinned)
+            resident = resident_dense + e_pinned
+        else:
+            streamed = f * E
+            resident = resident_dense + expert_cache - staging
+            assumptions.append(
+                "lru: every token visits the layers in the same order and the model does not fit, "
+                "so each expert is evicted before its next use (pessimistic when the cache exceeds "
+                "one token's picks)")
     else:
         fits = False
         cache = budget - minimum
         overlap = prefetch
-        if shape.is_moe and (expert_hit_rate is not None or expert_trace is not None):
-            d_pinned = min(cache, D)
-            e_cached = min(cache - d_pinned, E)
-            hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, e_cached / E)
-            streamed = moe_ssd_bytes_per_token(D - d_pinned, f * E, hit)
-            resident = G + d_pinned + e_cached
-            overlap = False
-            assumptions.append(
-                f"expert hit rate {hit:.1%} ({source}) on {mib_text(e_cached)} of expert cache "
-                f"({e_cached / E:.3%} of the experts): per token {bytes_text(D - d_pinned)} dense streamed + "
-                f"(1 - {hit:.3g}) x {bytes_text(f * E)} of picked experts; misses are waited for, "
-                "so reads do not overlap compute")
-        elif policy == "pinned":
+        if policy == "pinned":
             d_pinned = min(cache, D)
             e_pinned = min(cache - d_pinned, E)
             streamed = (D - d_pinned) + f * (E - e_pinned)
@@ -346,6 +376,9 @@ def size_shape(
         unverified=tuple(sorted(unverified)),
         ssd_latency_us=device.ssd_latency_us,
         ssd_queue_depth=device.ssd_queue_depth,
+        dense_resident_bytes=shape.dense_resident_bytes if moe else 0.0,
+        layer_picks_bytes=shape.layer_picks_bytes if moe else 0.0,
+        expert_cache_bytes=expert_cache,
     )
 
 

@@ -78,6 +78,20 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
             )
     units = [dense.get(k, 0) + f * experts.get(k, 0) for k in layers]
     label = f"{meta.get('general.name') or path.name} ({bytes_text(weight)})"
+    # Expert streaming keeps the dense bytes and streams the picks: its minimum is the run's own
+    # (engine/layout/budget_minimum.py: whole pages, edge pages), so the minimum printed is one
+    # `bench` accepts. A split file is not one mapping: there, the same rule on the tensor bytes.
+    streamed = {}
+    if f < 1 and experts:
+        streamed = dict(dense_resident_bytes=float(globals_ + sum(dense.values())),
+                        layer_picks_bytes=max(f * b for b in experts.values()))
+        if len(layouts) == 1:
+            from shardscope.engine.layout import budget_minimum
+            from shardscope.engine.layout.moe_layout import read_moe_layout
+
+            moe = read_moe_layout(layouts[0])
+            streamed = dict(dense_resident_bytes=float(budget_minimum.resident_dense_bytes(moe)),
+                            layer_picks_bytes=float(moe.n_expert_used * budget_minimum.booked_unit_bytes(moe)))
     return ModelShape(
         label=label,
         weight_bytes=float(weight),
@@ -90,6 +104,7 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
         n_params=float(n_params),
         bits_per_weight=8 * weight / n_params,
         assumptions=tuple(assumptions),
+        **streamed,
     )
 
 

@@ -72,6 +72,9 @@ def _shape_from_numbers(inp: SizingInput) -> ModelShape:
         expert_fraction=f,
         n_layers=inp.n_layers,
         unit_bytes=touched_layer / inp.n_layers,
+        # all routed (D = 0): the resident part is the globals, one layer's picks what a layer touches
+        dense_resident_bytes=globals_ + dense,
+        layer_picks_bytes=(touched_layer - dense) / inp.n_layers,
         n_params=total,
         bits_per_weight=bits,
         assumptions=tuple(assumptions),

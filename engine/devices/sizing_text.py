@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shardscope.engine.base.quantity_text import bytes_text, mib_text, params_text, rate_text, seconds_text
 from shardscope.engine.devices.sizing import SizingResult
+from shardscope.engine.layout.budget_minimum import STEP_LAYERS, whole_mb
 
 
 def format_sizing(result: SizingResult) -> str:
@@ -33,13 +34,30 @@ def format_sizing(result: SizingResult) -> str:
         f"  per token   touches {bytes_text(r.active_bytes_per_token)} ({share * 100:.3g}% of the weights)"
     )
     lines.append(f"  budget      {mib_text(r.budget_bytes)} for weights ({r.budget_note})")
-    lines.append(
-        f"  minimum     {mib_text(r.min_budget_bytes)} = globals {mib_text(r.globals_bytes)} + "
-        f"{2 if r.prefetch else 1} x {mib_text(r.active_bytes_per_layer)} (one layer's bytes per token"
-        + (": the layer computing and the one being read)" if r.prefetch else ")")
-    )
+    if r.is_moe:  # the expert run's own minimum (engine/layout/budget_minimum.py): bench accepts it
+        lines.append(
+            f"  minimum     {whole_mb(r.min_budget_bytes):,} MiB = dense {mib_text(r.dense_resident_bytes)} "
+            f"(resident) + {STEP_LAYERS} x {mib_text(r.layer_picks_bytes)} (one layer's picked experts: the layer "
+            f"computing and the next loading; --expert-speculation adds 1 x); the prompt goes in micro-batches "
+            "that fit the expert cache")
+    else:
+        lines.append(
+            f"  minimum     {mib_text(r.min_budget_bytes)} = globals {mib_text(r.globals_bytes)} + "
+            f"{2 if r.prefetch else 1} x {mib_text(r.active_bytes_per_layer)} (one layer's bytes per token"
+            + (": the layer computing and the one being read)" if r.prefetch else ")")
+        )
     if r.fits_in_memory:
         lines.append(f"  residency   the whole model fits: {mib_text(r.resident_bytes)} resident, nothing streams")
+    elif r.is_moe:
+        held = r.resident_bytes - r.dense_resident_bytes
+        lines.append(
+            f"  residency   dense {mib_text(r.dense_resident_bytes)} + expert cache "
+            f"{mib_text(r.expert_cache_bytes)} (budget - dense, what the run uses; one step's picks take "
+            f"{mib_text(r.staging_bytes)} of it"
+            + (f"; pinned: {mib_text(held)} held for good" if held < r.expert_cache_bytes and r.policy == "pinned"
+               else "")
+            + f"); {r.hit_rate:.2%} of a token's layer bytes served from memory"
+        )
     else:
         lines.append(
             f"  residency   {r.policy}: {mib_text(r.resident_bytes)} resident "

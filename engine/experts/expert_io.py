@@ -23,6 +23,7 @@ from collections import Counter
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.budget_minimum import dense_pages, edge_bytes, resident_dense_bytes  # noqa: F401 - one definition, re-exported
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
 from shardscope.engine.stream.direct_slots import DirectSlots
@@ -33,32 +34,6 @@ MADV_RANDOM = 1
 POSIX_FADV_WILLNEED = 3
 PAGE_CACHE_MECHANISM = "FADV_WILLNEED (≤ 8 MiB calls) + MADV_POPULATE_READ, MADV_RANDOM mapping"
 DROP_MECHANISM = "file mapped back over the range (MAP_FIXED), the pages recycled for the next load"
-
-
-def edge_bytes(moe: MoeLayout, layer: int) -> int:
-    """The most bytes one of the layer's experts reads beyond its slices: the pages they share
-    with neighbours (0 where slices are page-aligned, as synth writes them)."""
-    def extra(expert: int) -> int:
-        return sum(hi - lo - (end - start) for start, end in moe.unit_ranges(layer, expert)
-                   for lo, hi in [memory_calls.page_outward(start, end)])
-    return max(extra(expert) for expert in range(moe.n_expert))
-
-
-def dense_pages(moe: MoeLayout) -> list[tuple[int, int]]:
-    """The dense ranges widened to whole pages and merged: what stays resident for the whole run."""
-    merged: list[list[int]] = []
-    for start, end in sorted(moe.dense_ranges):
-        lo, hi = memory_calls.page_outward(start, end)
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi) for lo, hi in merged]
-
-
-def resident_dense_bytes(moe: MoeLayout) -> int:
-    """Dense bytes as they sit in RAM (whole pages): what the budget must hold before any expert."""
-    return sum(hi - lo for lo, hi in dense_pages(moe))
 
 
 def _edge_pages(start: int, end: int) -> list[int]:

@@ -23,12 +23,13 @@ from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_cache import cache_advice
-from shardscope.engine.experts.expert_io import resident_dense_bytes
-from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer, min_cache_bytes
+from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
+from shardscope.engine.layout.budget_minimum import (expert_cache_bytes, min_budget_mb, min_expert_cache_bytes,
+                                                     prompt_batch_tokens, resident_dense_bytes, whole_mb)
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.measure.metrics import MetricsSample, process_read_bytes
@@ -55,6 +56,8 @@ class ExpertRunSummary(RunSummary):
     spec_accuracy: float = math.nan  # guessed experts that their layer then picked
     spec_hidden_share: float = math.nan  # of the would-be misses, the share a guess had loaded in time
     evict_residue_mb: float = 0.0  # what mincore still saw after evictions (then paged out)
+    prompt_batch_tokens: int = 0  # prompt tokens per llama_decode (all of them when the cache holds a layer's bank)
+    prompt_mb_read: float = 0.0  # the kernel's read_bytes from the prompt's start to its first token
     trace_path: str = ""
     expert_advice: str = ""  # a line when the cache cannot help the policy (expert_cache.cache_advice)
 
@@ -88,30 +91,33 @@ def _expert_figures(c, c0, figures: dict, per_tok: int, speculation: bool) -> di
 
 
 def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
-    """The expert cache the budget allows, or a one-line refusal naming the knob (KnobRefusal:
-    the CLI names the flag, the window the slider)."""
+    """The expert cache the budget allows (engine/layout/budget_minimum.py), or a one-line refusal
+    naming the knob that is too small (KnobRefusal: the CLI names the flag, the window the slider)."""
     budget = int(settings.budget_mb * MIB)
     dense = resident_dense_bytes(moe)  # whole pages: what mincore will count
     name = Path(moe.path).name
-    floor = min_cache_bytes(moe, settings.expert_speculation)
-    if settings.expert_cache_mb:
-        cache = int(settings.expert_cache_mb * MIB)
-        if dense + cache > budget:
-            raise KnobRefusal(
-                f"with {name}'s {dense / MIB:.0f} MB of dense weights it exceeds the budget of "
-                f"{settings.budget_mb:g} MB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
-                given=settings.expert_cache_mb)
-    else:
-        cache = budget - dense
+    spec = settings.expert_speculation
+    floor = min_expert_cache_bytes(moe, spec)
+    step = f"{'3' if spec else '2'} layers' picks of {moe.n_expert_used} experts"
     if settings.n_gpu_layers:
         raise KnobRefusal(f"expert streaming of {name} runs on the CPU only", "n_gpu_layers", 0, "",
                           given=settings.n_gpu_layers)
+    if budget - dense < floor:  # too small whatever the cache is set to: the budget is the knob
+        raise KnobRefusal(
+            f"budget {settings.budget_mb:g} MB leaves {max(budget - dense, 0) / MIB:.1f} MB for experts of {name}; "
+            f"the minimum is {min_budget_mb(moe, spec)} MB (dense {dense / MIB:.1f} MB + {step}"
+            f"{' (speculation on)' if spec else ''}, {floor / MIB:.1f} MB)", "budget_mb", min_budget_mb(moe, spec))
+    cache = expert_cache_bytes(moe, settings.budget_mb, settings.expert_cache_mb)
+    if dense + cache > budget:
+        raise KnobRefusal(
+            f"with {name}'s {dense / MIB:.0f} MB of dense weights it exceeds the budget of "
+            f"{settings.budget_mb:g} MB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
+            given=settings.expert_cache_mb)
     if cache < floor:
         raise KnobRefusal(
-            f"budget {settings.budget_mb:g} MB leaves {max(cache, 0) / MIB:.0f} MB for experts of {name}; the minimum "
-            f"is {floor / MIB:.0f} MB (a prompt may pick all {moe.n_expert} experts of a layer"
-            f"{', plus a layer of guesses' if settings.expert_speculation else ''})", "budget_mb",
-            math.ceil((dense + floor) / MIB))
+            f"below the minimum expert cache of {name}, {whole_mb(floor)} MB ({step}"
+            f"{' (speculation on)' if spec else ''})", "expert_cache_mb", whole_mb(floor),
+            given=settings.expert_cache_mb)
     return cache
 
 
@@ -141,6 +147,7 @@ class ExpertRun(RunSkeleton):
         self._token_base = 0  # tokens of earlier rounds, so trace tokens stay distinct across rounds
         self._trace: TraceWriter | None = None
         self._marks: dict = {}
+        self.prompt_batch_tokens = 0
         self.tokens: list[int] = []
         self.per_token: list[dict] = []  # decoded tokens: read bytes (kernel) vs loaded expert bytes
 
@@ -191,7 +198,8 @@ class ExpertRun(RunSkeleton):
         return LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
                             topk_hook=self._on_topk, hook_from_start=True,
                             norm_hook=self._on_norm if s.expert_speculation else None, lazy_load=True,
-                            load_progress=self._load_watch)
+                            load_progress=self._load_watch, prompt_batch=self._prompt_batch,
+                            on_prompt_batch=self.progress.at_batch)
 
     def _open_streamer(self) -> ExpertStreamer:
         s = self.settings
@@ -203,6 +211,11 @@ class ExpertRun(RunSkeleton):
                               cache_bytes=self.cache_bytes, policy=s.expert_policy,
                               speculation=s.expert_speculation, trace=self._trace, ssd_mb_s=s.ssd_mb_s,
                               slots=self.slots)
+
+    def _prompt_batch(self) -> int:
+        """Prompt tokens per llama_decode for the cache as it is now (0: the whole prompt at once)."""
+        self.prompt_batch_tokens = prompt_batch_tokens(self.moe, self.cache_bytes)
+        return self.prompt_batch_tokens
 
     def _start_streamer(self) -> None:
         self.streamer.start()
@@ -242,6 +255,7 @@ class ExpertRun(RunSkeleton):
         self._marks = {}
         self.streamer.begin_prompt()
         self.streamer.token = self._token_base
+        self._marks["prompt_start"] = process_read_bytes(psutil.Process())
 
     def _token_done(self, index: int, proc: psutil.Process) -> None:
         streamer = self.streamer
@@ -249,6 +263,7 @@ class ExpertRun(RunSkeleton):
         if index == 0:
             streamer.end_prompt()
             self._marks["first"] = c
+            self._marks["prompt_read"] = read - self._marks.get("prompt_start", read)
         else:
             read0, c0, _ = self._marks["last"]
             self.per_token.append({"read_bytes": read - read0, "expert_bytes": c.loaded_bytes - c0.loaded_bytes,
@@ -282,6 +297,8 @@ class ExpertRun(RunSkeleton):
             expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used),
             expert_speculation=s.expert_speculation,
             trace_path=self.trace_path or "",
+            prompt_batch_tokens=min(self.prompt_batch_tokens or result.prompt_tokens, result.prompt_tokens),
+            prompt_mb_read=round(self._marks.get("prompt_read", 0) / MIB, 3),
         )
 
     def _close_extras(self) -> None:

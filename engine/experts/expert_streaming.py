@@ -383,11 +383,4 @@ class ExpertStreamer:
             return self.counters.copy()
 
 
-def min_cache_bytes(moe: MoeLayout, speculation: bool) -> int:
-    """A prompt pass may pick every expert of a layer; speculation needs room for one more layer's picks."""
-    unit = max(moe.unit_bytes(layer) + edge_bytes(moe, layer) for layer in moe.layers)
-    extra = moe.n_expert_used * unit if speculation else 0
-    return moe.n_expert * unit + extra
-
-
-__all__ = ["ExpertStreamer", "ExpertCounters", "min_cache_bytes"]
+__all__ = ["ExpertStreamer", "ExpertCounters"]

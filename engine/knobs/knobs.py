@@ -75,8 +75,8 @@ class RunSettings:
     model_path: str | None = knob(None, label="Model", short="model", flag="--model",
                                   help="GGUF file (default: the bundled gemma-3-270m)")
     budget_mb: int = knob(
-        4096, label="Memory budget", short="budget", unit="MB", low=16, high=1_048_576, flag="--budget-mb",
-        help="weight budget (MB)", sweep="num", sweep_rank=5, slider=(16, 4096, 1), live=True, setter="set_budget_mb", required=True,
+        4096, label="Memory budget", short="budget", unit="MB", low=1, high=1_048_576, flag="--budget-mb",
+        help="weight budget (MB)", sweep="num", sweep_rank=5, slider=(1, 4096, 1), live=True, setter="set_budget_mb", required=True,
         tip="Weights allowed in memory (globals + resident shards). "
             "KV cache and compute buffers are charted apart as 'other RSS'.")
     shard_mb: int = knob(

@@ -82,6 +82,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("expert_resident_mb", "MiB", "experts resident", kind="experts",
            source="mincore over each cached expert's bytes, another process"),
     Metric("projected_ts", "tok/s", "projected", summary=True, markdown=True),
+    Metric("prompt_batch_tokens", "", "prompt batch (tokens)", kind="experts"),
+    Metric("prompt_mb_read", "MiB", "read in the prompt", kind="experts",
+           source="/proc/<pid>/io read_bytes from the prompt's start to its first token"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

@@ -35,6 +35,8 @@ class Progress:
     n_layers: int
     elapsed_s: float
     read_bytes: int  # the kernel's read_bytes since the phase began (/proc/self/io)
+    batch: int = 0  # the prompt's micro-batch being decoded, 0-based
+    n_batches: int = 0  # micro-batches of the prompt (0 or 1: one pass)
 
     @property
     def percent(self) -> float:
@@ -57,6 +59,7 @@ class PhaseProgress:
         self._reported = math.nan  # a fraction a source reported directly (load callback, writer)
         self._done = 0  # bytes a source reported directly
         self._layer: int | None = None
+        self._batch = (0, 0)  # (micro-batch, of how many) of an expert-streamed prompt
         self._bytes_from_reads = False
         self._best = 0.0
         self._history: deque = deque()
@@ -74,6 +77,7 @@ class PhaseProgress:
             self._reported = math.nan
             self._done = 0
             self._layer = None
+            self._batch = (0, 0)
             self._bytes_from_reads = bytes_from_reads
             self._best = 0.0
             self._history.clear()
@@ -111,6 +115,10 @@ class PhaseProgress:
         """The layer (0-based position in compute order) the phase is working on now."""
         self._layer = position  # one store: read under the GIL, no lock needed on the hot path
 
+    def at_batch(self, batch: int, n_batches: int) -> None:
+        """The prompt goes in ``n_batches`` micro-batches; ``batch`` (0-based) starts now."""
+        self._batch = (batch, n_batches)  # one store, as at_layer
+
     def snapshot(self, read_bytes: int = 0) -> Progress | None:
         """The current phase's figures (a finished phase's 100 % first, once); ``read_bytes``:
         the kernel's counter now."""
@@ -127,14 +135,15 @@ class PhaseProgress:
             now = self._clock()
             reads = max(0, read_bytes - self._read0)
             total, layer, n_layers = self._total, self._layer, self._n_layers
+            batch, n_batches = self._batch
             done = self._done
             if self._bytes_from_reads:
                 done = max(done, reads)
             candidates = [self._reported]
             if total > 0 and (self._bytes_from_reads or self._done):
                 candidates.append(done / total)
-            if layer is not None and n_layers > 0:
-                candidates.append(layer / n_layers)  # the layer at work is not done yet
+            if layer is not None and n_layers > 0:  # the layer at work is not done yet
+                candidates.append((batch + layer / n_layers) / max(n_batches, 1))
             known = [c for c in candidates if math.isfinite(c)]
             fraction = math.nan
             if known:
@@ -155,4 +164,5 @@ class PhaseProgress:
                 first = next(((t, f) for t, f, _ in self._history if math.isfinite(f)), None)
                 if first is not None and fraction > first[1] and now > first[0]:
                     eta = (1.0 - fraction) * (now - first[0]) / (fraction - first[1])
-            return Progress(self._phase, fraction, done, total, rate, eta, layer, n_layers, now - self._start, reads)
+            return Progress(self._phase, fraction, done, total, rate, eta, layer, n_layers, now - self._start, reads,
+                            batch, n_batches)

@@ -28,6 +28,8 @@ def size_text(n_bytes: float) -> str:
 def progress_parts(p: Progress) -> list[str]:
     """The figures after the phase name and percentage, each one short."""
     parts = []
+    if p.n_batches > 1:
+        parts.append(f"batch {p.batch + 1} of {p.n_batches}")
     if p.layer is not None and p.n_layers:
         parts.append(f"layer {p.layer + 1} of {p.n_layers}")
     if p.total_bytes:

@@ -13,11 +13,11 @@ For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's pi
 are known there, before the layer's expert matmuls run (``topk_hook``).
 
 Stopping: the load progress callback (``load_progress``) can cancel a load; the abort
-callback ends the prompt pass (one ``llama_decode`` of every prompt token, which can
-read a whole model) at the next graph node once ``should_stop`` says so. It is installed
-for the prompt pass only: it is called after every node (~400 per token), which costs
-~6 % of decode speed, and decoded tokens already stop between tokens and, when
-streaming, in the layer hook.
+callback ends the prompt pass (one ``llama_decode`` of every prompt token, or of each
+micro-batch where expert streaming asks for them, which can read a whole model) at the
+next graph node once ``should_stop`` says so. It is installed for the prompt pass only:
+it is called after every node (~400 per token), which costs ~6 % of decode speed, and
+decoded tokens already stop between tokens and, when streaming, in the layer hook.
 """
 
 from __future__ import annotations
@@ -135,7 +135,9 @@ class LlamaSession:
                  layer_hook: Callable[[int], bool] | None = None, hook_from_start: bool = True,
                  topk_hook: Callable[[int, np.ndarray], bool] | None = None,
                  norm_hook: Callable[[int, np.ndarray], None] | None = None, lazy_load: bool = False,
-                 load_progress: Callable[[float], bool] | None = None):
+                 load_progress: Callable[[float], bool] | None = None,
+                 prompt_batch: Callable[[], int] | None = None,
+                 on_prompt_batch: Callable[[int, int], None] | None = None):
         _ensure_backend()
         # A streamed model is mapped without reading it (lazy_mapping.py says why and how);
         # load_note says why not where that is unavailable. A model that fits loads as before.
@@ -160,6 +162,11 @@ class LlamaSession:
         # Optional: the last token's router input (``ffn_norm-N``), for guessing the next
         # layer's experts; one more graph split per layer, so only when asked for.
         self.norm_hook = norm_hook
+        # Expert streaming: prompt tokens per llama_decode (0: all at once), asked at each prompt,
+        # so a batch's picks in a layer fit the expert cache (engine/layout/budget_minimum.py);
+        # on_prompt_batch(i, n) is told before batch i (0-based) of n is decoded.
+        self.prompt_batch = prompt_batch
+        self.on_prompt_batch = on_prompt_batch
         # The eval callback costs ~5-10 % of decode speed (a Python call per graph node),
         # so a model that fits its budget runs without it; a budget cut mid-run turns it
         # on by rebuilding the context between tokens (see request_layer_hook).
@@ -333,6 +340,21 @@ class LlamaSession:
         if rc != 0:
             raise _DecodeFailed(rc)
 
+    def _decode_prompt(self, tokens: list[int]) -> None:
+        """The prompt in micro-batches where the run asks for them, else in one llama_decode.
+
+        Each llama_decode continues the sequence where the KV cache left it (positions come from
+        the memory), so the batches compute what one pass would; the last batch's last token
+        gives the logits the first sampled token is taken from.
+        """
+        size = self.prompt_batch() if self.prompt_batch is not None else 0
+        size = size if 0 < size < len(tokens) else len(tokens)
+        batches = [tokens[i:i + size] for i in range(0, len(tokens), size)]
+        for i, batch in enumerate(batches):
+            if self.on_prompt_batch is not None:
+                self.on_prompt_batch(i, len(batches))
+            self._decode(batch)
+
     def _next_token(self, rng: np.random.Generator | None, temperature: float) -> int:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, -1)
         logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
@@ -366,7 +388,7 @@ class LlamaSession:
         try:
             self._abortable(should_stop)
             try:
-                self._decode(prompt_tokens)
+                self._decode_prompt(prompt_tokens)
             finally:
                 self._abortable(None)
         except _DecodeFailed:
