@@ -20,7 +20,7 @@ from shardscope.engine.base import memory_calls
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes, resident_dense_bytes
 from shardscope.engine.experts.expert_run import ExpertRun
-from shardscope.engine.experts.expert_streaming import min_cache_bytes
+from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
