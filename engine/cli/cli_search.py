@@ -421,9 +421,9 @@ def cmd_size(args) -> int:
         raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
     trace = None
     if args.trace:
-        from shardscope.engine.experts.routing_trace import read_trace
+        from shardscope.engine.experts.foreign_traces import load_trace
 
-        trace = read_trace(args.trace)
+        trace = load_trace(args.trace)
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
                   expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
