@@ -26,6 +26,7 @@ import types
 from shardscope.engine.cli import cli_args
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_float_arg
+from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -391,8 +392,8 @@ def _register_sizing(sub) -> None:
                    help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
     p.add_argument("--trace", help="MoE: replay this routing trace (bench --trace) for the expert hit rate, with a "
                                    "cache of the same share of the experts as the device's")
-    p.add_argument("--expert-policy", default="lru", choices=("lru", "lfu", "hot"),
-                   help="MoE: the expert cache policy the --trace replay uses (default lru)")
+    p.add_argument("--expert-policy", default=KNOBS["expert_policy"].default, choices=KNOBS["expert_policy"].choices,
+                   help=f"MoE: the expert cache policy the --trace replay uses (default {KNOBS['expert_policy'].default})")
     p.set_defaults(func=cmd_size)
 
 

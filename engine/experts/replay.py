@@ -78,7 +78,7 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
                                                  [not r.prompt for r in records], cache_bytes, header.unit_bytes)
         return ReplayRow(policy, mb, hits / (hits + misses) if hits + misses else float("nan"),
                          hits, misses, missed_bytes / MIB / n, len(tokens))
-    cache = ExpertCache(policy, cache_bytes, header.unit_bytes)
+    cache = ExpertCache(policy, cache_bytes, header.unit_bytes, header.n_expert_used)
     has_prompt = any(r.prompt for r in records)
     label = policy
     if not has_prompt and policy == "hot":  # no prompt pass recorded: pinned by the whole trace
