@@ -4,11 +4,12 @@ written here from the CSV rows alone (csv module, own cache loop; no engine code
 The rules the simulation shares with the replay, because they define the numbers: the prompt's
 union per layer is loaded first (cut to its most-picked experts that fit when larger than the
 cache), then each decoded (token, layer) in file order; a layer's current picks are never
-evicted; hits count decoded accesses only.
+evicted; lru touches an access's picks in router order; hits count decoded accesses only.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 from collections import defaultdict
 from pathlib import Path
@@ -57,8 +58,8 @@ def _simulate(accesses, sizes, capacity: int, belady: bool) -> float:
     resident, last, used, hits, total = set(), {}, 0, 0, 0
     for i, (layer, picks, is_prompt) in enumerate(accesses):
         if is_prompt:  # the most-picked of the prompt's union that fit, stable in order of appearance
-            room = capacity // sizes[layer]
-            picks = sorted(picks, key=lambda e: -picks[e])[:room]
+            keep = set(sorted(picks, key=lambda e: -picks[e])[:capacity // sizes[layer]])
+            picks = [e for e in picks if e in keep]
         wanted = [(layer, e) for e in picks]
         if not is_prompt:
             hits += sum(u in resident for u in wanted)
@@ -68,18 +69,18 @@ def _simulate(accesses, sizes, capacity: int, belady: bool) -> float:
             others = [u for u in resident if u not in wanted]
             if belady:
                 def next_use(u):
-                    later = [j for j in uses[u] if j > i]
-                    return later[0] if later else float("inf")
+                    later = bisect.bisect_right(uses[u], i)
+                    return uses[u][later] if later < len(uses[u]) else float("inf")
                 victim = max(others, key=next_use)
             else:
                 victim = min(others, key=lambda u: last[u])
             resident.remove(victim)
             used -= sizes[victim[0]]
-        for u in wanted:
+        for j, u in enumerate(wanted):  # touched in router order: ties go to the earlier pick
             if u not in resident:
                 resident.add(u)
                 used += sizes[layer]
-            last[u] = i
+            last[u] = (i, j)
     return 100 * hits / total
 
 

@@ -92,13 +92,16 @@ class ExpertCache:
             self.counts[unit] = self.counts.get(unit, 0) + (weights.get(unit[1], 1) if weights else 1)
             if unit in self.resident:
                 result.hits.append(unit)
-                self.resident[unit] = self._tick
             else:
                 result.misses.append(unit)
         if need:
             result.evicted = self.make_room(need, protected=set(picked))
-            for unit in result.misses:
-                self._insert(unit)
+        # The picks become the most recent in router order, hits and misses alike: units
+        # touched by one access tie on the tick, and the dict's order breaks the tie.
+        for unit in picked:
+            if self.resident.pop(unit, None) is None:
+                self.used_bytes += self.unit_bytes[unit[0]]
+            self.resident[unit] = self._tick
         return result
 
     def admit(self, unit: Unit, protected: Iterable[Unit] = ()) -> list[Unit] | None:
@@ -152,10 +155,6 @@ class ExpertCache:
             self.discard(victim)
             evicted.append(victim)
         return evicted
-
-    def _insert(self, unit: Unit) -> None:
-        self.resident[unit] = self._tick
-        self.used_bytes += self.unit_bytes[unit[0]]
 
 
 def hot_reserve_bytes(unit_bytes: Mapping[int, int], n_expert_used: int) -> int:

@@ -31,8 +31,11 @@ PLAIN_OPTIONAL = ("weight", "prompt")
 
 
 def load_trace(path: str | os.PathLike) -> RoutingTrace:
-    """Any supported routing trace file, its format detected from the first line."""
+    """Any supported routing trace file, its format detected from the first line (a .jsonl or
+    .json name is shardscope's own)."""
     path = Path(path)
+    if path.suffix in (".jsonl", ".json"):  # what bench --trace writes: its own reader's messages
+        return read_trace(path)
     first = _first_line(path)
     if first.startswith("{"):
         return read_trace(path)
