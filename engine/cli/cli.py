@@ -71,7 +71,7 @@ def _print_experts(s) -> None:
           f"{s.expert_mb_per_token:.2f}), waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
           f"{s.compute_ms_per_token:.1f} ms")
     if s.expert_advice:
-        print(f"note       {s.expert_advice} (--expert-policy hot)")
+        print(f"note       {s.expert_advice} (--expert-policy decay)")
     if s.expert_speculation:
         print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
     if s.trace_path:

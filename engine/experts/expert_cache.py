@@ -169,13 +169,15 @@ def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n
     """One line when the cache cannot help this policy, else "".
 
     A decoded token picks ``n_expert_used`` experts in every layer, in layer order, so an LRU
-    cache smaller than one token's picks evicts every expert before the next token could reuse
-    it: its hit rate is 0 whatever the routing. ``lfu`` and ``hot`` keep the most-picked experts
-    instead and hit as often as the router repeats itself (``shardscope replay`` shows how much).
+    cache smaller than one token's picks evicts an expert before the next token could reuse
+    it (0 % on a router that repeats only token to token). What keeps hitting there, measured
+    on three real routers' traces (docs/real-traces.md), is ``decay``: it keeps the experts
+    each layer keeps picking and lets near-uniform layers' experts go first.
     """
     working_set = n_expert_used * sum(unit_bytes.values())
     if policy != "lru" or cache_bytes >= working_set:
         return ""
     return (f"the expert cache ({cache_bytes / 2**20:.0f} MB) is smaller than one token's experts "
-            f"({working_set / 2**20:.0f} MB): lru evicts each before it is picked again (hit rate 0 %); "
-            f"the hot or lfu policy keeps the most-picked experts")
+            f"({working_set / 2**20:.0f} MB): lru evicts most of them before they are picked again; "
+            f"the decay policy keeps the experts the router keeps picking (real traces just under one "
+            f"token's experts: Qwen3-30B-A3B lru 29.6 %, decay 36.9 %)")
