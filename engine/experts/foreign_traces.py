@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceRecord, read_trace
+from shardscope.engine.experts.routing_trace import (RoutingTrace, TraceHeader, TraceRecord, open_trace_file,
+                                                     read_trace)
 
 ROUTE_TRACE_V1 = "# route_trace v1"
 ROUTE_TRACE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes")
@@ -52,18 +53,12 @@ def load_trace(path: str | os.PathLike) -> RoutingTrace:
 
 def _first_line(path: Path) -> str:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_trace_file(path) as handle:
             for line in handle:
                 if line.strip():
                     return line.rstrip("\n")
-    except FileNotFoundError:
-        raise ShardscopeError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ShardscopeError(f"{path}: is a directory, not a routing trace") from None
     except UnicodeDecodeError:
         raise ShardscopeError(f"{path}: not a text file, so not a routing trace") from None
-    except OSError as exc:
-        raise ShardscopeError(f"{path}: cannot open ({exc.strerror})") from None
     raise ShardscopeError(f"{path}: empty file, not a routing trace")
 
 
@@ -215,7 +210,7 @@ def _read_csv(path: Path, dialect: _CsvDialect) -> RoutingTrace:
     top_expert = -1
     line_of_layer: dict[int, str] = {}
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_trace_file(path) as handle:
             for number, line in enumerate(handle, 1):
                 text = line.strip()
                 where = f"{path} line {number}"

@@ -159,17 +159,22 @@ def _record(obj, header: TraceHeader, where: str) -> TraceRecord:
                        tuple(float(w) for w in weights))
 
 
-def read_trace(path: str | os.PathLike) -> RoutingTrace:
-    """Parse and check a trace; any defect is one ShardscopeError naming the file and line."""
-    path = Path(path)
+def open_trace_file(path: Path):
+    """The trace file opened as text; a missing file or a directory is one ShardscopeError."""
     try:
-        handle = open(path, encoding="utf-8")
+        return open(path, encoding="utf-8")
     except FileNotFoundError:
         raise ShardscopeError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ShardscopeError(f"{path}: is a directory, not a routing trace") from None
     except OSError as exc:
         raise ShardscopeError(f"{path}: cannot open ({exc.strerror})") from None
+
+
+def read_trace(path: str | os.PathLike) -> RoutingTrace:
+    """Parse and check a trace; any defect is one ShardscopeError naming the file and line."""
+    path = Path(path)
+    handle = open_trace_file(path)
     header = None
     records: list[TraceRecord] = []
     with handle:
@@ -195,4 +200,4 @@ def read_trace(path: str | os.PathLike) -> RoutingTrace:
     return RoutingTrace(header, tuple(records))
 
 
-__all__ = ["TraceHeader", "TraceRecord", "RoutingTrace", "TraceWriter", "read_trace"]
+__all__ = ["TraceHeader", "TraceRecord", "RoutingTrace", "TraceWriter", "read_trace", "open_trace_file"]
