@@ -119,3 +119,28 @@ def test_replay_with_no_policy_prints_every_policy_and_the_optimum(capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| google")]
     assert [line.split("|")[2].strip() for line in lines] == [p for p in ("decay", "lru", "lfu", "hot", "optimal")
                                                              for _ in range(2)]
+
+
+def test_the_plot_draws_the_optimum_as_the_limit_with_the_gap(qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    from shardscope.widgets.cacheability_plot import CacheabilityPlot
+
+    plot = CacheabilityPlot()
+    qtbot.addWidget(plot)
+    plot.resize(600, 400)
+    plot.show()
+    plot.set_curves({"decay": [(100, 0.30), (200, 0.50)], "lru": [(100, 0.20), (200, 0.45)],
+                     "optimal": [(100, 0.55), (200, 0.75)]})
+    plot.set_policy("decay")
+    plot.set_current(190)  # the gap is written at the curve point nearest the current size
+    QApplication.processEvents()
+    at, points = plot.gap()
+    assert at == 200 and points == pytest.approx(25.0)
+    assert "decay 25.0 points below" in plot._gap_text.toPlainText() and plot._gap_text.isVisible()
+    names = [label.text for _, label in plot.legend.items]
+    assert "optimal (limit)" in names
+    plot.set_policy("lru")
+    assert plot.gap() == (200, pytest.approx(30.0))
+    plot.set_curves({"lru": [(100, 0.2)]})  # no optimum: nothing to shade, no text
+    assert plot.gap() is None and not plot._gap_text.isVisible()
