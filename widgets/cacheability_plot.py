@@ -114,7 +114,8 @@ class CacheabilityPlot(pg.PlotWidget):
         self.item.addItem(self._gap_band)
         at, points = where
         y = 100 * dict(self._points[LIMIT])[at]
-        self._gap_text.setText(f"gap to the optimum at {at:,.0f} MiB: {self._policy} {points:.1f} points below")
+        # three short lines: the plot is often a narrow column of the window
+        self._gap_text.setText(f"{self._policy} {points:.1f} points below\nthe optimum at {at:,.0f} MiB")
         self._gap_text.setPos(at, min(y + 6, 99))
         self._gap_text.show()
 
