@@ -49,8 +49,8 @@ class ExpertCache:
         self.pinned: frozenset[Unit] = frozenset()
         self.used_bytes = 0
         self._tick = 0
-        # decay's estimates; the other policies leave it unused (n_expert_used turns a prompt
-        # pass's counts into shares of its tokens; without it they are shares of its most-picked)
+        # decay's estimates (n_expert_used turns a prompt pass's counts into shares of its
+        # tokens; without it they are shares of its most-picked expert's count)
         self.decaying = DecayingFrequency(sorted(self.unit_bytes), n_expert_used)
 
     # ------------------------------------------------------------ reference
@@ -85,8 +85,8 @@ class ExpertCache:
         picked = [(layer, e) for e in dict.fromkeys(experts)]
         need = sum(self.unit_bytes[layer] for u in picked if u not in self.resident)
         self._tick += 1
-        if self.policy == "decay":
-            self.decaying.picked(layer, [u[1] for u in picked], weights)
+        # kept under every policy (O(picks)), so a live switch to decay starts with the run's history
+        self.decaying.picked(layer, [u[1] for u in picked], weights)
         result = Access()
         for unit in picked:
             self.counts[unit] = self.counts.get(unit, 0) + (weights.get(unit[1], 1) if weights else 1)
