@@ -20,10 +20,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardscope.engine.experts.expert_cache import POLICIES
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
-from shardscope.engine.experts.replay import cacheability, min_cache_bytes
-from shardscope.engine.experts.routing_trace import RoutingTrace, read_trace
+from shardscope.engine.experts.foreign_traces import load_trace as read_any_trace
+from shardscope.engine.experts.replay import REPLAY_POLICIES, cacheability, min_cache_bytes
+from shardscope.engine.experts.routing_trace import RoutingTrace
 from shardscope.engine.devices.run_projection import projection_for
 from shardscope.engine.base.units import MIB
 
@@ -53,12 +53,13 @@ def cache_sizes(floor_bytes: int, full_bytes: int, n: int = N_SIZES) -> list[flo
 def load_trace(source) -> tuple[RoutingTrace, str]:
     """A RoutingTrace from a file path or as given (a run's ``routing_records()``), and its name."""
     if isinstance(source, (str, Path)):
-        return read_trace(source), Path(source).name
+        return read_any_trace(source), Path(source).name
     return source, "this session"
 
 
-def compute(source, policies: tuple[str, ...] = tuple(POLICIES)) -> CacheabilityResult:
-    """Replay ``source`` at ``cache_sizes`` for each policy. ShardscopeError for an empty or bad trace."""
+def compute(source, policies: tuple[str, ...] = REPLAY_POLICIES) -> CacheabilityResult:
+    """Replay ``source`` at ``cache_sizes`` for each policy and the optimum (Belady's limit).
+    ShardscopeError for an empty or bad trace."""
     from shardscope.engine.base.errors import ShardscopeError
 
     trace, name = load_trace(source)
@@ -66,14 +67,18 @@ def compute(source, policies: tuple[str, ...] = tuple(POLICIES)) -> Cacheability
         raise ShardscopeError(f"{name}: no decoded tokens routed yet (run a few tokens first)")
     header = trace.header
     full = sum(size * header.n_expert for size in header.unit_bytes.values())
-    sizes = cache_sizes(min_cache_bytes(trace), full)
+    # from one layer's picks to every expert, and one and two tokens' picks (where real
+    # routers' caches are compared, docs/real-traces.md) when they lie in between
+    used_bytes = header.n_expert_used * sum(header.unit_bytes.values())
+    sizes = sorted(set(cache_sizes(min_cache_bytes(trace), full))
+                   | {float(math.floor(m * used_bytes / MIB)) for m in (1, 2) if min_cache_bytes(trace) <= m * used_bytes < full})
     curves = cacheability(trace, sizes, list(policies))
     used = header.n_expert_used * sum(header.unit_bytes.values()) / MIB
     return CacheabilityResult({p: [(float(x), float(y)) for x, y in pts] for p, pts in curves.items()},
                               tuple(sizes), name, header.n_expert_used, used)
 
 
-def compute_in_process(source, policies: tuple[str, ...] = tuple(POLICIES)) -> CacheabilityResult:
+def compute_in_process(source, policies: tuple[str, ...] = REPLAY_POLICIES) -> CacheabilityResult:
     """``compute`` in a fresh (spawned: no copy of llama.cpp's threads) process at a lower
     priority, so the decode keeps its cores; the caller's thread only waits. Errors come
     back as raised there (one-line ShardscopeErrors)."""

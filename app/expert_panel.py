@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushBu
 from shardscope.app.background import BackgroundTask
 from shardscope.app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.base.units import MIB
 from shardscope.widgets import ExpertMap
@@ -41,7 +42,7 @@ class ExpertPanel(QWidget):
         self.polls = 0  # views drawn (the responsiveness bench counts them)
         self._summary = None
         self._device_id: str | None = None
-        self._policy = "lru"
+        self._policy = KNOBS["expert_policy"].default
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -104,7 +105,7 @@ class ExpertPanel(QWidget):
 
     def show_advice(self, text: str) -> None:
         """The last round's cache advice in the window's words ("" hides it)."""
-        self.advice.setText(f"{text} (set Expert policy to hot)" if text else "")
+        self.advice.setText(f"{text} (set Expert policy to decay)" if text else "")
         self.advice.setVisible(bool(text))
 
     def poll(self) -> None:
@@ -153,6 +154,7 @@ class ExpertPanel(QWidget):
     def _on_computed(self, result: CacheabilityResult) -> None:
         self.result = result
         self.plot.set_curves(result.curves)
+        self.plot.set_policy(self._policy)
         self._show_projected()
         self.status.setText(f"replayed {result.source}")
         self.computed.emit(result)
@@ -167,6 +169,7 @@ class ExpertPanel(QWidget):
     def set_projection_inputs(self, summary, device_id: str | None, policy: str) -> None:
         """The last complete round and the chosen device: projected tok/s at each cache size."""
         self._summary, self._device_id, self._policy = summary, device_id, policy
+        self.plot.set_policy(policy)
         self._show_projected()
 
     def _show_projected(self) -> None:

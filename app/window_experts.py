@@ -71,11 +71,12 @@ class WindowExperts:
     def _open_trace_dialog(self) -> None:
         start = str(Path(self.model_info.path).parent) if self.model_info else str(Path.home())
         path, _ = QFileDialog.getOpenFileName(self, "Open routing trace", start,
-                                              "Routing traces (*.jsonl *.json);;All files (*)")
+                                              "Routing traces (*.jsonl *.json *.csv);;All files (*)")
         if path:
             self.open_trace(path)
 
     def open_trace(self, path: str) -> None:
-        """Replay a trace file (written by ``shardscope bench --trace``) into the cacheability plot."""
+        """Replay a trace file into the cacheability plot: ``shardscope bench --trace``'s, or another
+        engine's CSV as it is (engine/experts/foreign_traces.py, docs/trace-formats.md)."""
         self.expert_panel.show()
         self.expert_panel.compute_from_file(path)

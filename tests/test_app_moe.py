@@ -191,7 +191,7 @@ def test_expert_knobs_reach_the_running_engine_and_a_saved_profile(qtbot, tmp_pa
 def _cli_replay(trace: str, sizes: list[float]) -> dict[str, dict[float, float]]:
     """``shardscope replay`` in another process: {policy: {cache MB: hit rate %}}."""
     out = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "replay", trace,
-                          "--cache-mb", ",".join(f"{s:g}" for s in sizes), "--policy", "lru,lfu,hot"],
+                          "--cache-mb", ",".join(f"{s:g}" for s in sizes)],  # every policy and the optimum
                          capture_output=True, text=True, check=True, env={**os.environ}).stdout
     table: dict[str, dict[float, float]] = {}
     for line in out.splitlines():
@@ -210,7 +210,7 @@ def test_cacheability_points_equal_shardscope_replay(qtbot, tmp_path, trace_file
         with qtbot.waitSignal(panel.computed, timeout=60_000):
             window.open_trace(trace_file)
         curves = panel.plot.curves()
-        assert set(curves) == {"lru", "lfu", "hot"}
+        assert set(curves) == {"decay", "lru", "lfu", "hot", "optimal"}
         sizes = sorted({x for pts in curves.values() for x, _ in pts})
         assert len(sizes) >= 4
         cli = _cli_replay(trace_file, sizes)

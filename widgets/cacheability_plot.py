@@ -4,10 +4,16 @@ The question it answers is "how much memory buys how much hit rate", so the x ax
 the cache size (MiB) and each policy a curve; the current setting is a vertical line,
 and projected device tok/s, when given, is shown on the right axis. Clicking near a
 point emits ``size_chosen`` with that size so the window can apply it in one click.
+
+A curve named ``optimal`` is the limit (Belady's MIN over the same routing, which knows
+the future): drawn dashed, with the band between it and the current policy's curve shaded
+and the gap in points written at the current size (or where it is widest), so what a
+better policy could still win is visible at a glance.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import pyqtgraph as pg
@@ -16,8 +22,9 @@ from PySide6.QtWidgets import QWidget
 
 __all__ = ["CacheabilityPlot", "POLICY_COLORS"]
 
-POLICY_COLORS = {"lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728"}
-_OTHER_COLOR = "#8d5cc9"
+POLICY_COLORS = {"decay": "#8d5cc9", "lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728", "optimal": "#222222"}
+_OTHER_COLOR = "#b07c2a"
+LIMIT = "optimal"  # the curve drawn as the limit (engine.experts.replay.OPTIMAL)
 
 
 class CacheabilityPlot(pg.PlotWidget):
@@ -31,7 +38,8 @@ class CacheabilityPlot(pg.PlotWidget):
         self.item.setLabel("bottom", "expert cache", units="MiB")
         self.item.setLabel("left", "expert hit rate", units="%")
         self.item.setYRange(0, 100, padding=0.02)
-        self.legend = self.item.addLegend(offset=(8, 8), labelTextColor="#222", brush=pg.mkBrush(255, 255, 255, 200))
+        # bottom right: hit-rate curves rise from the bottom left, so that corner stays empty
+        self.legend = self.item.addLegend(offset=(-8, -40), labelTextColor="#222", brush=pg.mkBrush(255, 255, 255, 200))
         self._current = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#222", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
                                         label="current", labelOpts={"position": 0.95, "color": "#222"})
         self._current.hide()
@@ -41,6 +49,12 @@ class CacheabilityPlot(pg.PlotWidget):
         self._size_limit = 100.0
         self._show_empty_range()
         self._points: dict[str, list[tuple[float, float]]] = {}
+        self._lines: dict[str, pg.PlotDataItem] = {}
+        self._policy: str | None = None  # the policy in use: its gap to the limit is shaded
+        self._gap_band: pg.FillBetweenItem | None = None
+        self._gap_text = pg.TextItem(color="#222", anchor=(-0.03, 1))  # just right of the size it names
+        self._gap_text.hide()
+        self.item.addItem(self._gap_text, ignoreBounds=True)
         self._projected: list[tuple[float, float]] = []
         self._projection_view: pg.ViewBox | None = None
         self.scene().sigMouseClicked.connect(self._clicked)
@@ -51,17 +65,59 @@ class CacheabilityPlot(pg.PlotWidget):
         for item in list(self.item.listDataItems()):
             self.item.removeItem(item)
         self.legend.clear()
-        self._points = {}
+        self._points, self._lines = {}, {}
         if not any(points.values()):
             self._show_empty_range()
+            self._show_gap()
             return
         self.item.enableAutoRange(x=True)
         for policy, pts in points.items():
-            pts = sorted((float(x), float(y)) for x, y in pts)
+            pts = sorted((float(x), float(y)) for x, y in pts if math.isfinite(y))
             self._points[policy] = pts
             color = POLICY_COLORS.get(policy, _OTHER_COLOR)
-            self.item.plot([x for x, _ in pts], [100 * y for _, y in pts], name=policy,
-                           pen=pg.mkPen(color, width=2), symbol="o", symbolSize=7, symbolBrush=color)
+            if policy == LIMIT:
+                line = self.item.plot([x for x, _ in pts], [100 * y for _, y in pts], name="optimal (limit)",
+                                      pen=pg.mkPen(color, width=2, style=pg.QtCore.Qt.PenStyle.DashLine))
+            else:
+                line = self.item.plot([x for x, _ in pts], [100 * y for _, y in pts], name=policy,
+                                      pen=pg.mkPen(color, width=2), symbol="o", symbolSize=7, symbolBrush=color)
+            self._lines[policy] = line
+        self._show_gap()
+
+    def set_policy(self, policy: str | None) -> None:
+        """The policy in use: the band between its curve and the limit is shaded."""
+        self._policy = policy
+        self._show_gap()
+
+    def gap(self) -> tuple[float, float] | None:
+        """(cache MiB, points) where the gap to the limit is written: at the current size
+        if a curve point lies there, else where the gap is widest; None without both curves."""
+        ours, limit = dict(self._points.get(self._policy or "", [])), dict(self._points.get(LIMIT, []))
+        shared = sorted(set(ours) & set(limit))
+        if not shared:
+            return None
+        current = self.current()
+        at = min(shared, key=lambda x: abs(x - current)) if current is not None else \
+            max(shared, key=lambda x: limit[x] - ours[x])
+        return at, 100 * (limit[at] - ours[at])
+
+    def _show_gap(self) -> None:
+        if self._gap_band is not None:
+            self.item.removeItem(self._gap_band)
+            self._gap_band = None
+        ours, limit = self._lines.get(self._policy or ""), self._lines.get(LIMIT)
+        where = self.gap()
+        if ours is None or limit is None or where is None:
+            self._gap_text.hide()
+            return
+        self._gap_band = pg.FillBetweenItem(ours, limit, brush=pg.mkBrush(120, 120, 120, 45))
+        self.item.addItem(self._gap_band)
+        at, points = where
+        y = 100 * dict(self._points[LIMIT])[at]
+        # three short lines: the plot is often a narrow column of the window
+        self._gap_text.setText(f"{self._policy} {points:.1f} points below\nthe optimum at {at:,.0f} MiB")
+        self._gap_text.setPos(at, min(y + 6, 99))
+        self._gap_text.show()
 
     def set_projected(self, points: Sequence[tuple[float, float]], device: str) -> None:
         """Projected tok/s on ``device`` at each cache size, on a right-hand axis."""
@@ -95,6 +151,7 @@ class CacheabilityPlot(pg.PlotWidget):
         else:
             self._current.setValue(float(cache_mib))
             self._current.show()
+        self._show_gap()
 
     def current(self) -> float | None:
         return float(self._current.value()) if self._current.isVisible() else None

@@ -71,7 +71,7 @@ def _print_experts(s) -> None:
           f"{s.expert_mb_per_token:.2f}), waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
           f"{s.compute_ms_per_token:.1f} ms")
     if s.expert_advice:
-        print(f"note       {s.expert_advice} (--expert-policy hot)")
+        print(f"note       {s.expert_advice} (--expert-policy decay)")
     if s.expert_speculation:
         print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
     if s.trace_path:
@@ -190,13 +190,16 @@ MAX_CACHE_MB = 2.0 ** 40  # far past any trace's experts; larger sizes overflow 
 def cmd_replay(args) -> int:
     from pathlib import Path
 
-    from shardscope.engine.experts.replay import format_rows, replay
-    from shardscope.engine.experts.routing_trace import read_trace
+    from shardscope.engine.experts.foreign_traces import load_trace
+    from shardscope.engine.experts.replay import REPLAY_POLICIES, format_rows, replay
 
-    trace = read_trace(args.trace)
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    trace = load_trace(args.trace)
+    if args.policy is None:  # every online policy and the optimum they are measured against
+        policies = list(REPLAY_POLICIES)
+    else:
+        policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if not policies:
-        raise ShardscopeError(f"--policy: give at least one policy (lru, lfu, hot), got {args.policy!r}")
+        raise ShardscopeError(f"--policy: give at least one policy ({', '.join(REPLAY_POLICIES)}), got {args.policy!r}")
     rows = replay(trace, args.cache_mb, policies, where=args.trace)
     print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
     return 0
@@ -281,9 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--tokens", type=positive_int, default=16, help="tokens of the run here (no --reference)")
     cal.set_defaults(func=cmd_calibrate)
     replay_p = sub.add_parser("replay", help="replay a routing trace through expert-cache policies and sizes")
-    replay_p.add_argument("trace", help="routing trace written by bench --trace (JSON lines)")
+    replay_p.add_argument("trace", help="routing trace: bench --trace (JSON lines), BigMoeOnEdge's route_trace v1 CSV, "
+                                        "or a token,layer,expert CSV (docs/trace-formats.md)")
     replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
-    replay_p.add_argument("--policy", default="lru,lfu,hot", help="policies, e.g. lru,lfu,hot")
+    replay_p.add_argument("--policy", default=None,
+                          help="policies, e.g. lru,lfu (default: every policy and 'optimal', Belady's limit)")
     replay_p.set_defaults(func=cmd_replay)
     from shardscope.engine.cli import cli_devices, cli_search  # sweep, tune, plan; devices: their own modules
 

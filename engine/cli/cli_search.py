@@ -26,6 +26,7 @@ import types
 from shardscope.engine.cli import cli_args
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_float_arg
+from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -391,8 +392,8 @@ def _register_sizing(sub) -> None:
                    help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
     p.add_argument("--trace", help="MoE: replay this routing trace (bench --trace) for the expert hit rate, with a "
                                    "cache of the same share of the experts as the device's")
-    p.add_argument("--expert-policy", default="lru", choices=("lru", "lfu", "hot"),
-                   help="MoE: the expert cache policy the --trace replay uses (default lru)")
+    p.add_argument("--expert-policy", default=KNOBS["expert_policy"].default, choices=KNOBS["expert_policy"].choices,
+                   help=f"MoE: the expert cache policy the --trace replay uses (default {KNOBS['expert_policy'].default})")
     p.set_defaults(func=cmd_size)
 
 
@@ -421,9 +422,9 @@ def cmd_size(args) -> int:
         raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
     trace = None
     if args.trace:
-        from shardscope.engine.experts.routing_trace import read_trace
+        from shardscope.engine.experts.foreign_traces import load_trace
 
-        trace = read_trace(args.trace)
+        trace = load_trace(args.trace)
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
                   expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)

@@ -140,7 +140,7 @@ def size_from_gguf_header(
     ssd_mb_s: float | None = None,
     expert_hit_rate: float | None = None,
     expert_trace=None,
-    expert_policy: str = "lru",
+    expert_policy: str = "decay",
 ) -> SizingResult:
     """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
 

@@ -92,7 +92,7 @@ def size_from_numbers(
     ssd_mb_s: float | None = None,
     expert_hit_rate: float | None = None,
     expert_trace=None,
-    expert_policy: str = "lru",
+    expert_policy: str = "decay",
 ) -> SizingResult:
     """Plan a model given by its size (see the module doc for every formula).
 

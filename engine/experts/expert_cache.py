@@ -11,6 +11,11 @@ Policies differ in what leaves first:
 - ``lfu``: the unit picked least often so far (ties: the one used longest ago).
 - ``hot``: units with the highest counts in a reference (``set_hot``) are pinned and
   never leave; the rest stream through what remains, least recently used first.
+- ``decay``: the unit whose next use looks farthest away (decaying_frequency.py): each
+  unit's chance of being picked at its layer's next pass is its pick count decayed with a
+  half-life of a few tokens, and a layer already passed this token waits a whole token
+  longer than one still to come. On real routers' traces it beats lru, lfu and hot at one
+  and two tokens' worth of cache (docs/real-traces.md), so it is the default.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-POLICIES = ("lru", "lfu", "hot")
+from shardscope.engine.experts.decaying_frequency import DecayingFrequency
+
+POLICIES = ("decay", "lru", "lfu", "hot")
 Unit = tuple[int, int]  # (layer, expert)
 
 
@@ -30,7 +37,8 @@ class Access:
 
 
 class ExpertCache:
-    def __init__(self, policy: str, capacity_bytes: int, unit_bytes: Mapping[int, int]):
+    def __init__(self, policy: str, capacity_bytes: int, unit_bytes: Mapping[int, int],
+                 n_expert_used: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"expert policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.policy = policy
@@ -41,6 +49,9 @@ class ExpertCache:
         self.pinned: frozenset[Unit] = frozenset()
         self.used_bytes = 0
         self._tick = 0
+        # decay's estimates (n_expert_used turns a prompt pass's counts into shares of its
+        # tokens; without it they are shares of its most-picked expert's count)
+        self.decaying = DecayingFrequency(sorted(self.unit_bytes), n_expert_used)
 
     # ------------------------------------------------------------ reference
     def set_hot(self, counts: Mapping[Unit, int], reserve_bytes: int) -> frozenset[Unit]:
@@ -74,18 +85,23 @@ class ExpertCache:
         picked = [(layer, e) for e in dict.fromkeys(experts)]
         need = sum(self.unit_bytes[layer] for u in picked if u not in self.resident)
         self._tick += 1
+        # kept under every policy (O(picks)), so a live switch to decay starts with the run's history
+        self.decaying.picked(layer, [u[1] for u in picked], weights)
         result = Access()
         for unit in picked:
             self.counts[unit] = self.counts.get(unit, 0) + (weights.get(unit[1], 1) if weights else 1)
             if unit in self.resident:
                 result.hits.append(unit)
-                self.resident[unit] = self._tick
             else:
                 result.misses.append(unit)
         if need:
             result.evicted = self.make_room(need, protected=set(picked))
-            for unit in result.misses:
-                self._insert(unit)
+        # The picks become the most recent in router order, hits and misses alike: units
+        # touched by one access tie on the tick, and the dict's order breaks the tie.
+        for unit in picked:
+            if self.resident.pop(unit, None) is None:
+                self.used_bytes += self.unit_bytes[unit[0]]
+            self.resident[unit] = self._tick
         return result
 
     def admit(self, unit: Unit, protected: Iterable[Unit] = ()) -> list[Unit] | None:
@@ -119,6 +135,8 @@ class ExpertCache:
         streamed = [u for u in units if u not in self.pinned]
         if self.policy == "lfu":
             streamed.sort(key=lambda u: (self.counts.get(u, 0), self.resident[u]))
+        elif self.policy == "decay":
+            streamed.sort(key=lambda u: (-self.decaying.expected_wait(u), self.resident[u]))
         else:
             streamed.sort(key=lambda u: self.resident[u])
         pinned = sorted((u for u in units if u in self.pinned), key=lambda u: self.resident[u])
@@ -138,10 +156,6 @@ class ExpertCache:
             evicted.append(victim)
         return evicted
 
-    def _insert(self, unit: Unit) -> None:
-        self.resident[unit] = self._tick
-        self.used_bytes += self.unit_bytes[unit[0]]
-
 
 def hot_reserve_bytes(unit_bytes: Mapping[int, int], n_expert_used: int) -> int:
     """Room ``hot`` leaves unpinned: two layers' picks (the layer computing, the next one loading)."""
@@ -155,13 +169,15 @@ def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n
     """One line when the cache cannot help this policy, else "".
 
     A decoded token picks ``n_expert_used`` experts in every layer, in layer order, so an LRU
-    cache smaller than one token's picks evicts every expert before the next token could reuse
-    it: its hit rate is 0 whatever the routing. ``lfu`` and ``hot`` keep the most-picked experts
-    instead and hit as often as the router repeats itself (``shardscope replay`` shows how much).
+    cache smaller than one token's picks evicts an expert before the next token could reuse
+    it (0 % on a router that repeats only token to token). What keeps hitting there, measured
+    on three real routers' traces (docs/real-traces.md), is ``decay``: it keeps the experts
+    each layer keeps picking and lets near-uniform layers' experts go first.
     """
     working_set = n_expert_used * sum(unit_bytes.values())
     if policy != "lru" or cache_bytes >= working_set:
         return ""
     return (f"the expert cache ({cache_bytes / 2**20:.0f} MB) is smaller than one token's experts "
-            f"({working_set / 2**20:.0f} MB): lru evicts each before it is picked again (hit rate 0 %); "
-            f"the hot or lfu policy keeps the most-picked experts")
+            f"({working_set / 2**20:.0f} MB): lru evicts most of them before they are picked again; "
+            f"the decay policy keeps the experts the router keeps picking (real traces just under one "
+            f"token's experts: Qwen3-30B-A3B lru 29.6 %, decay 36.9 %)")

@@ -3,18 +3,26 @@
 The same ExpertCache decisions as a live run, in the same order (the prompt pass's
 union first, then ``hot`` pins what the prompt picked most, then one access per decoded
 token and layer), so a replay of a run's own trace gives that run's hit rate. Hit rates
-count decoded tokens only, like the run's.
+count decoded tokens only, like the run's. ``optimal`` replays the same accesses through
+Belady's MIN (optimal_cache): the limit the online policies are measured against.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.experts.expert_cache import POLICIES, ExpertCache, hot_reserve_bytes
-from shardscope.engine.experts.routing_trace import RoutingTrace, read_trace
+from shardscope.engine.experts.foreign_traces import load_trace
+from shardscope.engine.experts.optimal_cache import belady_hits
+from shardscope.engine.experts.routing_trace import RoutingTrace, TraceRecord
 from shardscope.engine.base.units import MIB
+
+
+OPTIMAL = "optimal"  # Belady's MIN (optimal_cache): the limit, not a policy a run can use
+REPLAY_POLICIES = tuple(POLICIES) + (OPTIMAL,)
+HOT_ORACLE = "hot (oracle)"  # hot pinned by the whole trace when no prompt pass was recorded
 
 
 @dataclass(frozen=True)
@@ -29,25 +37,60 @@ class ReplayRow:
 
 
 def min_cache_bytes(trace: RoutingTrace) -> int:
-    """The largest single access: a cache smaller than that cannot hold one layer's picks."""
+    """The largest decoded access: a cache smaller than that cannot hold one layer's picks.
+    (A prompt union larger than the cache is trimmed to what fits: ``fitted_prompt``.)"""
     sizes = trace.header.unit_bytes
-    return max(len(r.experts) * sizes[r.layer] for r in trace.records)
+    decoded = [r for r in trace.records if not r.prompt] or list(trace.records)
+    return max(len(r.experts) * sizes[r.layer] for r in decoded)
+
+
+def fitted_prompt(record: TraceRecord, cache_bytes: int, unit_bytes: int) -> TraceRecord:
+    """A prompt pass's union for one layer, cut to the most-picked experts that fit the cache.
+
+    The live run's cache always holds a whole layer's bank (expert_streaming.min_cache_bytes),
+    so there the union always fits; a foreign trace replayed at a smaller cache (gpt-oss at
+    one token's picks: 77 experts of 12.6 MB in a 908 MiB cache) keeps what the prompt
+    picked most, ties in router order, and streams the rest through.
+    """
+    room = cache_bytes // unit_bytes
+    if len(record.experts) <= room:
+        return record
+    order = sorted(range(len(record.experts)), key=lambda i: -record.counts[i])[:room]
+    order.sort()
+    return replace(record, experts=tuple(record.experts[i] for i in order),
+                   counts=tuple(record.counts[i] for i in order))
+
+
+def run_order(trace: RoutingTrace, cache_bytes: int) -> list[TraceRecord]:
+    """The accesses a replay makes, in order: the trace's, prompt unions fitted to the cache."""
+    sizes = trace.header.unit_bytes
+    return [fitted_prompt(r, cache_bytes, sizes[r.layer]) if r.prompt else r for r in trace.records]
 
 
 def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: float | None = None) -> ReplayRow:
     header = trace.header
-    cache = ExpertCache(policy, cache_bytes, header.unit_bytes)
-    has_prompt = any(r.prompt for r in trace.records)
-    if not has_prompt:  # no prompt pass recorded: pin by the whole trace (an oracle)
+    mb = cache_bytes / MIB if cache_mb is None else cache_mb
+    records = run_order(trace, cache_bytes)
+    tokens = {r.token for r in records if not r.prompt}
+    n = max(len(tokens), 1)
+    if policy == OPTIMAL:
+        hits, misses, missed_bytes = belady_hits([(r.layer, r.experts) for r in records],
+                                                 [not r.prompt for r in records], cache_bytes, header.unit_bytes)
+        return ReplayRow(policy, mb, hits / (hits + misses) if hits + misses else float("nan"),
+                         hits, misses, missed_bytes / MIB / n, len(tokens))
+    cache = ExpertCache(policy, cache_bytes, header.unit_bytes, header.n_expert_used)
+    has_prompt = any(r.prompt for r in records)
+    label = policy
+    if not has_prompt and policy == "hot":  # no prompt pass recorded: pinned by the whole trace
+        label = HOT_ORACLE                 # it knows the future, so it is labelled an oracle
         counts: dict = {}
-        for r in trace.records:
+        for r in records:
             for e in r.experts:
                 counts[(r.layer, e)] = counts.get((r.layer, e), 0) + 1
         cache.set_hot(counts, hot_reserve_bytes(header.unit_bytes, header.n_expert_used))
     in_prompt = True
     hits = misses = missed_bytes = 0
-    tokens = set()
-    for r in trace.records:
+    for r in records:
         if r.prompt:  # a run of several rounds has a prompt pass before each, like the live run
             cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)))
             in_prompt = True
@@ -59,9 +102,7 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
         hits += len(got.hits)
         misses += len(got.misses)
         missed_bytes += len(got.misses) * header.unit_bytes[r.layer]
-        tokens.add(r.token)
-    n = max(len(tokens), 1)
-    return ReplayRow(policy, cache_bytes / MIB if cache_mb is None else cache_mb, hits / (hits + misses) if hits + misses else float("nan"),
+    return ReplayRow(label, mb, hits / (hits + misses) if hits + misses else float("nan"),
                      hits, misses, missed_bytes / MIB / n, len(tokens))
 
 
@@ -69,10 +110,10 @@ def replay(trace: RoutingTrace, cache_mb: list[float], policies: list[str], wher
     """One row per (policy, cache size); sizes below one access's bytes, or too large to count
     in bytes, and an empty policy list are refused."""
     if not policies:
-        raise ShardscopeError("--policy: give at least one policy (lru, lfu, hot)")
+        raise ShardscopeError(f"--policy: give at least one policy ({', '.join(REPLAY_POLICIES)})")
     for policy in policies:
-        if policy not in POLICIES:
-            raise ShardscopeError(f"--policy: '{policy}' is not one of {', '.join(POLICIES)}")
+        if policy not in REPLAY_POLICIES:
+            raise ShardscopeError(f"--policy: '{policy}' is not one of {', '.join(REPLAY_POLICIES)}")
     floor = min_cache_bytes(trace)
     for mb in cache_mb:
         if not math.isfinite(mb * MIB) or mb * MIB > 2 ** 62:
@@ -93,12 +134,12 @@ def cacheability(records_or_path, sizes_mb: list[float], policies: list[str]) ->
     if isinstance(records_or_path, RoutingTrace):
         trace, where = records_or_path, "the session's trace"
     else:
-        trace, where = read_trace(records_or_path), str(records_or_path)
+        trace, where = load_trace(records_or_path), str(records_or_path)
     if not trace.records:
         raise ShardscopeError(f"{where}: no routing records yet")
-    curve: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
+    curve: dict[str, list[tuple[float, float]]] = {}
     for row in replay(trace, list(sizes_mb), list(policies), where=where):
-        curve[row.policy].append((row.cache_mb, row.expert_hit_rate))
+        curve.setdefault(row.policy, []).append((row.cache_mb, row.expert_hit_rate))
     return curve
 
 
@@ -113,4 +154,4 @@ def format_rows(rows: list[ReplayRow], model: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ReplayRow", "replay", "replay_one", "cacheability", "format_rows", "min_cache_bytes"]
+__all__ = ["ReplayRow", "OPTIMAL", "REPLAY_POLICIES", "HOT_ORACLE", "fitted_prompt", "run_order", "replay", "replay_one", "cacheability", "format_rows", "min_cache_bytes"]

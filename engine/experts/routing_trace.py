@@ -17,6 +17,7 @@ file, which the next trace written to the same path removes (engine/base/stale_t
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -48,12 +49,15 @@ class TraceRecord:
     experts: tuple[int, ...]
     counts: tuple[int, ...] = ()
     prompt: bool = False
+    weights: tuple[float, ...] = ()  # the router's weight of each pick, where the trace has them
 
     def to_json(self) -> dict:
         out = {"token": self.token, "layer": self.layer, "experts": list(self.experts)}
         if self.prompt:
             out["counts"] = list(self.counts)
             out["prompt"] = True
+        if self.weights:
+            out["weights"] = list(self.weights)
         return out
 
 
@@ -147,20 +151,30 @@ def _record(obj, header: TraceHeader, where: str) -> TraceRecord:
     if prompt and (not isinstance(counts, list) or len(counts) != len(experts)
                    or not all(isinstance(c, int) and c > 0 for c in counts)):
         raise ShardscopeError(f"{where}: 'counts' must give a positive count for each expert")
-    return TraceRecord(token, layer, tuple(experts), tuple(counts) if prompt else (), prompt)
+    weights = obj.get("weights", [])
+    if not isinstance(weights, list) or (weights and (len(weights) != len(experts) or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights))):
+        raise ShardscopeError(f"{where}: 'weights' must give a finite number for each expert")
+    return TraceRecord(token, layer, tuple(experts), tuple(counts) if prompt else (), prompt,
+                       tuple(float(w) for w in weights))
 
 
-def read_trace(path: str | os.PathLike) -> RoutingTrace:
-    """Parse and check a trace; any defect is one ShardscopeError naming the file and line."""
-    path = Path(path)
+def open_trace_file(path: Path):
+    """The trace file opened as text; a missing file or a directory is one ShardscopeError."""
     try:
-        handle = open(path, encoding="utf-8")
+        return open(path, encoding="utf-8")
     except FileNotFoundError:
         raise ShardscopeError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ShardscopeError(f"{path}: is a directory, not a routing trace") from None
     except OSError as exc:
         raise ShardscopeError(f"{path}: cannot open ({exc.strerror})") from None
+
+
+def read_trace(path: str | os.PathLike) -> RoutingTrace:
+    """Parse and check a trace; any defect is one ShardscopeError naming the file and line."""
+    path = Path(path)
+    handle = open_trace_file(path)
     header = None
     records: list[TraceRecord] = []
     with handle:
@@ -186,4 +200,4 @@ def read_trace(path: str | os.PathLike) -> RoutingTrace:
     return RoutingTrace(header, tuple(records))
 
 
-__all__ = ["TraceHeader", "TraceRecord", "RoutingTrace", "TraceWriter", "read_trace"]
+__all__ = ["TraceHeader", "TraceRecord", "RoutingTrace", "TraceWriter", "read_trace", "open_trace_file"]
