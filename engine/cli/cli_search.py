@@ -440,4 +440,8 @@ def cmd_size(args) -> int:
                       globals_bytes=args.globals_bytes, name=args.name),
             device, **common)
     print(format_sizing(result))
+    if result.fits_in_memory and (args.trace or args.expert_hit_rate is not None):
+        given = f"--trace {args.trace}" if args.trace else f"--expert-hit-rate {args.expert_hit_rate:g}"
+        print(f"  note        {given} not used: the whole model fits on {device.name}, so no expert is "
+              "streamed and no hit rate enters the projection")
     return 0

@@ -181,7 +181,9 @@ class SizingResult:
 
 def size_number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
     sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
-    return finite_number(value, "plan", key, sign=sign)
+    # Named by the flag that sets it: the CLI is where a person gives these numbers.
+    flag = {"bits_per_weight": "--bits"}.get(key, "--" + key.replace("_", "-"))
+    return finite_number(value, "plan", flag, sign=sign)
 
 
 
@@ -221,7 +223,7 @@ def size_shape(
         )
         assumptions.append(
             f"KV cache + compute buffers + runtime assumed {sum(o.values()):g} MiB "
-            "(as the built-in iPhone profile); pass budget_mb to set the weight budget"
+            "(as the built-in iPhone profile); pass --budget-mb to set the weight budget"
         )
     else:
         budget_mb = size_number(budget_mb, "budget_mb")
