@@ -39,6 +39,7 @@ class LabelledSlider(QWidget):
         self._step = int(step)
         self._quiet = 0  # >0 while code (not the user) moves the slider
         self._disabled_reason: str | None = None
+        self._minimum_text: str | None = None  # the readout at the minimum, when it means more than a number
         self._last_committed: int | None = None
 
         self.title_label = QLabel(title, self)
@@ -96,6 +97,13 @@ class LabelledSlider(QWidget):
             w.setToolTip(tip)
         self._show_value(self.value())
 
+    def setMinimumText(self, text: str | None) -> None:
+        """What the readout says at the slider's minimum (like QSpinBox's specialValueText): a knob
+        whose 0 means "chosen for you" shows what was chosen, not "0 MiB"; None: the number."""
+        self._minimum_text = text or None
+        self._reserve_readout_width()
+        self._show_value(self.value())
+
     def disabledReason(self) -> str | None:
         return self._disabled_reason
 
@@ -115,6 +123,8 @@ class LabelledSlider(QWidget):
         return min(hi, lo + round((v - lo) / self._step) * self._step)
 
     def _text_for(self, v: int) -> str:
+        if v == self.slider.minimum() and self._minimum_text is not None:
+            return self._minimum_text
         return f"{v:,} {self._units}".rstrip()
 
     def _show_value(self, v: int) -> None:
