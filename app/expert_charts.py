@@ -66,7 +66,7 @@ def _show_expert_legend(chart: LiveChart, visible: bool) -> None:
             legend.addItem(curve, name)
         elif not visible and name in named:
             legend.removeItem(curve)
-    legend.setColumnCount(max(1, len(legend.items)))
+    chart.fit_legend("hit")
 
 
 def expert_values(s: MetricsSample) -> dict[str, float]:
