@@ -88,11 +88,13 @@ class LabelledSlider(QWidget):
         self._reserve_readout_width()
         self._show_value(self.value())
 
-    def setDisabledReason(self, reason: str | None) -> None:
+    def setDisabledReason(self, reason: str | None, tip: str | None = None) -> None:
+        """Disable with a short ``reason`` in the readout; hovering any part shows ``tip`` (the
+        longer why), else the reason: the parts' own tooltips are what Qt shows, not the row's."""
         self._disabled_reason = reason or None
         enabled = self._disabled_reason is None
         self.slider.setEnabled(enabled)
-        tip = "" if enabled else self._disabled_reason
+        tip = "" if enabled else (tip or self._disabled_reason)
         for w in (self.title_label, self.slider, self.readout_label):
             w.setToolTip(tip)
         self._show_value(self.value())
