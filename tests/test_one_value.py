@@ -14,25 +14,7 @@ import math
 import pytest
 
 from shardscope.engine.cli.cli import main
-from shardscope.engine.runs import bench_command
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """Any run opened fails the test: the refusal must come before a model is touched."""
-    def refuse(*a, **kw):
-        raise AssertionError("open_run was called: the model would load before the refusal")
-
-    monkeypatch.setattr(bench_command, "open_run", refuse)
-
-
-def _refused(capsys, argv, *words) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    for word in words:
-        assert word in err[0], err
-    return err[0]
+from test_outputs_checked_first import _refused, no_model_load  # noqa: F401  (one refusal helper, one fixture)
 
 
 @pytest.fixture(scope="module")
