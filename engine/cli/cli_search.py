@@ -26,6 +26,7 @@ import types
 from shardscope.engine.cli import cli_args
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_float_arg
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -63,8 +64,10 @@ def _parse_knobs(args, flags: dict[str, str]) -> dict[str, list]:
 
 
 def _check_tokens(args) -> None:
-    if args.n_gen < 2:
-        raise ShardscopeError("--tokens: at least 2 (the first token is warm-up, excluded from tok/s)")
+    """Bench's one rule (bench_command.check_timed_tokens), before any grid is read."""
+    from shardscope.engine.runs.bench_command import check_timed_tokens
+
+    check_timed_tokens(args)
 
 
 def _base_settings(args, first_values: dict[str, object]):
@@ -149,8 +152,8 @@ def cmd_sweep(args) -> int:
     passes = args.repetitions
     human = sys.stdout if args.output == "md" else sys.stderr  # with csv/json/jsonl stdout carries only the rows
     print(f"sweep: {total} combinations ("
-          + " x ".join(f"{k} {format_values(grid[k])}" for k in varied or ["shard_mb"])
-          + f"), {args.n_gen} tokens each" + (f", {passes} passes" if passes > 1 else "")
+          + " x ".join(f"{KNOBS[k].flag} {format_values(grid[k])}" for k in varied or ["shard_mb"])
+          + f"), {plural(args.n_gen, 'token')} each" + (f", {passes} passes" if passes > 1 else "")
           + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
     from shardscope.engine.search.search_noise import fits_note, ranking_line
 

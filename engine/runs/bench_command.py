@@ -14,9 +14,10 @@ from shardscope.engine.stream.streaming_run import RunSummary
 MIN_TOKENS = 2  # the first token comes out of the prompt pass; speed is timed over the tokens after it
 
 
-def check_timed_tokens(settings: RunSettings) -> None:
+def check_timed_tokens(settings) -> None:
     """Refuse, before the load and before any file is touched, a run with no decoded token to
-    time: its row would carry avg_ts 0, its trace no decode picks, and -o would fail at the end."""
+    time: its row would carry avg_ts 0, its trace no decode picks, and -o would fail at the end.
+    ``settings``: RunSettings, or parsed flags (sweep and tune check before reading their grids)."""
     from shardscope.engine.base.errors import ShardscopeError
     from shardscope.engine.knobs.knobs import KNOBS
 

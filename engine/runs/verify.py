@@ -31,6 +31,7 @@ from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.runs.verify_experts import expert_checks, residency_reading
 from shardscope.engine.stream.run_summary import RunSummary
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.units import MB_S, MIB
 
 TOLERANCE = 0.05
@@ -277,7 +278,7 @@ def _label(summary: RunSummary, settings: RunSettings, cut_budget_mb: float | No
     budget = (f"budget {settings.budget_mb:g} → {cut_budget_mb:g} MiB after token {cut_at}"
               if cut_budget_mb is not None else f"budget {summary.budget_mb:.0f} MiB")
     knobs = EXPERT_KNOBS if getattr(summary, "expert_policy", "") else LAYER_KNOBS
-    return f"{describe(summary, knobs)}, {budget}, {summary.n_gen} tokens"
+    return f"{describe(summary, knobs)}, {budget}, {plural(summary.n_gen, 'token')}"
 
 
 def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_first: dict, perf_end: dict,
