@@ -75,7 +75,7 @@ def _print_experts(s) -> None:
     def pct(x):
         return _percent(x, "n/a")
 
-    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MB "
+    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MiB "
           f"({s.expert_policy}, speculation {'on' if s.expert_speculation else 'off'}), hit rate "
           f"{pct(s.expert_hit_rate)} ({s.expert_hits} hits, {s.expert_misses} misses)")
     # The kernel's read count next to the streamer's loads, with what neither load explains, so the
@@ -210,11 +210,11 @@ def _mb_list(text: str) -> list[float]:
     try:
         values = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MB sizes separated by commas, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected MiB sizes separated by commas, got {text!r}") from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"sizes must be > 0 MB, got {text!r}")
+        raise argparse.ArgumentTypeError(f"sizes must be > 0 MiB, got {text!r}")
     if any(v > MAX_CACHE_MB for v in values):
-        raise argparse.ArgumentTypeError(f"sizes must be at most 2^40 MB (1 EiB), got {text!r}")
+        raise argparse.ArgumentTypeError(f"sizes must be at most 2^40 MiB (1 EiB), got {text!r}")
     return values
 
 

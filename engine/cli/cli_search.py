@@ -335,8 +335,8 @@ def cmd_tune(args) -> int:
         bar.close()
     print(f"search: coordinate descent, {result.passes} pass(es), {result.runs} runs "
           f"(+{result.refused} combinations refused before loading) of a {result.grid_size}-combination grid")
-    print(f"budget: {result.budget_mb:g} MB (device weight budget {result.weight_budget_mb:g} MB"
-          + (f", capped at {args.budget_cap_mb:g} MB" if args.budget_cap_mb else "") + ")")
+    print(f"budget: {result.budget_mb:g} MiB (device weight budget {result.weight_budget_mb:g} MiB"
+          + (f", capped at {args.budget_cap_mb:g} MiB" if args.budget_cap_mb else "") + ")")
     for line in result.path:
         print(f"  {line}")
     if result.best is None:
@@ -348,7 +348,7 @@ def cmd_tune(args) -> int:
     print(f"      projected {b.summary.projected_ts:.3g} tok/s on {device.id} ({b.summary.projected_bound}-bound), "
           f"measured {b.summary.avg_ts:.3g} tok/s here (emulated SSD "
           f"{'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}), resident weights "
-          f"{b.summary.resident_weights_mb:.0f} MB ≤ {result.weight_budget_mb:g} MB")
+          f"{b.summary.resident_weights_mb:.0f} MiB ≤ {result.weight_budget_mb:g} MiB")
     tie = tune_tie_line(result.evaluations, b)
     if tie:
         print(tie)
@@ -382,7 +382,7 @@ def _register_sizing(sub) -> None:
                    help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
     p.add_argument("--name", default="", help="label for the model")
     p.add_argument("--budget-mb", type=finite_float_arg, default=None,
-                   help="weight budget (MB); default: app limit - KV - compute - runtime")
+                   help="weight budget (MiB); default: app limit - KV - compute - runtime")
     p.add_argument("--policy", default="pinned", help="pinned or lru")
     p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
     p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
