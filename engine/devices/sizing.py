@@ -181,9 +181,7 @@ class SizingResult:
 
 def size_number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
     sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
-    # Named by the flag that sets it: the CLI is where a person gives these numbers.
-    flag = {"bits_per_weight": "--bits"}.get(key, "--" + key.replace("_", "-"))
-    return finite_number(value, "plan", flag, sign=sign)
+    return finite_number(value, "plan", key, sign=sign)
 
 
 
