@@ -72,8 +72,8 @@ class WindowExperts:
         engine takes from the budget after the dense weights (its own rule, cache_bytes_for)."""
         moe, s = self.expert_panel.moe, self.current_settings()
         self._grey_unused_knobs(moe if getattr(self, "model_info", None) and self.model_info.moe else None)
-        cache = None
-        if moe is not None and streams_experts(moe, s.budget_mb):
+        cache = float(s.expert_cache_mb) if s.expert_cache_mb else None  # the size chosen, even on a trace alone
+        if not s.expert_cache_mb and moe is not None and streams_experts(moe, s.budget_mb):
             try:
                 cache = cache_bytes_for(moe, s) / MIB
             except ShardscopeError:  # below the minimum: Run will say so, naming the slider
