@@ -28,7 +28,7 @@ def add_expert_curves(chart: LiveChart) -> None:
     """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
     for curve, label in EXPERT_HIT_LABELS.items():
         chart.add_curve("hit", curve, label, EXPERT_COLORS[curve])
-    chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MB")
+    chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MiB")
     chart.add_curve("per_token", "dense_tok", EXPERT_CURVES["dense_tok"].label, EXPERT_COLORS["dense_tok"])
     chart.add_curve("per_token", "expert_tok", EXPERT_CURVES["expert_tok"].label, EXPERT_COLORS["expert_tok"],
                     fill_to_zero=True)
@@ -66,7 +66,7 @@ def _show_expert_legend(chart: LiveChart, visible: bool) -> None:
             legend.addItem(curve, name)
         elif not visible and name in named:
             legend.removeItem(curve)
-    legend.setColumnCount(max(1, len(legend.items)))
+    chart.fit_legend("hit")
 
 
 def expert_values(s: MetricsSample) -> dict[str, float]:

@@ -101,7 +101,7 @@ class ExpertPanel(QWidget):
         self.plot.set_size_limit(moe.expert_bytes / MIB)  # 0 to every expert, until a curve is computed
         self.caption.setText(
             f"{len(moe.layers)} layers \u00d7 {moe.n_expert} experts, top-{moe.n_expert_used}; "
-            f"dense {moe.dense_bytes / MIB:,.0f} MB stays resident, experts {moe.expert_bytes / MIB:,.0f} MB stream")
+            f"dense {moe.dense_bytes / MIB:,.0f} MiB stays resident, experts {moe.expert_bytes / MIB:,.0f} MiB stream")
 
     def show_advice(self, text: str) -> None:
         """The last round's cache advice in the window's words ("" hides it)."""

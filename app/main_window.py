@@ -49,6 +49,7 @@ from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.knobs.profile_file import Profile
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.units import MIB
 from shardscope.engine.stream.streaming_run import RunSummary
 
@@ -326,7 +327,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
             self.stop_button.setEnabled(False)
 
     def _on_phase(self, name: str) -> None:
-        self.statusBar().showMessage(f"{name} — {self.runs.complete_rounds()} complete round(s) this session")
+        self.statusBar().showMessage(f"{name} — {plural(self.runs.complete_rounds(), 'complete round')} this session")
         self.phase_bands.phase(name, self.runs.last_t)
 
     def _on_run_finished(self) -> None:
@@ -334,7 +335,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.phase_bands.end(self.runs.last_t)
         if not self.runs.failed_now:  # an error stays in the status bar
             self.statusBar().showMessage(
-                f"stopped; {self.runs.complete_rounds()} complete round(s) this session", 8000)
+                f"stopped; {plural(self.runs.complete_rounds(), 'complete round')} this session", 8000)
         self.run_finished.emit()
 
     def _update_actions(self) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from shardscope.engine.base.quantity_text import bytes_text, plural
+from shardscope.engine.base.units import MIB
 from shardscope.app.background import BackgroundTask
 from shardscope.app.model_probe import ModelInfo, probe_model
 
@@ -46,6 +48,8 @@ class ModelPanel(QGroupBox):
         task.start()
 
     def _show(self, info: ModelInfo, quiet: bool) -> None:
-        self.label.setText(f"<b>{info.name}</b><br>{info.file_mb:,.0f} MB file, {info.n_layers} layers"
+        # The file's size as synth and size print it (decimal MB), so one file reads one number.
+        self.label.setText(f"<b>{info.name}</b><br>{bytes_text(info.file_mb * MIB)} file, "
+                           f"{plural(info.n_layers, 'layer')}"
                            f"<br><small>{info.path}</small>")
         self.probed.emit(info, quiet)

@@ -70,10 +70,10 @@ class RunView(QWidget):
         self.shard_map.set_shards([s.label for s in plan.shards])
         self.shard_map.show()
         self.shard_caption.setText(
-            f"{len(plan.shards)} shards (target {plan.shard_bytes_target / MIB:,.0f} MB), {len(plan.layers)} layers; "
-            f"globals {plan.globals_bytes / MIB:,.0f} MB stay resident; "
-            f"model weights {plan.total_bytes / MIB:,.0f} MB; "
-            f"minimum budget {min_budget_mb(plan, settings):,.0f} MB")
+            f"{len(plan.shards)} shards (target {plan.shard_bytes_target / MIB:,.0f} MiB), {len(plan.layers)} layers; "
+            f"globals {plan.globals_bytes / MIB:,.0f} MiB stay resident; "
+            f"model weights {plan.total_bytes / MIB:,.0f} MiB; "
+            f"minimum budget {min_budget_mb(plan, settings):,.0f} MiB")
 
     def show_expert_streaming(self, moe) -> None:
         """An ExpertRun has no shards: dense weights stay, experts stream (the Experts column)."""
@@ -83,7 +83,7 @@ class RunView(QWidget):
         # run with nothing resident. The caption says what streams instead.
         self.shard_map.hide()
         self.shard_caption.setText(
-            f"expert streaming: {moe.dense_bytes / MIB:,.0f} MB of dense weights stay resident; "
+            f"expert streaming: {moe.dense_bytes / MIB:,.0f} MiB of dense weights stay resident; "
             f"{len(moe.layers)} layers × {moe.n_expert} experts stream through the expert cache "
             f"(see the Experts column)")
 
@@ -109,7 +109,7 @@ class RunView(QWidget):
     def show_round(self, summary: RunSummary) -> None:
         self.round_numbers.set_values(summary.row())
         self.round_box.setToolTip(f"{summary.model_filename}: {summary.n_gen} tokens, "
-                                  f"budget {summary.budget_mb:,.0f} MB, {summary.policy}")
+                                  f"budget {summary.budget_mb:,.0f} MiB, {summary.policy}")
 
     def show_projection(self, p: RoundProjection | None, device_chosen: bool) -> None:
         if p is None:

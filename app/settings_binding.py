@@ -157,7 +157,7 @@ class SettingsPanel(QWidget):
         """Disable a control with a short ``reason`` (a slider's readout) and a ``tip`` saying why;
         None enables it again with its knob's own tooltip."""
         if key in self.sliders:
-            self.sliders[key].setDisabledReason(reason)
+            self.sliders[key].setDisabledReason(reason, tip)
             widget = self.sliders[key]
         else:
             widget = self.combos.get(key) or self.checks[key]

@@ -263,7 +263,7 @@ def test_budget_below_the_model_restarts_a_layer_streamed_moe_as_expert_streamin
         assert type(run).__name__ == "ExpertRun" and run.settings.budget_mb == BUDGET_MB
         wait_for(qtbot, window, lambda: window.expert_panel.isVisible() and 2 in window.expert_panel.map.states(),
                  timeout=30_000)
-        assert marks == [f"budget {big}\u2192{BUDGET_MB} MB (restart)"]
+        assert marks == [f"budget {big}\u2192{BUDGET_MB} MiB (restart)"]
         stop_and_wait(qtbot, window)
         assert window.last_error is None, window.last_error
     finally:

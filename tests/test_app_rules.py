@@ -32,11 +32,11 @@ def test_saved_profiles_do_not_carry_the_model(tmp_path):
 
 
 def test_marker_text_reads_like_the_change():
-    assert describe_change("budget_mb", 600, 400) == "budget 600\u2192400 MB"
+    assert describe_change("budget_mb", 600, 400) == "budget 600\u2192400 MiB"
     assert describe_change("ssd_mb_s", 0.0, 860.0) == "SSD off\u2192860 MB/s"
     assert describe_change("ssd_mb_s", 860.0, 0.0) == "SSD 860\u2192off"
     assert describe_change("prefetch_depth", 1, 2) == "prefetch 1\u21922"
-    assert describe_change("budget_mb", 2048, 65536) == "budget 2,048\u219265,536 MB"
+    assert describe_change("budget_mb", 2048, 65536) == "budget 2,048\u219265,536 MiB"
 
 
 def test_export_base_names():

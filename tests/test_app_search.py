@@ -142,7 +142,7 @@ def test_sweep_fills_a_sortable_table_applies_a_row_and_saves_it(qtbot, window, 
     # The plot: x = shard size, one curve per (depth, budget); the skipped budget draws nothing.
     drawn = [c for c in dialog.plot.curves if c.points]
     assert len(drawn) == 3 and all(len(c.points) == 2 for c in drawn)
-    assert {c.label for c in drawn} == {f"depth {d}, budget 1024 MB" for d in (0, 1, 2)}
+    assert {c.label for c in drawn} == {f"depth {d}, budget 1024 MiB" for d in (0, 1, 2)}
 
     # Apply the fastest row to the sliders.
     if table.horizontalHeader().sortIndicatorOrder() != Qt.SortOrder.DescendingOrder:

@@ -43,7 +43,7 @@ def test_moe_knobs_are_flags_and_profile_keys():
 
 def test_describe_reads_settings_and_summaries_alike():
     s = RunSettings(shard_mb=32, ssd_mb_s=0.0)
-    assert describe(s, ("shard_mb", "prefetch_depth", "ssd_mb_s")) == "shard 32 MB, depth 2, SSD off"
+    assert describe(s, ("shard_mb", "prefetch_depth", "ssd_mb_s")) == "shard 32 MiB, depth 2, SSD off"
     assert parse_knob("--policy", "lru,pinned", "policy") == ["lru", "pinned"]
 
 

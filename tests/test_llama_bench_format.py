@@ -260,7 +260,10 @@ def test_markdown_looks_like_llama_bench():
     lines = text.splitlines()
     assert lines[0].startswith("| model | size | params | backend | threads |") and "| test | t/s |" in lines[0]
     assert "| llama 1M Q4_K - Medium | 10.00 MiB | 5.00 M | CPU | 2 |" in lines[2]
-    assert "| tg7 @ d9 | 10.00 ± 0.00 |" in lines[2]
+    # one repetition: no "± 0.00" (issue 28: it read as "every token the same"); two show their spread
+    assert "| tg7 @ d9 | 10.00 |" in lines[2]
+    two = render([bench_row([_summary(), _summary()], FACTS, test_time="t")], "md").splitlines()
+    assert "| tg7 @ d9 | 10.00 ± 0.00 |" in two[2]
     assert lines[-1] == "build: abc1234 (0)"
 
 

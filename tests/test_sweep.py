@@ -107,7 +107,7 @@ def test_sweep_writes_one_row_per_run_and_skips_refused_combinations(bundled_mod
         assert r["model_filename"] == os.path.basename(bundled_model)
     skipped = [line for line in proc.stderr.splitlines() if line.startswith("skipped")]
     assert len(skipped) == 6, proc.stderr
-    assert all("budget 50 MB" in line and "minimum" in line for line in skipped)
+    assert all("budget 50 MiB" in line and "minimum" in line for line in skipped)
     assert "6 rows written" in proc.stdout
 
 

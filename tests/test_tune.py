@@ -112,7 +112,7 @@ def test_tune_cli_saves_the_profile_and_csv(synthetic_model, tmp_path):
          "--quiet"], capture_output=True, text=True, timeout=240, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "coordinate descent" in proc.stdout and "of a 2-combination grid" in proc.stdout
-    assert "best: policy pinned, shard 32 MB" in proc.stdout
+    assert "best: policy pinned, shard 32 MiB" in proc.stdout
     profile = load_profile(tmp_path / "cfg" / "profiles" / "cli-tuned.toml")
     assert profile.settings.budget_mb == 160
     rows = out.read_text().strip().splitlines()

@@ -14,6 +14,7 @@ from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QImage, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from shardscope.widgets.swatch_legend import MARGIN as _MARGIN, legend_height, paint_legend
 from shardscope.widgets.shard_map import EVICTED, LOADING, PINNED, RESIDENT, STATE_COLORS, STATE_NAMES
 
 __all__ = ["ExpertMap", "PICKED_COLOR", "VIEWS"]
@@ -22,8 +23,6 @@ VIEWS = ("state", "heat")
 PICKED_COLOR = "#d62728"  # picked by the token being computed: drawn over its state
 _HEAT_LOW = np.array([255, 255, 255], dtype=np.float32)
 _HEAT_HIGH = np.array([140, 20, 20], dtype=np.float32)
-_MARGIN = 4
-_SWATCH = 10
 _KNOWN_STATES = (EVICTED, LOADING, RESIDENT, PINNED)
 
 
@@ -196,17 +195,8 @@ class ExpertMap(QWidget):
         return items + [(PICKED_COLOR, "picked now")]
 
     def _paint_legend(self, painter: QPainter) -> None:
-        fm = self.fontMetrics()
-        text_color = self.palette().color(QPalette.ColorRole.WindowText)
-        x = _MARGIN
-        mid = _MARGIN + fm.height() // 2
-        for color, name in self._legend_items():
-            painter.fillRect(QRect(x, mid - _SWATCH // 2, _SWATCH, _SWATCH), QColor(color))
-            painter.setPen(text_color)
-            painter.drawRect(QRect(x, mid - _SWATCH // 2, _SWATCH, _SWATCH))
-            x += _SWATCH + 4
-            painter.drawText(QRect(x, _MARGIN, fm.horizontalAdvance(name) + 2, fm.height()), Qt.AlignmentFlag.AlignVCenter, name)
-            x += fm.horizontalAdvance(name) + 12
+        paint_legend(painter, self.fontMetrics(), self._legend_items(), self.width(),
+                     self.palette().color(QPalette.ColorRole.WindowText), outline=True)
 
     # -- tooltips -----------------------------------------------------------------------
     def event(self, event: QEvent) -> bool:
@@ -223,7 +213,8 @@ class ExpertMap(QWidget):
 
     # -- geometry -----------------------------------------------------------------------
     def _grid_top(self) -> int:
-        return 2 * _MARGIN + self.fontMetrics().height()
+        """Below the legend, however many lines it wraps onto at this width."""
+        return 2 * _MARGIN + legend_height(self.fontMetrics(), self._legend_items(), self.width())
 
     def _grid_rect(self) -> QRect:
         """Whole pixels per expert where they fit (crisp cells), else the full width."""

@@ -39,6 +39,7 @@ class LabelledSlider(QWidget):
         self._step = int(step)
         self._quiet = 0  # >0 while code (not the user) moves the slider
         self._disabled_reason: str | None = None
+        self._minimum_text: str | None = None  # the readout at the minimum, when it means more than a number
         self._last_committed: int | None = None
 
         self.title_label = QLabel(title, self)
@@ -87,13 +88,22 @@ class LabelledSlider(QWidget):
         self._reserve_readout_width()
         self._show_value(self.value())
 
-    def setDisabledReason(self, reason: str | None) -> None:
+    def setDisabledReason(self, reason: str | None, tip: str | None = None) -> None:
+        """Disable with a short ``reason`` in the readout; hovering any part shows ``tip`` (the
+        longer why), else the reason: the parts' own tooltips are what Qt shows, not the row's."""
         self._disabled_reason = reason or None
         enabled = self._disabled_reason is None
         self.slider.setEnabled(enabled)
-        tip = "" if enabled else self._disabled_reason
+        tip = "" if enabled else (tip or self._disabled_reason)
         for w in (self.title_label, self.slider, self.readout_label):
             w.setToolTip(tip)
+        self._show_value(self.value())
+
+    def setMinimumText(self, text: str | None) -> None:
+        """What the readout says at the slider's minimum (like QSpinBox's specialValueText): a knob
+        whose 0 means "chosen for you" shows what was chosen, not "0 MiB"; None: the number."""
+        self._minimum_text = text or None
+        self._reserve_readout_width()
         self._show_value(self.value())
 
     def disabledReason(self) -> str | None:
@@ -115,6 +125,8 @@ class LabelledSlider(QWidget):
         return min(hi, lo + round((v - lo) / self._step) * self._step)
 
     def _text_for(self, v: int) -> str:
+        if v == self.slider.minimum() and self._minimum_text is not None:
+            return self._minimum_text
         return f"{v:,} {self._units}".rstrip()
 
     def _show_value(self, v: int) -> None:

@@ -129,6 +129,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         vb.sigRangeChangedManually.connect(self._on_user_moved_view)
         legend = item.addLegend(offset=(6, 2), colCount=1, labelTextSize="8pt")
         legend.setZValue(10)
+        vb.sigResized.connect(lambda *_a, k=key: self.fit_legend(k))  # narrower plot: fewer columns
 
         if self._plots:
             first = next(iter(self._plots.values())).item
@@ -155,9 +156,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         plot.curve_keys.append(curve_key)
         # A curve that joins mid-run has no history: its past is NaN, drawn as a gap.
         self._y[curve_key] = np.full(2 * self.capacity, np.nan)
-        legend = plot.item.legend
-        if legend is not None:
-            legend.setColumnCount(max(1, min(4, len(plot.curve_keys))))
+        self.fit_legend(plot_key)
         self._dirty = True
 
     def add_level_line(self, plot_key: str, line_key: str, label: str, color: str) -> None:
@@ -298,6 +297,20 @@ class LiveChart(pg.GraphicsLayoutWidget):
         buf = self._buffer(curve_key)
         start = self._end - self._len
         return self._t[start : self._end].copy(), buf[start : self._end].copy()
+
+    def fit_legend(self, plot_key: str) -> None:
+        """As many legend columns (up to 4) as fit the plot's width, so no entry is pushed past
+        the plot's left edge (four MoE entries on one row were cut: "cache hit rate (fr")."""
+        item = self.plot_item(plot_key)
+        legend = item.legend
+        if legend is None or not legend.items:
+            return
+        room = item.getViewBox().width() - 8
+        for columns in range(min(4, len(legend.items)), 0, -1):
+            legend.setColumnCount(columns)
+            legend.updateSize()
+            if legend.width() <= room or columns == 1:
+                return
 
     def plot_item(self, plot_key: str) -> pg.PlotItem:
         return self._plot(plot_key).item

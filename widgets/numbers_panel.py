@@ -43,6 +43,7 @@ class NumbersPanel(QWidget):
             if key in self._values:
                 raise ValueError(f"NumbersPanel: field key {key!r} appears twice")
             name = QLabel(label, self)
+            name.setWordWrap(True)  # a narrow column wraps "cache hit rate (from RAM)" instead of cutting it
             value = QLabel(MISSING, self)
             value.setFont(value_font)
             value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

@@ -16,6 +16,9 @@ from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QPainter, QPaintEvent, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from shardscope.widgets.swatch_legend import MARGIN as _MARGIN  # one margin for the map and its legend
+from shardscope.widgets.swatch_legend import legend_height, natural_width, paint_legend
+
 __all__ = [
     "EVICTED",
     "LOADING",
@@ -52,9 +55,7 @@ STATE_COLORS: dict[int, str] = {
 }
 _UNKNOWN_COLOR = "#e8467c"  # a state this widget does not know: make it loud
 
-_MARGIN = 4
 _MIN_CELL = 4
-_SWATCH = 10
 
 
 class ShardMap(QWidget):
@@ -65,6 +66,7 @@ class ShardMap(QWidget):
         self._labels: list[str] = []
         self._states: list[int] = []
         self._counts: Counter[int] = Counter()
+        self._layout_top = 0
         self._current: int | None = None
         self._layout_cache: tuple[int, int, int] | None = None  # (cell, gap, columns)
         policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
@@ -162,18 +164,15 @@ class ShardMap(QWidget):
         finally:
             painter.end()
 
+    def legend_items(self) -> list[tuple[QColor, str]]:
+        """One entry per state with its count. "global" only when the plan has global shards: a plan
+        that keeps the globals out of its shards (they stay resident) would read "global 0"."""
+        return [(self._colors[state], f"{name} {self._counts.get(state, 0)}") for state, name in STATE_NAMES.items()
+                if state != GLOBAL or self._counts.get(GLOBAL, 0)]
+
     def _paint_legend(self, painter: QPainter) -> None:
-        fm = self.fontMetrics()
-        text_color = self.palette().color(QPalette.ColorRole.WindowText)
-        x = _MARGIN
-        mid = _MARGIN + fm.height() // 2
-        for state, name in STATE_NAMES.items():
-            painter.fillRect(QRect(x, mid - _SWATCH // 2, _SWATCH, _SWATCH), self._colors[state])
-            x += _SWATCH + 4
-            text = f"{name} {self._counts.get(state, 0)}"
-            painter.setPen(text_color)
-            painter.drawText(QRect(x, _MARGIN, fm.horizontalAdvance(text) + 2, fm.height()), Qt.AlignmentFlag.AlignVCenter, text)
-            x += fm.horizontalAdvance(text) + 12
+        paint_legend(painter, self.fontMetrics(), self.legend_items(), self.width(),
+                     self.palette().color(QPalette.ColorRole.WindowText))
 
     def _paint_cells(self, painter: QPainter) -> None:
         if not self._states:
@@ -213,17 +212,19 @@ class ShardMap(QWidget):
 
     # -- geometry -----------------------------------------------------------------------
     def _grid_top(self) -> int:
-        return 2 * _MARGIN + self.fontMetrics().height()
+        return 2 * _MARGIN + legend_height(self.fontMetrics(), self.legend_items(), self.width())
 
     def _legend_width(self) -> int:
         fm = self.fontMetrics()
-        return 2 * _MARGIN + sum(_SWATCH + 4 + fm.horizontalAdvance(f"{n} 000") + 12 for n in STATE_NAMES.values())
+        return natural_width(fm, [(c, f"{n} 000") for c, n in self.legend_items()])
 
     def _grid(self) -> tuple[int, int, int]:
         """Largest cell (up to cell_size) at which every shard fits in the current size."""
-        if self._layout_cache is None:
+        top = self._grid_top()  # the legend may wrap onto another line as its counts grow
+        if self._layout_cache is None or self._layout_top != top:
+            self._layout_top = top
             width = max(1, self.width() - 2 * _MARGIN)
-            height = max(1, self.height() - self._grid_top() - _MARGIN)
+            height = max(1, self.height() - top - _MARGIN)
             n = max(1, len(self._states))
             cell, gap = self.cell_size, self.gap
             while True:

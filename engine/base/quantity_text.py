@@ -44,3 +44,15 @@ def params_text(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.0f}"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 layer", "61 layers": a count with its noun (``many`` for irregular plurals)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+def number_text(x: float) -> str:
+    """A number as a person writes it: 1,048,576 and 0.5, never 1.04858e+06."""
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:,.6g}" if abs(x) < 1e6 else f"{x:,.0f}"

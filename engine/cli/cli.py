@@ -14,6 +14,7 @@ import sys
 from shardscope.engine.cli.cli_args import (add_output_arguments, add_run_arguments, non_negative_float, non_negative_int, positive_float,
                              positive_int, settings_from_args)
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import bytes_text, plural
 from shardscope.engine.knobs.knobs import describe
 from shardscope.engine.measure.metric_registry import from_memory_line
 
@@ -28,19 +29,29 @@ def _percent(fraction: float, missing: str = "n/a (no layer access measured)") -
     return missing if math.isnan(fraction) else f"{100 * fraction:.1f} %"
 
 
+def file_size_text(size_mib: float) -> str:
+    """A model file's size the way `size` prints it (decimal MB/GB), so one file reads one number."""
+    from shardscope.engine.base.units import MIB
+
+    return bytes_text(size_mib * MIB)
+
+
 def _print_summary(summary) -> None:
-    print(f"model      {summary.model_filename}  ({summary.model_size_mb:.0f} MB, {summary.n_layers} layers, "
-          f"{summary.n_shards} shards, globals {summary.globals_mb:.0f} MB, pinned {summary.pinned_mb:.0f} MB)")
+    print(f"model      {summary.model_filename}  ({file_size_text(summary.model_size_mb)}, "
+          f"{plural(summary.n_layers, 'layer')}, {plural(summary.n_shards, 'shard')}, globals "
+          f"{summary.globals_mb:.0f} MiB, pinned {summary.pinned_mb:.0f} MiB)")
     print(f"settings   {describe(summary)}")
     if summary.n_gpu_layers_requested and not summary.n_gpu_layers:
         print(f"note       n_gpu_layers {summary.n_gpu_layers_requested} requested, but this llama.cpp build "
               f"has no GPU offload: ran with 0")
     # ± here is the spread between this run's tokens; the llama-bench table's ± is between
     # repetitions (-r), 0 for one: two different figures, so each says which it is.
-    print(f"speed      {summary.avg_ts:.2f} tok/s (tokens vary ±{summary.stddev_ts:.2f}), TTFT "
-          f"{summary.ttft_ms:.0f} ms, {summary.n_gen} tokens")
-    print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MB, resident weights {summary.resident_weights_mb:.0f} MB")
-    print(f"disk       {summary.read_mb_per_token:.1f} MB read/token, {summary.ssd_mb_s:.0f} MB/s, "
+    # The first token comes out of the prompt pass; tok/s times the ones after it (llama-bench's tgN).
+    print(f"speed      {summary.avg_ts:.2f} tok/s over {plural(summary.n_gen - 1, 'decoded token')} (tokens vary "
+          f"±{summary.stddev_ts:.2f}), TTFT {summary.ttft_ms:.0f} ms for the prompt and the first token, "
+          f"{plural(summary.n_gen, 'token')} in all")
+    print(f"memory     peak RSS {summary.peak_rss_mb:.0f} MiB, resident weights {summary.resident_weights_mb:.0f} MiB")
+    print(f"disk       {summary.read_mb_per_token:.1f} MiB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"from RAM   {from_memory_line(summary.cache_hit_rate)}")
     print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
@@ -64,11 +75,14 @@ def _print_experts(s) -> None:
     def pct(x):
         return _percent(x, "n/a")
 
-    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MB "
+    print(f"experts    {s.n_expert} per layer, top-{s.n_expert_used}; cache {s.expert_cache_mb:.0f} MiB "
           f"({s.expert_policy}, speculation {'on' if s.expert_speculation else 'off'}), hit rate "
           f"{pct(s.expert_hit_rate)} ({s.expert_hits} hits, {s.expert_misses} misses)")
-    print(f"per token  {s.read_mb_per_token:.2f} MB read (dense {s.dense_mb_per_token:.2f} + experts "
-          f"{s.expert_mb_per_token:.2f}), waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
+    # The kernel's read count next to the streamer's loads, with what neither load explains, so the
+    # parts add up to the total (they did not: "6.29 read (dense 0.00 + experts 3.34)").
+    other = s.read_mb_per_token - s.dense_mb_per_token - s.expert_mb_per_token
+    print(f"per token  {s.read_mb_per_token:.2f} MiB read = experts {s.expert_mb_per_token:.2f} + dense "
+          f"{s.dense_mb_per_token:.2f} + other {other:.2f} (read, not loaded by the streamer); waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
           f"{s.compute_ms_per_token:.1f} ms")
     if s.expert_advice:
         print(f"note       {s.expert_advice} (--expert-policy decay)")
@@ -76,6 +90,22 @@ def _print_experts(s) -> None:
         print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
     if s.trace_path:
         print(f"trace      {s.trace_path}")
+
+
+DEFAULT_SSD_QUEUE_DEPTH = 32
+
+
+def _check_emulation_flags(args, settings) -> None:
+    """--ssd-latency-us and --ssd-queue-depth shape the emulated SSD: without one
+    (--ssd-mb-s) they would be dropped in silence."""
+    if settings.ssd_mb_s:
+        return
+    if args.ssd_latency_us:
+        raise ShardscopeError(f"--ssd-latency-us {args.ssd_latency_us:g}: only applies with --ssd-mb-s "
+                              "(the emulated SSD); add --ssd-mb-s RATE or leave it out")
+    if args.ssd_queue_depth is not None:
+        raise ShardscopeError(f"--ssd-queue-depth {args.ssd_queue_depth}: only applies with --ssd-mb-s "
+                              "(the emulated SSD); add --ssd-mb-s RATE or leave it out")
 
 
 def cmd_bench(args) -> int:
@@ -89,7 +119,8 @@ def cmd_bench(args) -> int:
     settings = settings_from_args(args)
     from shardscope.engine.stream.ssd_rate_limiter import configure_emulation
 
-    configure_emulation(args.ssd_latency_us, args.ssd_queue_depth)  # the emulated SSD beyond its bandwidth
+    _check_emulation_flags(args, settings)
+    configure_emulation(args.ssd_latency_us, args.ssd_queue_depth or DEFAULT_SSD_QUEUE_DEPTH)  # the emulated SSD beyond its bandwidth
     started = utc_now()
     reports = []
     stop, line = StopSignal(), ProgressLine(quiet=args.quiet)  # Ctrl-C stops the run; one progress line
@@ -143,7 +174,7 @@ def cmd_synth(args) -> int:
     experts = (f", {info.n_expert} experts (top-{info.n_expert_used}"
                f"{f', {info.n_shared_experts} shared' if info.n_shared_experts else ''}), arch {info.architecture}"
                if info.n_expert else "")
-    print(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers, "
+    print(f"wrote {info.path}: {bytes_text(info.size_bytes)}, {plural(info.n_layers, 'layer')}, "
           f"n_embd {info.n_embd}, n_ff {info.n_ff}, vocab {info.n_vocab}{experts}")
     return 0
 
@@ -161,7 +192,15 @@ def _moe_spec(args):
         return None
     from shardscope.engine.synth.synth_moe import PRESETS, MoeSpec, defaults_for
 
-    # --like / --arch pick a real model's expert counts; explicit flags still override them
+    # --like picks a real model's ratios: a flag that changes them would write a model under the
+    # preset's name that is not that shape, so it is refused (the skew is no ratio: it may be set).
+    if args.like:
+        preset = PRESETS[args.like]()
+        for key in ("experts", "experts_used", "shared_experts", "arch"):
+            value = getattr(args, key)
+            if value is not None and value != getattr(preset, key):
+                raise ShardscopeError(f"{_MOE_FLAGS[key]} {value}: --like {args.like} fixes it at "
+                                      f"{getattr(preset, key)}; leave it out, or drop --like to choose the shape")
     d = PRESETS[args.like]() if args.like else defaults_for(args.arch)
     return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
                       for key in _MOE_FLAGS if key != "like"})
@@ -176,11 +215,11 @@ def _mb_list(text: str) -> list[float]:
     try:
         values = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MB sizes separated by commas, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected MiB sizes separated by commas, got {text!r}") from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"sizes must be > 0 MB, got {text!r}")
+        raise argparse.ArgumentTypeError(f"sizes must be > 0 MiB, got {text!r}")
     if any(v > MAX_CACHE_MB for v in values):
-        raise argparse.ArgumentTypeError(f"sizes must be at most 2^40 MB (1 EiB), got {text!r}")
+        raise argparse.ArgumentTypeError(f"sizes must be at most 2^40 MiB (1 EiB), got {text!r}")
     return values
 
 
@@ -246,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
     bench.add_argument("--ssd-latency-us", type=non_negative_float, default=0.0,
                        help="with --ssd-mb-s: the emulated SSD's latency per request (default 0)")
-    bench.add_argument("--ssd-queue-depth", type=positive_int, default=32,
+    bench.add_argument("--ssd-queue-depth", type=positive_int, default=None,
                        help="with --ssd-mb-s: requests the emulated SSD keeps in flight (default 32)")
     bench.set_defaults(func=cmd_bench)
     synth = sub.add_parser("synth", help="write a synthetic GGUF model of a chosen size")

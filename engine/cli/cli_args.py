@@ -89,8 +89,14 @@ def list_help(key: str, what: str = "values") -> str:
     """Help for a knob taking a list (sweep, tune): its label, unit and an example."""
     spec = KNOBS[key]
     unit = f" ({spec.unit}{'; 0 = off' if spec.off else ''})" if spec.unit else ""
-    example = spec.propose or spec.tune or ",".join(spec.choices) or "1,2 or 0-4"
+    example = spec.propose or spec.tune or ",".join(spec.choices) or _example(spec)
     return f"{spec.label.lower()} {what}{unit}, e.g. {example}"
+
+
+def _example(spec) -> str:
+    """A list and a range inside the knob's own range ("16,32 or 16-128*2"): an example that runs."""
+    first = max(int(spec.low or 0), 1)
+    return f"{first},{2 * first} or {first}-{8 * first}*2"
 
 
 def add_run_arguments(p: argparse.ArgumentParser, skip: tuple[str, ...] = (), **overrides: dict) -> None:

@@ -26,7 +26,7 @@ import types
 from shardscope.engine.cli import cli_args
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_float_arg
-from shardscope.engine.knobs.knobs import KNOBS
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -64,8 +64,10 @@ def _parse_knobs(args, flags: dict[str, str]) -> dict[str, list]:
 
 
 def _check_tokens(args) -> None:
-    if args.n_gen < 2:
-        raise ShardscopeError("--tokens: at least 2 (the first token is warm-up, excluded from tok/s)")
+    """Bench's one rule (bench_command.check_timed_tokens), before any grid is read."""
+    from shardscope.engine.runs.bench_command import check_timed_tokens
+
+    check_timed_tokens(args)
 
 
 def _base_settings(args, first_values: dict[str, object]):
@@ -150,8 +152,8 @@ def cmd_sweep(args) -> int:
     passes = args.repetitions
     human = sys.stdout if args.output == "md" else sys.stderr  # with csv/json/jsonl stdout carries only the rows
     print(f"sweep: {total} combinations ("
-          + " x ".join(f"{k} {format_values(grid[k])}" for k in varied or ["shard_mb"])
-          + f"), {args.n_gen} tokens each" + (f", {passes} passes" if passes > 1 else "")
+          + " x ".join(f"{KNOBS[k].flag} {format_values(grid[k])}" for k in varied or ["shard_mb"])
+          + f"), {plural(args.n_gen, 'token')} each" + (f", {passes} passes" if passes > 1 else "")
           + (f", rows to {args.csv}" if args.csv else ""), file=sys.stderr)
     from shardscope.engine.search.search_noise import fits_note, ranking_line
 
@@ -333,8 +335,8 @@ def cmd_tune(args) -> int:
         bar.close()
     print(f"search: coordinate descent, {result.passes} pass(es), {result.runs} runs "
           f"(+{result.refused} combinations refused before loading) of a {result.grid_size}-combination grid")
-    print(f"budget: {result.budget_mb:g} MB (device weight budget {result.weight_budget_mb:g} MB"
-          + (f", capped at {args.budget_cap_mb:g} MB" if args.budget_cap_mb else "") + ")")
+    print(f"budget: {result.budget_mb:g} MiB (device weight budget {result.weight_budget_mb:g} MiB"
+          + (f", capped at {args.budget_cap_mb:g} MiB" if args.budget_cap_mb else "") + ")")
     for line in result.path:
         print(f"  {line}")
     if result.best is None:
@@ -346,7 +348,7 @@ def cmd_tune(args) -> int:
     print(f"      projected {b.summary.projected_ts:.3g} tok/s on {device.id} ({b.summary.projected_bound}-bound), "
           f"measured {b.summary.avg_ts:.3g} tok/s here (emulated SSD "
           f"{'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}), resident weights "
-          f"{b.summary.resident_weights_mb:.0f} MB ≤ {result.weight_budget_mb:g} MB")
+          f"{b.summary.resident_weights_mb:.0f} MiB ≤ {result.weight_budget_mb:g} MiB")
     tie = tune_tie_line(result.evaluations, b)
     if tie:
         print(tie)
@@ -380,7 +382,7 @@ def _register_sizing(sub) -> None:
                    help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
     p.add_argument("--name", default="", help="label for the model")
     p.add_argument("--budget-mb", type=finite_float_arg, default=None,
-                   help="weight budget (MB); default: app limit - KV - compute - runtime")
+                   help="weight budget (MiB); default: app limit - KV - compute - runtime")
     p.add_argument("--policy", default="pinned", help="pinned or lru")
     p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
     p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
@@ -441,4 +443,8 @@ def cmd_size(args) -> int:
                       globals_bytes=args.globals_bytes, name=args.name),
             device, **common)
     print(format_sizing(result))
+    if result.fits_in_memory and (args.trace or args.expert_hit_rate is not None):
+        given = f"--trace {args.trace}" if args.trace else f"--expert-hit-rate {args.expert_hit_rate:g}"
+        print(f"  note        {given} not used: the whole model fits on {device.name}, so no expert is "
+              "streamed and no hit rate enters the projection")
     return 0

@@ -232,7 +232,7 @@ def size_shape(
         )
         assumptions.append(
             f"KV cache + compute buffers + runtime assumed {sum(o.values()):g} MiB "
-            "(as the built-in iPhone profile); pass budget_mb to set the weight budget"
+            "(as the built-in iPhone profile); pass --budget-mb to set the weight budget"
         )
     else:
         budget_mb = size_number(budget_mb, "budget_mb")

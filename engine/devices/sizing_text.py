@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from shardscope.engine.base.quantity_text import bytes_text, mib_text, params_text, rate_text, seconds_text
+from shardscope.engine.base.quantity_text import (bytes_text, mib_text, params_text, plural, rate_text,
+                                                    seconds_text)
 from shardscope.engine.devices.sizing import SizingResult
 from shardscope.engine.layout.budget_minimum import STEP_LAYERS, whole_mb
 
@@ -26,7 +27,7 @@ def format_sizing(result: SizingResult) -> str:
     kind = "MoE" if r.is_moe else "dense"
     lines.append(
         f"  weights     {bytes_text(r.weight_bytes)} ({params_text(r.n_params)} params x "
-        f"{r.bits_per_weight:.3g} bits, {kind}), {r.n_layers} layers x {bytes_text(r.bytes_per_layer)}, "
+        f"{r.bits_per_weight:.3g} bits, {kind}), {plural(r.n_layers, 'layer')} x {bytes_text(r.bytes_per_layer)}, "
         f"globals {bytes_text(r.globals_bytes)}"
     )
     share = r.active_bytes_per_token / r.weight_bytes
@@ -87,13 +88,13 @@ def format_sizing(result: SizingResult) -> str:
     if r.compute_s_per_token > 0:
         lines.append(f"    compute   {seconds_text(p.terms['compute'])} (given)")
     else:
-        lines.append("    compute   not modelled (pass compute_s_per_token): tok/s is an upper bound")
+        lines.append("    compute   not modelled (pass --compute-s-per-token): tok/s is an upper bound")
     lines.append(f"    combined  {combine}")
     if r.assumptions:
         lines.append("  assumptions")
         lines.extend(f"    - {a}" for a in r.assumptions)
     lines.append(f"  summary     {r.summary}")
-    lines.append("  units       memory in MiB (2^20 bytes, the unit of budget_mb); sizes and rates in decimal MB/GB/TB")
+    lines.append("  units       memory in MiB (2^20 bytes, the unit of --budget-mb); sizes and rates in decimal MB/GB/TB")
     return "\n".join(lines)
 
 

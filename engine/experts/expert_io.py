@@ -79,29 +79,32 @@ class ExpertIO:
         for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
             os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
 
-    def _read_in(self, ranges: list[tuple[int, int]]) -> None:
-        """Exactly these (page-outward) file ranges into llama.cpp's mapping. Page-cache path: all
-        reads are queued at the disk before waiting on any, so one expert's three slices overlap."""
+    def _read_in(self, ranges: list[tuple[int, int]]) -> int:
+        """Exactly these (page-outward) file ranges into llama.cpp's mapping; returns the bytes asked of
+        the disk (whole pages: what the kernel counts as read). Page-cache path: all reads are queued
+        at the disk before waiting on any, so one expert's three slices overlap."""
         if self.slots:
-            for lo, hi in ranges:
-                self.slots.load(lo, hi)
-            return
+            return sum(self.slots.load(lo, hi) for lo, hi in ranges)
         for lo, hi in ranges:
             self._ask_disk(lo, hi)
         for lo, hi in ranges:
             span = self.mapping.clip(lo, hi)
             if span:
                 memory_calls.populate(span[0], span[1])
+        return sum(hi - lo for lo, hi in ranges)
 
-    def load_unit(self, layer: int, expert: int) -> None:
+    def load_unit(self, layer: int, expert: int) -> int:
+        """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
+        whose slices are not page-aligned (Kimi-shaped) counts the edge pages the disk really read."""
         ranges = self.moe.unit_ranges(layer, expert)
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
         with self.limiter.pacing(end - start for start, end in ranges):
-            self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+            read = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
         with self._lock:  # both paths: a shared page goes only when no resident range covers it
             for start, end in ranges:
                 for page in _edge_pages(start, end):
                     self._holders[page] += 1
+        return read
 
     def _release_edges(self, start: int, end: int) -> list[int]:
         """Edge pages no resident range holds any more after this one goes: the caller drops them."""

@@ -287,7 +287,8 @@ class ExpertRun(RunSkeleton):
         figures.pop("decode_s")
         return ExpertRunSummary(
             **figures, **expert,
-            n_layers=len(self.moe.layers), n_shards=0, n_gpu_layers=0,
+            n_layers=self.layout.n_layers, n_shards=0,  # every block, as synth and size count them
+            n_gpu_layers=0,
             n_gpu_layers_requested=s.n_gpu_layers, shard_mb=0.0, prefetch_depth=0,
             budget_mb=s.budget_mb, policy="", emulated_ssd_mb_s=s.ssd_mb_s,
             globals_mb=round(self.moe.dense_bytes / MIB, 1), pinned_mb=round(self.moe.dense_bytes / MIB, 1),

@@ -339,10 +339,10 @@ class ExpertStreamer:
         return future
 
     def _load_unit(self, unit: Unit) -> None:
-        self.io.load_unit(*unit)
+        read = self.io.load_unit(*unit)  # whole pages: what the kernel counts, edge pages included
         with self._lock:
             self.counters.loads += 1
-            self.counters.loaded_bytes += self.unit_bytes[unit[0]]
+            self.counters.loaded_bytes += read
 
     def _evict_unit(self, unit: Unit) -> None:
         future = self._loads.pop(unit, None)

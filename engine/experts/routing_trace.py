@@ -197,6 +197,9 @@ def read_trace(path: str | os.PathLike) -> RoutingTrace:
         raise ShardscopeError(f"{path}: empty file, not a routing trace")
     if not records:
         raise ShardscopeError(f"{path}: the trace holds no routing records")
+    if all(r.prompt for r in records):  # replay's hit rate and plan's figures count decoded tokens only
+        raise ShardscopeError(f"{path}: the trace holds no decoded tokens, only the prompt pass "
+                              "(record it with bench --tokens 2 or more)")
     return RoutingTrace(header, tuple(records))
 
 

@@ -20,6 +20,7 @@ import re
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import is_finite_number
+from shardscope.engine.base.quantity_text import number_text
 from shardscope.engine.knobs.knobs import KNOBS as _REGISTRY
 from shardscope.engine.knobs.knobs import SWEPT
 
@@ -113,7 +114,7 @@ def parse_knob(flag: str, text: str, key: str) -> list:
         low, high = spec.low, spec.high
         for value in values:
             if not low <= value <= high:
-                raise ShardscopeError(f"{flag}: {value:g} is out of range ({low:g} to {high:g})")
+                raise ShardscopeError(f"{flag}: {number_text(value)} is out of range ({number_text(low)} to {number_text(high)})")
     return list(dict.fromkeys(values))
 
 

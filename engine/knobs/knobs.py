@@ -75,13 +75,13 @@ class RunSettings:
     model_path: str | None = knob(None, label="Model", short="model", flag="--model",
                                   help="GGUF file (default: the bundled gemma-3-270m)")
     budget_mb: int = knob(
-        4096, label="Memory budget", short="budget", unit="MB", low=1, high=1_048_576, flag="--budget-mb",
-        help="weight budget (MB)", sweep="num", sweep_rank=5, slider=(1, 4096, 1), live=True, setter="set_budget_mb", required=True,
+        4096, label="Memory budget", short="budget", unit="MiB", low=1, high=1_048_576, flag="--budget-mb",
+        help="weight budget", sweep="num", sweep_rank=5, slider=(1, 4096, 1), live=True, setter="set_budget_mb", required=True,
         tip="Weights allowed in memory (globals + resident shards). "
             "KV cache and compute buffers are charted apart as 'other RSS'.")
     shard_mb: int = knob(
-        64, label="Shard size", short="shard", unit="MB", low=1, high=65_536, flag="--shard-mb",
-        help="shard size (MB)", sweep="num", sweep_rank=1, tune="8,16,32,64,128", tune_rank=2,
+        64, label="Shard size", short="shard", unit="MiB", low=1, high=65_536, flag="--shard-mb",
+        help="shard size", sweep="num", sweep_rank=1, tune="8,16,32,64,128", tune_rank=2,
         propose="16,32,64", slider=(1, 512, 1), required=True, streams="layers",
         tip="Unit of loading and eviction. Changing it re-plans: the run restarts.")
     prefetch_depth: int = knob(
@@ -117,7 +117,7 @@ class RunSettings:
     # MoE expert streaming (engine.expert_run): read only the experts the router picks.
     # Dense models ignore them (a sweep or tune varies them only for MoE models); all three are live.
     expert_cache_mb: int = knob(
-        0, label="Expert cache", short="expert cache", unit="MB", low=0, high=1_048_576, flag="--expert-cache-mb",
+        0, label="Expert cache", short="expert cache", unit="MiB", low=0, high=1_048_576, flag="--expert-cache-mb",
         sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, setter="set_expert_cache_mb", slider=(0, 4096, 1),
         streams="experts",
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")

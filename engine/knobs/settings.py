@@ -22,6 +22,7 @@ def validate(settings: RunSettings, source: str = "settings") -> RunSettings:
     the message tells the user which file or flag to fix.
     """
     from shardscope.engine.base.errors import ShardscopeError
+    from shardscope.engine.base.quantity_text import number_text
 
     for key, (low, high) in RANGES.items():
         value = getattr(settings, key)
@@ -29,7 +30,7 @@ def validate(settings: RunSettings, source: str = "settings") -> RunSettings:
             raise ShardscopeError(f"{source}: '{key}' must be a number, got {value!r}")
         if not low <= value <= high:
             raise ShardscopeError(
-                f"{source}: '{key}' = {value} is out of range ({low:g} to {high:g})"
+                f"{source}: '{key}' = {number_text(value)} is out of range ({number_text(low)} to {number_text(high)})"
             )
     for key, spec in KNOBS.items():
         value = getattr(settings, key)

@@ -11,6 +11,8 @@ none and does not hinder eviction). One request line on stdin, one JSON line bac
     r                      -> {"t", "read_bytes", "vmrss", "disk_read_bytes", "cache_bytes"}
     s                      -> the same plus "smaps_rss" and "anon_rss" (walks the mapping: ~5 ms per GB)
     map START END OFFSET   -> the run's mapping (addresses) and its file offset
+    ranges LO HI ...       -> {"resident_bytes"}: pages of these file ranges in the page cache
+                              (mincore) or in the run's own anonymous pages there (pagemap)
 
 Usage: python outside_watch.py PID MODEL_PATH
 """
@@ -64,16 +66,24 @@ def _smaps_rss(pid: int, start: int, end: int) -> tuple[int, int]:
     return sum(rss for _, rss in inside), sum(rss for anon, rss in inside if anon)
 
 
-def _anon_rss_over(pid: int, spans: list[tuple[int, int]]) -> int:
-    """Rss of the anonymous VMAs lying inside these address spans (adjacent spans merged first:
-    the kernel merges the VMAs of neighbouring slots)."""
-    merged: list[list[int]] = []
-    for lo, hi in sorted(spans):
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return sum(rss for lo, hi, anon, rss in _vmas(pid) if anon and any(a <= lo and hi <= b for a, b in merged))
+_PRESENT, _FILE_OR_SHARED = 1 << 63, 1 << 61  # /proc/<pid>/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst)
+
+
+def _own_pages(pid: int, spans: list[tuple[int, int]]) -> list[bytes]:
+    """Per page of each address span: 1 where the run holds a private anonymous page there (its own
+    slot's page), 0 elsewhere; read page by page from /proc/<pid>/pagemap. (Rss of the anonymous
+    VMAs inside a span is not enough: a slot's VMA covers the expert's pages outward, past the
+    span's inward pages, and the kernel merges neighbouring slots into one VMA.)"""
+    page = mmap.PAGESIZE
+    out = []
+    with open(f"/proc/{pid}/pagemap", "rb", buffering=0) as f:
+        for lo, hi in spans:
+            n = (hi - lo) // page
+            f.seek(lo // page * 8)
+            raw = f.read(8 * n)
+            entries = memoryview(raw).cast("Q")
+            out.append(bytes(1 if e & _PRESENT and not e & _FILE_OR_SHARED else 0 for e in entries))
+    return out
 
 
 def _disk_of(path: str) -> tuple[int, int] | None:
@@ -122,6 +132,17 @@ class _PageCache:
         self._addr = addr
         self.file_lo, self.file_hi = 0, self._size
 
+    def resident_pages(self, file_lo: int, file_hi: int) -> bytes:
+        """mincore's vector over page-aligned [file_lo, file_hi): one byte per page, bit 0 = cached."""
+        page = mmap.PAGESIZE
+        n_pages = (file_hi - file_lo) // page
+        if n_pages <= 0:
+            return b""
+        vec = (ctypes.c_ubyte * n_pages)()
+        if self._libc.mincore(self._addr + file_lo, file_hi - file_lo, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore failed")
+        return bytes(v & 1 for v in vec)
+
     def resident(self, file_lo: int | None = None, file_hi: int | None = None) -> int:
         """Resident bytes of [file_lo, file_hi) (default: the engine's mapped range), whole pages."""
         page = mmap.PAGESIZE
@@ -151,12 +172,14 @@ def main(argv: list[str]) -> int:
             cache.file_lo, cache.file_hi = offset, offset + (map_end - map_start)
             print("{}", flush=True)
             continue
-        if words[0] == "ranges":  # file ranges lo hi lo hi ...: e.g. the experts the engine holds
-            spans = [int(w) for w in words[1:]]
-            held = sum(cache.resident(lo, hi) for lo, hi in zip(spans[::2], spans[1::2]))
-            if map_start is not None:  # + the run's own (anonymous) pages over these ranges
-                held += _anon_rss_over(pid, [(map_start + lo - map_offset, map_start + hi - map_offset)
-                                             for lo, hi in zip(spans[::2], spans[1::2])])
+        if words[0] == "ranges":  # page-aligned file ranges lo hi lo hi ...: e.g. the experts the engine holds
+            numbers = [int(w) for w in words[1:]]
+            spans = list(zip(numbers[::2], numbers[1::2]))
+            cached = [cache.resident_pages(lo, hi) for lo, hi in spans]
+            own = (_own_pages(pid, [(map_start + lo - map_offset, map_start + hi - map_offset) for lo, hi in spans])
+                   if map_start is not None else [b"\0" * len(c) for c in cached])
+            # A page is held when the page cache has it or the run's own slot does: counted once.
+            held = sum(sum(a | b for a, b in zip(c, o)) for c, o in zip(cached, own)) * mmap.PAGESIZE
             print(json.dumps({"resident_bytes": held}), flush=True)
             continue
         reply = {

@@ -228,6 +228,20 @@ def test_label(row: dict) -> str:
     return name + (f" @ d{depth}" if depth > 0 else "")
 
 
+def _md_model(row: dict) -> str:
+    """llama.cpp's model type with its "?B" (a size class it does not know, as for every synthetic
+    model) replaced by the parameter count; the CSV/JSON rows keep llama.cpp's text verbatim,
+    which is what calibrate matches device rows on."""
+    return str(row["model_type"]).replace("?B", _params_text(int(row["model_n_params"])).replace(" ", ""))
+
+
+def _md_speed(row: dict) -> str:
+    """t/s ± the spread between repetitions (llama-bench's); one repetition has none, so no ± 0.00
+    that reads as "every token the same" next to the summary's spread between tokens."""
+    n = len(row.get("samples_ts") or ())
+    return f"{row['avg_ts']:.2f} ± {row['stddev_ts']:.2f}" if n > 1 else f"{row['avg_ts']:.2f}"
+
+
 def _md_cell(name: str, value) -> str:
     if value is None:
         return ""
@@ -245,12 +259,15 @@ def _render_md(rows: Sequence[dict]) -> str:
     lines = ["| " + " | ".join(header) + " |",
              "| " + " | ".join("---:" if h in right else "---" for h in header) + " |"]
     for r in rows:
-        cells = [r["model_type"], _size_text(int(r["model_size"])), _params_text(int(r["model_n_params"])),
+        cells = [_md_model(r), _size_text(int(r["model_size"])), _params_text(int(r["model_n_params"])),
                  r["backends"], str(r["n_threads"]), *(_md_cell(c, r[c]) for c in streaming),
-                 test_label(r), f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"]
+                 test_label(r), _md_speed(r)]
         lines.append("| " + " | ".join(cells) + " |")
     if rows:
         lines.append("")
+        if any(len(r.get("samples_ts") or ()) <= 1 for r in rows):
+            lines.append("t/s: one repetition has no spread to show (-r N for ± between repetitions); "
+                         "tgN times the N tokens decoded after the prompt pass's first")
         lines.append(f"build: {rows[0]['build_commit']} ({rows[0]['build_number']})")
     return "\n".join(lines) + "\n"
 

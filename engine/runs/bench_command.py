@@ -11,6 +11,21 @@ from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary
 
 
+MIN_TOKENS = 2  # the first token comes out of the prompt pass; speed is timed over the tokens after it
+
+
+def check_timed_tokens(settings) -> None:
+    """Refuse, before the load and before any file is touched, a run with no decoded token to
+    time: its row would carry avg_ts 0, its trace no decode picks, and -o would fail at the end.
+    ``settings``: RunSettings, or parsed flags (sweep and tune check before reading their grids)."""
+    from shardscope.engine.base.errors import ShardscopeError
+    from shardscope.engine.knobs.knobs import KNOBS
+
+    if settings.n_gen < MIN_TOKENS:
+        raise ShardscopeError(f"{KNOBS['n_gen'].flag} {settings.n_gen}: the first token comes from the prompt pass, "
+                              f"so nothing is left to time; give {KNOBS['n_gen'].flag} {MIN_TOKENS} or more")
+
+
 def attach_projection(summary: RunSummary, device_id: str | None) -> None:
     """Fill the device columns: what this run's measured bytes would do on a device."""
     if not device_id:
@@ -43,6 +58,7 @@ def run_repetitions(settings: RunSettings, repetitions: int = 1, *, csv_path: st
     """
     from shardscope.engine.runs.output_checks import check_outputs
 
+    check_timed_tokens(settings)
     check_outputs(settings, csv_path=csv_path, timeline_path=timeline_path, trace_path=trace_path, device=device)
     summaries: list[RunSummary] = []
     samples: list = []
