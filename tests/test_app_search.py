@@ -99,7 +99,7 @@ def test_sweep_fills_a_sortable_table_applies_a_row_and_saves_it(qtbot, window, 
     fill(dialog, shard_mb="64-16", policy="fifo")
     dialog.start()
     assert not dialog.runner.busy() and dialog.table.rowCount() == 0
-    assert dialog.fields.error("shard_mb").startswith("Shard size (MB): range '64-16' ends below its start")
+    assert dialog.fields.error("shard_mb").startswith("Shard size (MiB): range '64-16' ends below its start")
     assert dialog.fields.error("policy").startswith("Policy: unknown value 'fifo'")
     assert dialog.fields.errors["shard_mb"].isVisible()
     assert dialog.fields.error("prefetch_depth") is None
