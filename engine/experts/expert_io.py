@@ -11,6 +11,9 @@ Two paths, one surface:
   ``MADV_RANDOM`` so neither a populate nor a stray fault reads around into neighbours.
   Eviction: ``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``, mincore-checked.
 
+Own slots are bounded in number (each holds a mapping of its own, direct_slots.py): once they
+are full, an expert is read through the page cache instead and evicted that way too.
+
 A page an expert's slice shares with a neighbour (slices not page-aligned) is read with the
 slice and dropped only when no resident range covers it any more.
 """
@@ -25,7 +28,7 @@ from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
-from shardscope.engine.stream.direct_slots import DirectSlots
+from shardscope.engine.stream.direct_slots import DirectSlots, SlotsFull
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
@@ -81,6 +84,7 @@ class ExpertIO:
         self.load_mechanism = DIRECT_MECHANISM if slots else PAGE_CACHE_MECHANISM
         self.evict_mechanism = DROP_MECHANISM if slots else "MADV_DONTNEED+FADV_DONTNEED"
         self._holders: Counter = Counter()  # edge page → resident ranges covering it
+        self._cached: set[tuple[int, int]] = set()  # units read through the page cache (slots full)
         self._lock = threading.Lock()
 
     def start(self) -> int:
@@ -90,6 +94,8 @@ class ExpertIO:
         evicted = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
         if not self.slots:
             self.evict_mechanism = evicted
+        else:  # ranges mapped back merge with their neighbours again (direct_slots.py: mappings)
+            self.slots.adopt(MADV_RANDOM)
         total = 0
         for lo, hi in dense_pages(self.moe):
             self.limiter.throttle(hi - lo)
@@ -104,27 +110,34 @@ class ExpertIO:
         for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
             os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
 
-    def _read_in(self, ranges: list[tuple[int, int]]) -> None:
-        """Exactly these (page-outward) file ranges into llama.cpp's mapping. Page-cache path: all
-        reads are queued at the disk before waiting on any, so one expert's three slices overlap."""
+    def _read_in(self, ranges: list[tuple[int, int]]) -> bool:
+        """Exactly these (page-outward) file ranges into llama.cpp's mapping; False where they went
+        through the page cache (no slots, or the slots hold as many ranges as they may). Page-cache
+        path: all reads are queued at the disk before waiting on any, so one expert's slices overlap."""
         if self.slots:
-            for lo, hi in ranges:
-                self.slots.load(lo, hi)
-            return
+            try:
+                for lo, hi in ranges:
+                    self.slots.load(lo, hi)
+                return True
+            except SlotsFull:
+                pass  # a slice already in a slot stays there; the populate below only touches it
         for lo, hi in ranges:
             self._ask_disk(lo, hi)
         for lo, hi in ranges:
             span = self.mapping.clip(lo, hi)
             if span:
                 memory_calls.populate(span[0], span[1])
+        return False
 
     def load_unit(self, layer: int, expert: int) -> None:
         ranges = self.moe.unit_ranges(layer, expert)
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
         with self.limiter.pacing(end - start for start, end in ranges):
-            self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+            own = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
         if self.slots:
             with self._lock:
+                if not own:
+                    self._cached.add((layer, expert))
                 for start, end in ranges:
                     for page in _edge_pages(start, end):
                         self._holders[page] += 1
@@ -148,10 +161,15 @@ class ExpertIO:
 
     def evict_unit(self, layer: int, expert: int) -> int:
         """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
+        with self._lock:
+            cached = (layer, expert) in self._cached
+            self._cached.discard((layer, expert))
         for start, end, inner, span in self._inner_spans(layer, expert):
             if self.slots:
                 if span:
                     self.slots.drop(*inner)
+                    if cached:  # read through the page cache: those pages go too
+                        memory_calls.evict(span[0], span[1], self.fd, inner[0])
                 with self._lock:
                     freed = self._release_edges(start, end)
                 for page in freed:
@@ -159,6 +177,16 @@ class ExpertIO:
             elif span:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
         return self.unit_resident_bytes(layer, expert)
+
+    def bytes_in_ram(self) -> int | None:
+        """The model's bytes in RAM from the books, not a scan: own slots' bytes (each page read in,
+        so resident) plus the file's page cache over the mapped range (cachestat: cost follows
+        what is cached). None without slots or cachestat (the caller reads mincore then)."""
+        if not self.slots:
+            return None
+        m = self.mapping
+        cached = memory_calls.cached_file_bytes(self.fd, m.file_offset, m.end - m.start)
+        return None if cached is None else self.slots.own_bytes + cached
 
     def unit_resident_bytes(self, layer: int, expert: int) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""

@@ -106,6 +106,12 @@ class ExpertStreamer:
         self.records: deque[TraceRecord] = deque(maxlen=MAX_RECORDS)
         self._row = {layer: i for i, layer in enumerate(moe.layers)}
         self.heat = np.zeros((len(moe.layers), moe.n_expert), dtype=np.int64)
+        # The window's map, kept as units come and go: a view copies arrays instead of walking every
+        # resident unit (22k at Kimi's shape, ~10 ms of the decode thread's GIL per view; issue #24).
+        self._resident_grid = np.zeros(self.heat.shape, dtype=np.uint8)
+        self._pinned_grid = np.zeros(self.heat.shape, dtype=np.uint8)
+        self._pinned_seen: frozenset = frozenset()
+        self._in_flight: set[Unit] = set()
         self._heat_tokens: deque[list[tuple[int, tuple[int, ...]]]] = deque()
         self._picks_token = -1
         self._heat_prompt = True
@@ -194,13 +200,20 @@ class ExpertStreamer:
 
     def view_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
         """(states, picked, heat, current row) copied under the lock; codes as widgets/shard_map.py."""
-        states = np.zeros((len(self.moe.layers), self.moe.n_expert), dtype=np.uint8)
-        picked = np.zeros(states.shape, dtype=bool)
+        picked = np.zeros(self.heat.shape, dtype=bool)
         with self._state_lock:
-            for (layer, expert) in self.cache.resident:
-                states[self._row[layer], expert] = 3 if (layer, expert) in self.cache.pinned else 2
-            for (layer, expert), future in self._loads.items():
-                if not future.done() and (layer, expert) in self.cache.resident:
+            pinned = self.cache.pinned
+            if pinned is not self._pinned_seen:  # pins change at a prompt's end or a policy switch only
+                self._pinned_grid[:] = 0
+                for layer, expert in pinned:
+                    if layer in self._row:
+                        self._pinned_grid[self._row[layer], expert] = 1
+                self._pinned_seen = pinned
+            states = self._resident_grid * (2 + self._pinned_grid)
+            with self._lock:
+                loading = list(self._in_flight)
+            for layer, expert in loading:
+                if states[self._row[layer], expert]:
                     states[self._row[layer], expert] = 1
             for layer, experts in self._picks:
                 picked[self._row[layer], list(experts)] = True
@@ -334,12 +347,19 @@ class ExpertStreamer:
 
     # ------------------------------------------------------------ kernel work
     def _submit(self, unit: Unit) -> Future:
+        self._resident_grid[self._row[unit[0]], unit[1]] = 1
+        with self._lock:
+            self._in_flight.add(unit)
         future = self._pool.submit(self._load_unit, unit)
         self._loads[unit] = future
         return future
 
     def _load_unit(self, unit: Unit) -> None:
-        self.io.load_unit(*unit)
+        try:
+            self.io.load_unit(*unit)
+        finally:
+            with self._lock:
+                self._in_flight.discard(unit)
         with self._lock:
             self.counters.loads += 1
             self.counters.loaded_bytes += self.unit_bytes[unit[0]]
@@ -351,6 +371,7 @@ class ExpertStreamer:
                 future.result()  # a guess still loading: let it land before dropping it
             except OSError:
                 pass
+        self._resident_grid[self._row[unit[0]], unit[1]] = 0
         residue = self.io.evict_unit(*unit)
         with self._lock:
             self.counters.evictions += 1
@@ -360,6 +381,10 @@ class ExpertStreamer:
     # ------------------------------------------------------------ readout
     def resident_units(self) -> set[Unit]:
         return set(self.cache.resident)
+
+    def weights_in_ram(self) -> int | None:
+        """The model's bytes in RAM from the books (own slots + cachestat), None where only a scan can tell."""
+        return self.io.bytes_in_ram()
 
     def unit_resident_bytes(self, unit: Unit) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""

@@ -1,0 +1,103 @@
+"""The engine's own cost at the headline's shape (issue #24), shown by counts, never by timing:
+the mappings own slots hold (counted by the kernel in /proc/self/maps, from the test), the books
+of own bytes (against mincore), and the graph nodes the eval callback reads names for.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from conftest import drop_from_page_cache
+
+from shardscope.engine.base import memory_calls
+from shardscope.engine.stream.direct_slots import (MAP_SHARED, PROT_READ, DirectSlots, OwnRanges, SlotsFull, _libc,
+                                                   max_map_count)
+
+PAGE = memory_calls.PAGE
+
+
+def _mappings_inside(lo: int, hi: int) -> int:
+    """VMAs of this process inside [lo, hi), as the kernel lists them."""
+    n = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            a, b = (int(x, 16) for x in line.split(None, 1)[0].split("-"))
+            n += lo <= a and b <= hi
+    return n
+
+
+def test_own_ranges_books_equal_a_page_by_page_reference():
+    rng = random.Random(5)
+    books, pages = OwnRanges(), set()
+    for _ in range(4000):
+        lo = rng.randrange(0, 400) * PAGE
+        hi = lo + rng.randint(1, 12) * PAGE
+        if rng.random() < 0.6:
+            books.add(lo, hi)
+            pages |= set(range(lo, hi, PAGE))
+        else:
+            books.cut(lo, hi)
+            pages -= set(range(lo, hi, PAGE))
+        assert books.bytes == len(pages) * PAGE
+    held = set()
+    for start, end in books.ends.items():
+        assert not held & set(range(start, end, PAGE))  # pieces are disjoint
+        held |= set(range(start, end, PAGE))
+    assert held == pages
+
+
+@pytest.fixture()
+def many_slices(tmp_path):
+    """A sparse file of more one-page slices (every other page) than vm.max_map_count allows
+    mappings, mapped read-only and shared as llama.cpp maps a model."""
+    n_slices = max_map_count() + 5000
+    size = 2 * n_slices * PAGE
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate(size)
+        for i in range(0, size, 97 * PAGE):  # some real bytes to check, the rest holes (zeros)
+            f.seek(i)
+            f.write(os.urandom(PAGE))
+    fd = os.open(path, os.O_RDONLY)
+    addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+    os.close(fd)
+    drop_from_page_cache(str(path))
+    mapping = memory_calls.FileMapping(str(path), addr, addr + size, 0)
+    slots = DirectSlots.probe(str(path), mapping)
+    if isinstance(slots, str):
+        pytest.skip(slots)
+    yield str(path), mapping, slots, n_slices
+    slots.close()
+    _libc.munmap(addr, size)
+
+
+def test_mappings_stay_bounded_with_more_slices_than_max_map_count(many_slices):
+    path, mapping, slots, n_slices = many_slices
+    slots.adopt()
+    limit = max_map_count()
+    loaded = refused = 0
+    for i in range(n_slices):  # the worst pattern: every other page, none adjacent
+        lo = 2 * i * PAGE
+        try:
+            slots.load(lo, lo + PAGE)
+            loaded += 1
+        except SlotsFull:
+            refused += 1
+    inside = _mappings_inside(mapping.start, mapping.end)
+    assert n_slices > limit
+    assert loaded == slots.max_ranges == limit // 4 and refused == n_slices - loaded
+    assert inside <= 2 * slots.max_ranges + 1 < limit // 2  # the kernel's own count, far from its limit
+    # The books are the kernel's reading of the same pages.
+    assert slots.own_bytes == loaded * PAGE == memory_calls.resident_bytes(mapping.start, mapping.end)
+    with open(path, "rb") as f:
+        f.seek(0)
+        import ctypes
+        assert ctypes.string_at(mapping.start, PAGE) == f.read(PAGE)
+    # Dropped ranges are mapped back with their neighbours' flags: the kernel merges them again.
+    for i in range(loaded):
+        slots.drop(2 * i * PAGE, 2 * i * PAGE + PAGE)
+    assert slots.own_bytes == 0 and slots.held_ranges == 0
+    assert _mappings_inside(mapping.start, mapping.end) == 1
