@@ -89,7 +89,7 @@ def test_mappings_stay_bounded_with_more_slices_than_max_map_count(many_slices):
     inside = _mappings_inside(mapping.start, mapping.end)
     assert n_slices > limit
     assert loaded == slots.max_ranges == limit // 4 and refused == n_slices - loaded
-    assert inside <= 2 * slots.max_ranges + 1 < limit // 2  # the kernel's own count, far from its limit
+    assert inside <= 2 * slots.max_ranges + 1 <= limit // 2 + 1  # the kernel's own count: half its limit at most
     # The books are the kernel's reading of the same pages.
     assert slots.own_bytes == loaded * PAGE == memory_calls.resident_bytes(mapping.start, mapping.end)
     with open(path, "rb") as f:
