@@ -101,3 +101,52 @@ def test_mappings_stay_bounded_with_more_slices_than_max_map_count(many_slices):
         slots.drop(2 * i * PAGE, 2 * i * PAGE + PAGE)
     assert slots.own_bytes == 0 and slots.held_ranges == 0
     assert _mappings_inside(mapping.start, mapping.end) == 1
+
+
+@pytest.fixture(scope="module")
+def small_kimi(tmp_path_factory) -> str:
+    """~40 MB, 6 layers of Kimi's shape (1 dense + 5 MoE of 384 experts top-8)."""
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import like_kimi_k2
+
+    path = tmp_path_factory.mktemp("kimi") / "kimi-40.gguf"
+    write_synthetic_model(path, 40, n_layers=6, moe=like_kimi_k2(routing_skew=2.0), seed=3)
+    return str(path)
+
+
+def test_callback_reads_node_names_once_per_graph_and_tokens_stay_the_same(small_kimi):
+    """After the first decoded token, a token reads one name a MoE layer (the check before acting
+    on a stop) instead of one per graph node; the greedy tokens equal llama.cpp's alone."""
+    from shardscope.engine.experts.expert_run import ExpertRun
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.stream.llama_session import LlamaSession
+
+    prompt, n_gen = "The history of the printing press begins", 8
+    with LlamaSession(small_kimi, n_threads=2, n_ctx=128) as session:  # all resident, no callback
+        reference = session.generate(prompt, n_gen).tokens
+    budget = round(os.path.getsize(small_kimi) / 2**20 / 2)
+    run = ExpertRun(RunSettings(model_path=small_kimi, budget_mb=budget, n_gen=n_gen, n_ctx=128, prompt=prompt))
+    try:
+        run.load()
+        session, reads, per_decode = run.session, [0], []
+        get_name, decode = session._get_name, session._decode
+
+        def counting_get_name(tensor):
+            reads[0] += 1
+            return get_name(tensor)
+
+        def counting_decode(tokens):
+            before = reads[0]
+            decode(tokens)
+            per_decode.append((len(tokens), reads[0] - before))
+
+        session._get_name, session._decode = counting_get_name, counting_decode
+        run.run()
+        tokens, moe_layers = run.tokens, len(run.moe.layers)
+    finally:
+        run.close()
+    assert tokens == reference
+    singles = [n for n_tokens, n in per_decode if n_tokens == 1]
+    assert len(singles) == n_gen - 1
+    assert singles[0] > 10 * moe_layers  # the first decode graph: every node's name, once
+    assert singles[1:] == [moe_layers] * (n_gen - 2)  # later tokens: one check a MoE layer, no more

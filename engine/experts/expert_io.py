@@ -178,16 +178,6 @@ class ExpertIO:
                 self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, inner[0])
         return self.unit_resident_bytes(layer, expert)
 
-    def bytes_in_ram(self) -> int | None:
-        """The model's bytes in RAM from the books, not a scan: own slots' bytes (each page read in,
-        so resident) plus the file's page cache over the mapped range (cachestat: cost follows
-        what is cached). None without slots or cachestat (the caller reads mincore then)."""
-        if not self.slots:
-            return None
-        m = self.mapping
-        cached = memory_calls.cached_file_bytes(self.fd, m.file_offset, m.end - m.start)
-        return None if cached is None else self.slots.own_bytes + cached
-
     def unit_resident_bytes(self, layer: int, expert: int) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""
         return sum(memory_calls.resident_bytes(*span) for _, _, _, span in self._inner_spans(layer, expert) if span)

@@ -88,6 +88,7 @@ class ExpertStreamer:
         # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
         self.limiter = SsdRateLimiter(ssd_mb_s)
         self.io = ExpertIO(moe, mapping, fd, slots, self.limiter)
+        self.slots = slots  # their books are the sampler's resident-weights reading
         self.token = 0
         self.in_prompt = True
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
@@ -273,7 +274,7 @@ class ExpertStreamer:
         if layer not in self.unit_bytes:
             return True
         prompt = self.in_prompt
-        flat = [int(e) for e in ids.ravel()]
+        flat = ids.ravel().tolist()
         picks = tuple(dict.fromkeys(flat))
         weights = Counter(flat) if prompt else None
         started = time.perf_counter()
@@ -381,10 +382,6 @@ class ExpertStreamer:
     # ------------------------------------------------------------ readout
     def resident_units(self) -> set[Unit]:
         return set(self.cache.resident)
-
-    def weights_in_ram(self) -> int | None:
-        """The model's bytes in RAM from the books (own slots + cachestat), None where only a scan can tell."""
-        return self.io.bytes_in_ram()
 
     def unit_resident_bytes(self, unit: Unit) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""

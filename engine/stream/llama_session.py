@@ -111,6 +111,8 @@ def read_topk_ids(lib, tensor) -> np.ndarray:
     nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
     k, n_tokens = int(ne[0]), int(ne[1])
     base = lib.ggml_get_data(tensor)
+    if n_tokens == 1:  # a decoded token: one packed row
+        return np.frombuffer((ctypes.c_int32 * k).from_address(base), dtype=np.int32).reshape(1, k).copy()
     rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
     return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()
 
