@@ -289,9 +289,13 @@ class ExpertStreamer:
             pending = [self._loads[u] for u in late_units]
             late = len(pending)
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
+            # The reads go out first, the victims are dropped while the disk works: a drop is
+            # ~6 syscalls a unit on this thread, and the reads do not wait for it (the victims'
+            # pages are freed within this call, so RAM is over the books by one layer's misses
+            # for that long at most).
+            futures = [self._submit(unit) for unit in access.misses]
             for victim in access.evicted:
                 self._evict_unit(victim)
-            futures = [self._submit(unit) for unit in access.misses]
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
