@@ -131,16 +131,17 @@ class ExpertIO:
 
     def load_unit(self, layer: int, expert: int) -> None:
         ranges = self.moe.unit_ranges(layer, expert)
-        # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
-        with self.limiter.pacing(end - start for start, end in ranges):
-            own = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
-        if self.slots:
+        if self.slots:  # claimed before the read: a neighbour evicted meanwhile must not drop a shared page
             with self._lock:
-                if not own:
-                    self._cached.add((layer, expert))
                 for start, end in ranges:
                     for page in _edge_pages(start, end):
                         self._holders[page] += 1
+        # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
+        with self.limiter.pacing(end - start for start, end in ranges):
+            own = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+        if self.slots and not own:
+            with self._lock:
+                self._cached.add((layer, expert))
 
     def _release_edges(self, start: int, end: int) -> list[int]:
         """Edge pages no resident range holds any more after this one goes: the caller drops them."""
