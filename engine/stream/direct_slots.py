@@ -19,8 +19,8 @@ Mappings: every range swapped in is an anonymous mapping (VMA) of its own inside
 mapping, and the kernel refuses new ones past ``vm.max_map_count`` (65,530 here) — a 61-layer
 Kimi-shaped model has ~70k expert slices. So the ranges held are counted (exactly, as disjoint
 pieces, which are also the books of own bytes the sampler reads) and a load past
-``max_ranges`` (a quarter of the limit: each piece costs at most itself and the file piece
-after it) raises ``SlotsFull``; the caller reads that range through the page cache instead,
+``max_ranges`` (each piece costs at most itself and the file piece after it: half of what the
+limit leaves after MAP_HEADROOM for the rest of the process) raises ``SlotsFull``; the caller reads that range through the page cache instead,
 which adds no mapping. Dropped ranges are mapped back from the file with the same flags as
 the mapping around them (``adopt``), so the kernel merges them with their neighbours again.
 
@@ -52,7 +52,9 @@ MIN_RECYCLED = 64 * 1024  # smaller ranges (edge pages) are simply mapped over
 POOL_BYTES = 128 * 1024 * 1024  # spare slots kept for reuse (a layer's worth of evictions)
 MADV_RANDOM = 1
 MAP_FAILED = ctypes.c_void_p(-1).value
-RANGES_SHARE = 4  # at most max_map_count // RANGES_SHARE ranges held (each ≤ 2 mappings: half the limit)
+# Mappings left to the rest of the process (libraries, thread stacks, malloc arenas, Qt, spare slots):
+# own slots hold at most (max_map_count - MAP_HEADROOM) // 2 ranges, each at most 2 mappings.
+MAP_HEADROOM = 8192
 MECHANISM = "O_DIRECT preadv into anonymous slots, mremap into llama.cpp's mapping"
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -127,7 +129,7 @@ class DirectSlots:
 
     def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES, max_ranges: int | None = None):
         self.path = path
-        self.max_ranges = max_map_count() // RANGES_SHARE if max_ranges is None else max_ranges
+        self.max_ranges = (max_map_count() - MAP_HEADROOM) // 2 if max_ranges is None else max_ranges
         self.refused = 0  # loads refused for want of mappings (read through the page cache instead)
         self._back_advice: int | None = None  # madvise given to every range mapped back (adopt)
         self.pool_bytes = pool_bytes
