@@ -15,7 +15,7 @@ anything), on a synthetic Kimi-shaped model (384 experts top-8 + 1 shared, ~5 MB
 - sampler: the sampler thread's CPU time in its samples (CLOCK_THREAD_CPUTIME_ID) ÷ the run's wall time,
   as a share of one core (goal ≤ 0.02).
 
-Usage: .venv/bin/python bench/engine_cost.py [--layers 8,24,61] [--tokens 24] [--dir DIR]
+Usage: .venv/bin/python bench/engine_cost.py [--layers 8,24,61] [--tokens 24] [--threads 2] [--dir DIR]
 The models (~40-300 MB) are written once into --dir (default: bench/.models, git-ignored *.gguf).
 """
 
@@ -80,11 +80,11 @@ def model_for(layers: int, folder: Path) -> str:
     return str(path)
 
 
-def fit_token_s(model: str, tokens: int, warm: bool) -> tuple[float, list[int]]:
+def fit_token_s(model: str, tokens: int, warm: bool, threads: int) -> tuple[float, list[int]]:
     """Median decoded-token time of llama.cpp alone (resident, no callback), and its greedy tokens."""
     from shardscope.engine.stream.llama_session import LlamaSession
 
-    with LlamaSession(model, n_threads=2, n_ctx=128) as session:
+    with LlamaSession(model, n_threads=threads, n_ctx=128) as session:
         if warm:
             warm_prompt_pass(session)
         session.generate(PROMPT, 4)  # first touch of the weights: not a decode's cost
@@ -116,8 +116,8 @@ class SamplerCpu:
 SAMPLER = SamplerCpu()
 
 
-def streamed(model: str, budget_mb: float, tokens: int, warm: bool = False, timed: bool = False) -> dict:
-    settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=2, prompt=PROMPT,
+def streamed(model: str, budget_mb: float, tokens: int, threads: int, warm: bool = False, timed: bool = False) -> dict:
+    settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads, prompt=PROMPT,
                            expert_policy="lru")
     run = open_run(settings, streams="experts")
     layers_timed: list[tuple[float, tuple]] = []
@@ -182,6 +182,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", default="8,24,61")
     parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="llama.cpp threads (1 on a busy 2-core host: 2 threads wait at every node's barrier)")
     parser.add_argument("--dir", default=str(Path(__file__).resolve().parent / ".models"))
     args = parser.parse_args()
     folder = Path(args.dir)
@@ -191,13 +193,13 @@ def main() -> None:
     for layers in [int(x) for x in args.layers.split(",")]:
         model = model_for(layers, folder)
         moe = read_moe_layout(read_layout(model))
-        fit_s, fit_tokens = fit_token_s(model, args.tokens, warm=True)
-        _, fit_short = fit_token_s(model, args.tokens, warm=False)
+        fit_s, fit_tokens = fit_token_s(model, args.tokens, True, args.threads)
+        _, fit_short = fit_token_s(model, args.tokens, False, args.threads)
         # The cache books a unit with the pages its slices share with neighbours (expert_io.edge_bytes).
         booked = sum(moe.unit_bytes(layer) + edge_bytes(moe, layer) for layer in moe.layers) * moe.n_expert
         dense = resident_dense_bytes(moe)
-        hit = streamed(model, (dense + booked) / MIB + 16, args.tokens, warm=True)
-        half = streamed(model, (dense + booked / 2) / MIB, args.tokens, timed=True)
+        hit = streamed(model, (dense + booked) / MIB + 16, args.tokens, args.threads, warm=True)
+        half = streamed(model, (dense + booked / 2) / MIB, args.tokens, args.threads, timed=True)
         hit_s = statistics.median(hit["hit_dt"]) if hit["hit_dt"] else float("nan")
         disk = disk_time_for(model, moe, half["layers_timed"])  # the same minute, right after the run
         waited = sum(w for w, _ in half["layers_timed"])
