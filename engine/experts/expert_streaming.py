@@ -89,6 +89,7 @@ class ExpertStreamer:
         self.limiter = SsdRateLimiter(ssd_mb_s)
         self.io = ExpertIO(moe, mapping, fd, slots, self.limiter)
         self.slots = slots  # their books are the sampler's resident-weights reading
+        self._dense_resident = resident_dense_bytes(moe)  # fixed for the run: not re-merged per sample
         self.token = 0
         self.in_prompt = True
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
@@ -401,7 +402,7 @@ class ExpertStreamer:
                                          hit_bytes=c.hit_bytes, on_time_bytes=c.on_time_bytes,
                                          loads=c.loads, loaded_bytes=c.loaded_bytes,
                                          evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
-        return ResidencySnapshot((), counters, resident_dense_bytes(self.moe) + self.cache.used_bytes, self.budget_bytes,
+        return ResidencySnapshot((), counters, self._dense_resident + self.cache.used_bytes, self.budget_bytes,
                                  None, self.io.load_mechanism, self.io.evict_mechanism)
 
     def snapshot_counters(self) -> ExpertCounters:
