@@ -231,11 +231,15 @@ class ExpertStreamer:
                 self._heat_tokens.append(self._picks)
                 while len(self._heat_tokens) > HEAT_WINDOW:
                     for old_layer, old in self._heat_tokens.popleft():
-                        self.heat[self._row[old_layer], list(old)] -= 1
+                        row = self.heat[self._row[old_layer]]
+                        for expert in old:  # 8 scalar steps: cheaper than building a fancy index
+                            row[expert] -= 1
             self._picks, self._picks_token, self._heat_prompt = [], self.token, prompt
         self._picks.append((layer, picks))
         if not prompt:
-            self.heat[self._row[layer], list(picks)] += 1
+            row = self.heat[self._row[layer]]
+            for expert in picks:
+                row[expert] += 1
 
     @property
     def error(self) -> str | None:
@@ -286,8 +290,9 @@ class ExpertStreamer:
                 self._error = f"{self.moe.path}: expert cache too small ({exc})"
                 return False
             guessed = self._guessed.pop(layer, set())
-            late_units = [u for u in access.hits if u in self._loads and not self._loads[u].done()]
-            pending = [self._loads[u] for u in late_units]
+            with self._lock:  # a hit whose load (a guess) is still in flight: waited for below
+                late_units = [u for u in access.hits if u in self._in_flight]
+            pending = [self._loads[u] for u in late_units if u in self._loads]
             late = len(pending)
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
             # The reads go out first, the victims are dropped while the disk works: a drop is
