@@ -168,3 +168,135 @@ def test_trace_writer_leaves_nothing_when_discarded(tmp_path):
     writer.write(TraceRecord(1, 0, (1, 2)))
     writer.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+class _ReferenceCache:
+    """The straightforward cache: every resident unit sorted at each eviction (O(n log n) a miss).
+    The heap-based ExpertCache must take exactly its decisions."""
+
+    def __init__(self, policy, capacity_bytes, unit_bytes):
+        self.policy, self.capacity_bytes, self.unit_bytes = policy, capacity_bytes, dict(unit_bytes)
+        self.resident, self.counts, self.pinned, self.used_bytes, self.tick = {}, {}, frozenset(), 0, 0
+
+    def victims(self, protected, allow_pinned):
+        units = [u for u in self.resident if u not in protected]
+        streamed = [u for u in units if u not in self.pinned]
+        if self.policy == "lfu":
+            streamed.sort(key=lambda u: (self.counts.get(u, 0), self.resident[u]))
+        else:
+            streamed.sort(key=lambda u: self.resident[u])
+        pinned = sorted((u for u in units if u in self.pinned), key=lambda u: self.resident[u])
+        return streamed + (pinned if allow_pinned else [])
+
+    def make_room(self, need, protected, allow_pinned=True):
+        evicted, victims = [], iter(self.victims(protected, allow_pinned))
+        while self.used_bytes + need > self.capacity_bytes:
+            victim = next(victims, None)
+            if victim is None:
+                raise ValueError("does not fit")
+            del self.resident[victim]
+            self.used_bytes -= self.unit_bytes[victim[0]]
+            evicted.append(victim)
+        return evicted
+
+    def access(self, layer, experts, weights=None):
+        picked = [(layer, e) for e in dict.fromkeys(experts)]
+        need = sum(self.unit_bytes[layer] for u in picked if u not in self.resident)
+        self.tick += 1
+        hits, misses, evicted = [], [], []
+        for unit in picked:
+            self.counts[unit] = self.counts.get(unit, 0) + (weights.get(unit[1], 1) if weights else 1)
+            if unit in self.resident:
+                hits.append(unit)
+                self.resident[unit] = self.tick
+            else:
+                misses.append(unit)
+        if need:
+            evicted = self.make_room(need, set(picked))
+            for unit in misses:
+                self.resident[unit] = self.tick
+                self.used_bytes += self.unit_bytes[layer]
+        return hits, misses, evicted
+
+    def admit(self, unit, protected=()):
+        if unit in self.resident:
+            return []
+        size = self.unit_bytes[unit[0]]
+        protected = set(protected) | {unit}
+        free = sum(self.unit_bytes[u[0]] for u in self.victims(protected, False))
+        if self.used_bytes + size > self.capacity_bytes and free < self.used_bytes + size - self.capacity_bytes:
+            return None
+        evicted = self.make_room(size, protected, allow_pinned=False)
+        self.resident[unit] = 0
+        self.used_bytes += size
+        return evicted
+
+    def set_hot(self, counts, reserve_bytes):
+        if self.policy != "hot":
+            return self.pinned
+        room, pinned = self.capacity_bytes - reserve_bytes, []
+        for unit, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if count > 0 and self.unit_bytes[unit[0]] <= room:
+                pinned.append(unit)
+                room -= self.unit_bytes[unit[0]]
+        self.pinned = frozenset(pinned)
+        return self.pinned
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decisions_equal_the_straightforward_reference(seed):
+    """Random accesses, guesses, pins, policy switches and shrinks: the same hits, misses and
+    victims in the same order as sorting every resident unit at each eviction."""
+    rng = random.Random(seed)
+    sizes = {0: UNIT, 1: 2 * UNIT, 2: UNIT, 3: 3 * UNIT}
+    policy = ("lru", "lfu", "hot")[seed % 3]
+    fast, ref = ExpertCache(policy, 40 * UNIT, sizes), _ReferenceCache(policy, 40 * UNIT, sizes)
+    for step in range(3000):
+        roll = rng.random()
+        if roll < 0.8:
+            layer = rng.randrange(4)
+            picks = [rng.choice(range(12)) if rng.random() < 0.7 else rng.randrange(24) for _ in range(rng.randint(1, 5))]
+            weights = {e: rng.randint(1, 4) for e in picks} if rng.random() < 0.1 else None
+            got = fast.access(layer, picks, weights)
+            assert (got.hits, got.misses, got.evicted) == ref.access(layer, picks, weights), step
+        elif roll < 0.93:
+            unit = (rng.randrange(4), rng.randrange(24))
+            protected = [(rng.randrange(4), rng.randrange(24)) for _ in range(rng.randint(0, 6))]
+            assert fast.admit(unit, protected) == ref.admit(unit, protected), step
+        elif roll < 0.96:
+            counts = dict(fast.counts)
+            assert fast.set_hot(counts, 8 * UNIT) == ref.set_hot(counts, 8 * UNIT)
+        elif roll < 0.98:
+            new = rng.choice(("lru", "lfu", "hot"))
+            fast.policy = ref.policy = new
+            if rng.random() < 0.5:
+                fast.pinned = ref.pinned = frozenset()
+        else:
+            capacity = rng.choice((20, 30, 40, 50)) * UNIT
+            fast.capacity_bytes = ref.capacity_bytes = capacity
+            assert fast.make_room(0, protected=set()) == ref.make_room(0, set()), step
+        assert fast.resident == ref.resident and fast.used_bytes == ref.used_bytes, step
+        assert fast.used_bytes <= fast.capacity_bytes
+
+
+def test_victim_choice_does_not_sort_every_resident_unit():
+    """At Kimi's shape (61 layers × 384 experts, 97 % resident) a miss must not touch every
+    resident unit: count the keys computed per access instead of timing it."""
+    cache = ExpertCache("lfu", 61 * 372 * UNIT, {layer: UNIT for layer in range(61)})
+    for layer in range(61):
+        cache.access(layer, range(372))
+    calls = 0
+    original = cache.eviction_key
+
+    def counting(unit):
+        nonlocal calls
+        calls += 1
+        return original(unit)
+
+    cache.eviction_key = counting
+    rng = random.Random(0)
+    for token in range(20):
+        for layer in range(61):
+            cache.access(layer, rng.sample(range(384), 8))
+    assert len(cache.resident) == 61 * 372
+    assert calls <= 20 * 61 * 8 + 2 * 61 * 372  # one per pick, plus a rebuild now and then

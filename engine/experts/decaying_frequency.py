@@ -72,6 +72,15 @@ class DecayingFrequency:
         p = self.chance(unit)
         return math.inf if p <= 0 else steps + self.n_layers * (1.0 / p - 1.0)
 
+    def level(self, unit: tuple[int, int]) -> float:
+        """A unit's decayed count on a log scale that all units share at every step (log of its
+        count now, minus the decay since step 0): fixed between the unit's own picks, so a heap
+        per layer keeps its order (−inf for a unit never picked)."""
+        score = self.score.get(unit)
+        if not score:
+            return -math.inf
+        return math.log(score) - self.log_decay * self.updated[unit]
+
     def _now(self, unit: tuple[int, int]) -> float:
         score = self.score.get(unit)
         if score is None:

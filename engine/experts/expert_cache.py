@@ -16,10 +16,19 @@ Policies differ in what leaves first:
   half-life of a few tokens, and a layer already passed this token waits a whole token
   longer than one still to come. On real routers' traces it beats lru, lfu and hot at one
   and two tokens' worth of cache (docs/real-traces.md), so it is the default.
+Ties left by a key go to the unit that came in first.
+
+Why heaps: a 61-layer model with 384 experts a layer keeps ~22k units resident, and every
+layer of every token with a miss needs the next victim; sorting all resident units per miss
+cost ~5 ms a layer (issue #24). A lazy heap per class (streamed, pinned; decay: one per layer, since a layer's units keep
+their order between its passes and only the L heads are compared) gives the same order
+in O(log n): a unit's entry is pushed again whenever its key changes, stale entries are
+skipped when they surface and the heap is rebuilt once stale ones outnumber live ones.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -41,17 +50,60 @@ class ExpertCache:
                  n_expert_used: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"expert policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-        self.policy = policy
+        self._policy = policy
         self.capacity_bytes = int(capacity_bytes)
         self.unit_bytes = dict(unit_bytes)
-        self.resident: dict[Unit, int] = {}  # unit → last use tick
+        self.resident: dict[Unit, int] = {}  # unit → last use tick (read-only outside this class)
         self.counts: dict[Unit, int] = {}
-        self.pinned: frozenset[Unit] = frozenset()
+        self._pinned: frozenset[Unit] = frozenset()
         self.used_bytes = 0
+        self.pinned_bytes = 0  # resident bytes of pinned units
         self._tick = 0
+        self._seq = 0
+        self._since: dict[Unit, int] = {}  # unit → its last touch (the tie-break: router order within an access)
+        self._entry: dict[Unit, tuple] = {}  # unit → its live heap entry
+        # (pinned?, layer for decay's streamed units else None) → [(key, since, unit)]
+        self._heaps: dict[tuple[bool, int | None], list] = {}
         # decay's estimates (n_expert_used turns a prompt pass's counts into shares of its
         # tokens; without it they are shares of its most-picked expert's count)
         self.decaying = DecayingFrequency(sorted(self.unit_bytes), n_expert_used)
+
+    # ------------------------------------------------------------ policy and pins
+    @property
+    def policy(self) -> str:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: str) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"expert policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        self._policy = policy
+        self._rebuild()
+
+    @property
+    def pinned(self) -> frozenset[Unit]:
+        return self._pinned
+
+    @pinned.setter
+    def pinned(self, units: Iterable[Unit]) -> None:
+        self._pinned = frozenset(units)
+        self.pinned_bytes = sum(self.unit_bytes[u[0]] for u in self.resident if u in self._pinned)
+        self._rebuild()
+
+    def eviction_key(self, unit: Unit) -> tuple:
+        """Where a resident unit stands in its policy's eviction order: the smallest key leaves
+        first. A new policy is a new key here (recomputed on every access of the unit)."""
+        if unit in self._pinned:  # pinned units leave by age alone
+            return (self.resident[unit],)
+        if self._policy == "lfu":
+            return self.counts.get(unit, 0), self.resident[unit]
+        if self._policy == "decay":  # within a layer: the lowest decayed count waits longest
+            return self.decaying.level(unit), self.resident[unit]
+        return (self.resident[unit],)
+
+    def _heap_key(self, unit: Unit) -> tuple[bool, int | None]:
+        pinned = unit in self._pinned
+        return pinned, (unit[0] if self._policy == "decay" and not pinned else None)
 
     # ------------------------------------------------------------ reference
     def set_hot(self, counts: Mapping[Unit, int], reserve_bytes: int) -> frozenset[Unit]:
@@ -59,7 +111,7 @@ class ExpertCache:
 
         Only the ``hot`` policy pins; the others ignore the reference.
         """
-        if self.policy != "hot":
+        if self._policy != "hot":
             return self.pinned
         room = self.capacity_bytes - reserve_bytes
         pinned: list[Unit] = []
@@ -69,7 +121,7 @@ class ExpertCache:
                 continue
             pinned.append(unit)
             room -= size
-        self.pinned = frozenset(pinned)
+        self.pinned = pinned
         return self.pinned
 
     # ------------------------------------------------------------ accesses
@@ -83,25 +135,29 @@ class ExpertCache:
         otherwise. Raises ValueError when the picks cannot fit however much is evicted.
         """
         picked = [(layer, e) for e in dict.fromkeys(experts)]
-        need = sum(self.unit_bytes[layer] for u in picked if u not in self.resident)
+        size = self.unit_bytes[layer]
         self._tick += 1
         # kept under every policy (O(picks)), so a live switch to decay starts with the run's history
         self.decaying.picked(layer, [u[1] for u in picked], weights)
+        # The picks become the most recent in router order, hits and misses alike: units touched
+        # by one access tie on the tick, and their touch order breaks the tie.
+        touch = {unit: self._seq + i for i, unit in enumerate(picked)}
+        self._seq += len(picked)
         result = Access()
         for unit in picked:
             self.counts[unit] = self.counts.get(unit, 0) + (weights.get(unit[1], 1) if weights else 1)
             if unit in self.resident:
                 result.hits.append(unit)
+                self.resident[unit] = self._tick
+                self._since[unit] = touch[unit]
+                self._push(unit)
             else:
                 result.misses.append(unit)
+        need = size * len(result.misses)
         if need:
             result.evicted = self.make_room(need, protected=set(picked))
-        # The picks become the most recent in router order, hits and misses alike: units
-        # touched by one access tie on the tick, and the dict's order breaks the tie.
-        for unit in picked:
-            if self.resident.pop(unit, None) is None:
-                self.used_bytes += self.unit_bytes[unit[0]]
-            self.resident[unit] = self._tick
+            for unit in result.misses:
+                self._insert(unit, self._tick, touch[unit])
         return result
 
     def admit(self, unit: Unit, protected: Iterable[Unit] = ()) -> list[Unit] | None:
@@ -119,42 +175,104 @@ class ExpertCache:
                 self.used_bytes + size - self.capacity_bytes, protected, allow_pinned=False):
             return None
         evicted = self.make_room(size, protected, allow_pinned=False)
-        self.resident[unit] = 0
-        self.used_bytes += size
+        self._insert(unit, 0, self._seq)
+        self._seq += 1
         return evicted
 
     def discard(self, unit: Unit) -> None:
         if unit in self.resident:
             del self.resident[unit]
-            self.used_bytes -= self.unit_bytes[unit[0]]
+            del self._since[unit]
+            self._entry.pop(unit, None)
+            size = self.unit_bytes[unit[0]]
+            self.used_bytes -= size
+            if unit in self._pinned:
+                self.pinned_bytes -= size
 
     # ------------------------------------------------------------ eviction
-    def _victims(self, protected: set[Unit], allow_pinned: bool) -> list[Unit]:
-        """Evictable units, first to leave first."""
-        units = [u for u in self.resident if u not in protected]
-        streamed = [u for u in units if u not in self.pinned]
-        if self.policy == "lfu":
-            streamed.sort(key=lambda u: (self.counts.get(u, 0), self.resident[u]))
-        elif self.policy == "decay":
-            streamed.sort(key=lambda u: (-self.decaying.expected_wait(u), self.resident[u]))
-        else:
-            streamed.sort(key=lambda u: self.resident[u])
-        pinned = sorted((u for u in units if u in self.pinned), key=lambda u: self.resident[u])
-        return streamed + (pinned if allow_pinned else [])
-
     def _can_free(self, need: int, protected: set[Unit], allow_pinned: bool) -> bool:
-        return sum(self.unit_bytes[u[0]] for u in self._victims(protected, allow_pinned)) >= need
+        """Whether evicting every evictable unit would free ``need`` bytes (no victim chosen)."""
+        free = self.used_bytes - (0 if allow_pinned else self.pinned_bytes)
+        free -= sum(self.unit_bytes[u[0]] for u in protected
+                    if u in self.resident and (allow_pinned or u not in self._pinned))
+        return free >= need
 
     def make_room(self, need: int, protected: set[Unit], allow_pinned: bool = True) -> list[Unit]:
+        """Evict, first to leave first, until ``need`` more bytes fit: streamed units in their
+        policy's order, then (``allow_pinned``) pinned ones, least recently used first; never a
+        ``protected`` one."""
         evicted: list[Unit] = []
-        victims = iter(self._victims(protected, allow_pinned))
-        while self.used_bytes + need > self.capacity_bytes:
-            victim = next(victims, None)
-            if victim is None:
+        skipped: list[tuple] = []  # protected entries popped on the way: pushed back after
+        try:
+            classes = [False, True] if allow_pinned else [False]
+            for pinned in classes:
+                while self.used_bytes + need > self.capacity_bytes:
+                    entry = self._next_victim(pinned, protected, skipped)
+                    if entry is None:
+                        break
+                    self.discard(entry[2])
+                    evicted.append(entry[2])
+            if self.used_bytes + need > self.capacity_bytes:
                 raise ValueError(f"{need} bytes of picked experts do not fit a {self.capacity_bytes}-byte cache")
-            self.discard(victim)
-            evicted.append(victim)
+        finally:
+            for entry in skipped:
+                heapq.heappush(self._heaps[self._heap_key(entry[2])], entry)
         return evicted
+
+    def _live_head(self, heap: list, protected: set[Unit], skipped: list) -> tuple | None:
+        """The heap's first live, unprotected entry (left on the heap), dropping stale ones."""
+        while heap:
+            entry = heap[0]
+            unit = entry[2]
+            if self._entry.get(unit) is not entry:
+                heapq.heappop(heap)  # stale: the unit left, or its key changed since
+            elif unit in protected:
+                skipped.append(heapq.heappop(heap))
+            else:
+                return entry
+        return None
+
+    def _next_victim(self, pinned: bool, protected: set[Unit], skipped: list) -> tuple | None:
+        """Pop the next unit to leave from the ``pinned`` class: one heap's head, or under decay
+        the layer heads' longest expected wait (ties: least recently used)."""
+        heaps = [h for (p, _), h in self._heaps.items() if p == pinned and h]
+        best, best_rank = None, None
+        for heap in heaps:
+            entry = self._live_head(heap, protected, skipped)
+            if entry is None:
+                continue
+            unit = entry[2]
+            rank = ((-self.decaying.expected_wait(unit), self.resident[unit], self._since[unit])
+                    if len(heaps) > 1 else ())
+            if best is None or rank < best_rank:
+                best, best_rank = heap, rank
+        return heapq.heappop(best) if best is not None else None
+
+    def _insert(self, unit: Unit, tick: int, since: int) -> None:
+        self.resident[unit] = tick
+        self._since[unit] = since
+        size = self.unit_bytes[unit[0]]
+        self.used_bytes += size
+        if unit in self._pinned:
+            self.pinned_bytes += size
+        self._push(unit)
+
+    def _push(self, unit: Unit) -> None:
+        entry = (self.eviction_key(unit), self._since[unit], unit)
+        self._entry[unit] = entry
+        heap = self._heaps.setdefault(self._heap_key(unit), [])
+        heapq.heappush(heap, entry)
+        if len(heap) > 64 and sum(map(len, self._heaps.values())) > 2 * len(self._entry):
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Fresh heaps from the resident units alone (a policy or pin change, or too many stale entries)."""
+        self._entry = {u: (self.eviction_key(u), self._since[u], u) for u in self.resident}
+        self._heaps = {}
+        for unit, entry in self._entry.items():
+            self._heaps.setdefault(self._heap_key(unit), []).append(entry)
+        for heap in self._heaps.values():
+            heapq.heapify(heap)
 
 
 def hot_reserve_bytes(unit_bytes: Mapping[int, int], n_expert_used: int) -> int:
@@ -163,8 +281,6 @@ def hot_reserve_bytes(unit_bytes: Mapping[int, int], n_expert_used: int) -> int:
 
 
 __all__ = ["ExpertCache", "Access", "POLICIES", "hot_reserve_bytes"]
-
-
 def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n_expert_used: int) -> str:
     """One line when the cache cannot help this policy, else "".
 

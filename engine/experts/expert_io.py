@@ -11,6 +11,9 @@ Two paths, one surface:
   ``MADV_RANDOM`` so neither a populate nor a stray fault reads around into neighbours.
   Eviction: ``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``, mincore-checked.
 
+Own slots are bounded in number (each holds a mapping of its own, direct_slots.py): once they
+are full, an expert is read through the page cache instead and evicted that way too.
+
 A page an expert's slice shares with a neighbour (slices not page-aligned) is read with the
 slice and dropped only when no resident range covers it any more.
 """
@@ -26,7 +29,7 @@ from shardscope.engine.base.units import MIB
 from shardscope.engine.layout.budget_minimum import dense_pages, edge_bytes, resident_dense_bytes  # noqa: F401 - one definition, re-exported
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
-from shardscope.engine.stream.direct_slots import DirectSlots
+from shardscope.engine.stream.direct_slots import DirectSlots, SlotsFull
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
@@ -56,6 +59,7 @@ class ExpertIO:
         self.load_mechanism = DIRECT_MECHANISM if slots else PAGE_CACHE_MECHANISM
         self.evict_mechanism = DROP_MECHANISM if slots else "MADV_DONTNEED+FADV_DONTNEED"
         self._holders: Counter = Counter()  # edge page → resident ranges covering it
+        self._cached: set[tuple[int, int]] = set()  # units read through the page cache (slots full)
         self._lock = threading.Lock()
 
     def start(self) -> int:
@@ -65,6 +69,8 @@ class ExpertIO:
         evicted = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
         if not self.slots:
             self.evict_mechanism = evicted
+        else:  # ranges mapped back merge with their neighbours again (direct_slots.py: mappings)
+            self.slots.adopt(MADV_RANDOM)
         total = 0
         for lo, hi in dense_pages(self.moe):
             self.limiter.throttle(hi - lo)
@@ -79,31 +85,43 @@ class ExpertIO:
         for lo in range(file_lo, file_hi, WILLNEED_CHUNK):
             os.posix_fadvise(self.fd, lo, min(WILLNEED_CHUNK, file_hi - lo), POSIX_FADV_WILLNEED)
 
-    def _read_in(self, ranges: list[tuple[int, int]]) -> int:
-        """Exactly these (page-outward) file ranges into llama.cpp's mapping; returns the bytes asked of
-        the disk (whole pages: what the kernel counts as read). Page-cache path: all reads are queued
-        at the disk before waiting on any, so one expert's three slices overlap."""
+    def _read_in(self, ranges: list[tuple[int, int]]) -> tuple[int, bool]:
+        """Exactly these (page-outward) file ranges into llama.cpp's mapping: (bytes asked of the disk
+        — whole pages, what the kernel counts as read —, False where they went through the page cache:
+        no slots, or the slots hold as many ranges as they may). Page-cache path: all reads are queued
+        at the disk before waiting on any, so one expert's slices overlap."""
         if self.slots:
-            return sum(self.slots.load(lo, hi) for lo, hi in ranges)
+            done = 0
+            try:
+                for lo, hi in ranges:
+                    done += self.slots.load(lo, hi)
+                return done, True
+            except SlotsFull:
+                pass  # a slice already in a slot stays there; the populate below only touches it
         for lo, hi in ranges:
             self._ask_disk(lo, hi)
         for lo, hi in ranges:
             span = self.mapping.clip(lo, hi)
             if span:
                 memory_calls.populate(span[0], span[1])
-        return sum(hi - lo for lo, hi in ranges)
+        return sum(hi - lo for lo, hi in ranges), False  # a slice already in a slot is not read again
 
     def load_unit(self, layer: int, expert: int) -> int:
         """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
         whose slices are not page-aligned (Kimi-shaped) counts the edge pages the disk really read."""
         ranges = self.moe.unit_ranges(layer, expert)
-        # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
-        with self.limiter.pacing(end - start for start, end in ranges):
-            read = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
-        with self._lock:  # both paths: a shared page goes only when no resident range covers it
+        # claimed before the read, on both paths: a neighbour evicted meanwhile must not drop a
+        # shared page, and a shared page goes only when no resident range covers it
+        with self._lock:
             for start, end in ranges:
                 for page in _edge_pages(start, end):
                     self._holders[page] += 1
+        # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
+        with self.limiter.pacing(end - start for start, end in ranges):
+            read, own = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+        if self.slots and not own:
+            with self._lock:
+                self._cached.add((layer, expert))
         return read
 
     def _release_edges(self, start: int, end: int) -> list[int]:
@@ -125,15 +143,22 @@ class ExpertIO:
 
     def evict_unit(self, layer: int, expert: int) -> int:
         """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
+        with self._lock:
+            cached = (layer, expert) in self._cached
+            self._cached.discard((layer, expert))
         for start, end, inner, span in self._inner_spans(layer, expert):
             if span:
                 self._drop(inner[0], inner[1], span)
+                if self.slots and cached:  # read through the page cache: those pages go too
+                    memory_calls.evict(span[0], span[1], self.fd, inner[0])
             with self._lock:
                 freed = self._release_edges(start, end)
             for page in freed:  # an edge page no resident range covers any more (32-byte-aligned files)
                 edge = self.mapping.clip(page, page + memory_calls.PAGE)
                 if edge:
                     self._drop(page, page + memory_calls.PAGE, edge)
+                    if self.slots and cached:
+                        memory_calls.evict(edge[0], edge[1], self.fd, page)
         return self.unit_resident_bytes(layer, expert)
 
     def _drop(self, file_lo: int, file_hi: int, span: tuple[int, int]) -> None:

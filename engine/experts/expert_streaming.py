@@ -88,6 +88,8 @@ class ExpertStreamer:
         # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
         self.limiter = SsdRateLimiter(ssd_mb_s)
         self.io = ExpertIO(moe, mapping, fd, slots, self.limiter)
+        self.slots = slots  # their books are the sampler's resident-weights reading
+        self._dense_resident = resident_dense_bytes(moe)  # fixed for the run: not re-merged per sample
         self.token = 0
         self.in_prompt = True
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
@@ -106,6 +108,12 @@ class ExpertStreamer:
         self.records: deque[TraceRecord] = deque(maxlen=MAX_RECORDS)
         self._row = {layer: i for i, layer in enumerate(moe.layers)}
         self.heat = np.zeros((len(moe.layers), moe.n_expert), dtype=np.int64)
+        # The window's map, kept as units come and go: a view copies arrays instead of walking every
+        # resident unit (22k at Kimi's shape, ~10 ms of the decode thread's GIL per view; issue #24).
+        self._resident_grid = np.zeros(self.heat.shape, dtype=np.uint8)
+        self._pinned_grid = np.zeros(self.heat.shape, dtype=np.uint8)
+        self._pinned_seen: frozenset = frozenset()
+        self._in_flight: set[Unit] = set()
         self._heat_tokens: deque[list[tuple[int, tuple[int, ...]]]] = deque()
         self._picks_token = -1
         self._heat_prompt = True
@@ -194,13 +202,20 @@ class ExpertStreamer:
 
     def view_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int | None]:
         """(states, picked, heat, current row) copied under the lock; codes as widgets/shard_map.py."""
-        states = np.zeros((len(self.moe.layers), self.moe.n_expert), dtype=np.uint8)
-        picked = np.zeros(states.shape, dtype=bool)
+        picked = np.zeros(self.heat.shape, dtype=bool)
         with self._state_lock:
-            for (layer, expert) in self.cache.resident:
-                states[self._row[layer], expert] = 3 if (layer, expert) in self.cache.pinned else 2
-            for (layer, expert), future in self._loads.items():
-                if not future.done() and (layer, expert) in self.cache.resident:
+            pinned = self.cache.pinned
+            if pinned is not self._pinned_seen:  # pins change at a prompt's end or a policy switch only
+                self._pinned_grid[:] = 0
+                for layer, expert in pinned:
+                    if layer in self._row:
+                        self._pinned_grid[self._row[layer], expert] = 1
+                self._pinned_seen = pinned
+            states = self._resident_grid * (2 + self._pinned_grid)
+            with self._lock:
+                loading = list(self._in_flight)
+            for layer, expert in loading:
+                if states[self._row[layer], expert]:
                     states[self._row[layer], expert] = 1
             for layer, experts in self._picks:
                 picked[self._row[layer], list(experts)] = True
@@ -216,11 +231,15 @@ class ExpertStreamer:
                 self._heat_tokens.append(self._picks)
                 while len(self._heat_tokens) > HEAT_WINDOW:
                     for old_layer, old in self._heat_tokens.popleft():
-                        self.heat[self._row[old_layer], list(old)] -= 1
+                        row = self.heat[self._row[old_layer]]
+                        for expert in old:  # 8 scalar steps: cheaper than building a fancy index
+                            row[expert] -= 1
             self._picks, self._picks_token, self._heat_prompt = [], self.token, prompt
         self._picks.append((layer, picks))
         if not prompt:
-            self.heat[self._row[layer], list(picks)] += 1
+            row = self.heat[self._row[layer]]
+            for expert in picks:
+                row[expert] += 1
 
     @property
     def error(self) -> str | None:
@@ -260,7 +279,7 @@ class ExpertStreamer:
         if layer not in self.unit_bytes:
             return True
         prompt = self.in_prompt
-        flat = [int(e) for e in ids.ravel()]
+        flat = ids.ravel().tolist()
         picks = tuple(dict.fromkeys(flat))
         weights = Counter(flat) if prompt else None
         started = time.perf_counter()
@@ -271,13 +290,18 @@ class ExpertStreamer:
                 self._error = f"{self.moe.path}: expert cache too small ({exc})"
                 return False
             guessed = self._guessed.pop(layer, set())
-            late_units = [u for u in access.hits if u in self._loads and not self._loads[u].done()]
-            pending = [self._loads[u] for u in late_units]
+            with self._lock:  # a hit whose load (a guess) is still in flight: waited for below
+                late_units = [u for u in access.hits if u in self._in_flight]
+            pending = [self._loads[u] for u in late_units if u in self._loads]
             late = len(pending)
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
+            # The reads go out first, the victims are dropped while the disk works: a drop is
+            # ~6 syscalls a unit on this thread, and the reads do not wait for it (the victims'
+            # pages are freed within this call, so RAM is over the books by one layer's misses
+            # for that long at most).
+            futures = [self._submit(unit) for unit in access.misses]
             for victim in access.evicted:
                 self._evict_unit(victim)
-            futures = [self._submit(unit) for unit in access.misses]
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
@@ -334,12 +358,19 @@ class ExpertStreamer:
 
     # ------------------------------------------------------------ kernel work
     def _submit(self, unit: Unit) -> Future:
+        self._resident_grid[self._row[unit[0]], unit[1]] = 1
+        with self._lock:
+            self._in_flight.add(unit)
         future = self._pool.submit(self._load_unit, unit)
         self._loads[unit] = future
         return future
 
     def _load_unit(self, unit: Unit) -> None:
-        read = self.io.load_unit(*unit)  # whole pages: what the kernel counts, edge pages included
+        try:
+            read = self.io.load_unit(*unit)  # whole pages: what the kernel counts, edge pages included
+        finally:
+            with self._lock:
+                self._in_flight.discard(unit)
         with self._lock:
             self.counters.loads += 1
             self.counters.loaded_bytes += read
@@ -351,6 +382,7 @@ class ExpertStreamer:
                 future.result()  # a guess still loading: let it land before dropping it
             except OSError:
                 pass
+        self._resident_grid[self._row[unit[0]], unit[1]] = 0
         residue = self.io.evict_unit(*unit)
         with self._lock:
             self.counters.evictions += 1
@@ -375,7 +407,7 @@ class ExpertStreamer:
                                          hit_bytes=c.hit_bytes, on_time_bytes=c.on_time_bytes,
                                          loads=c.loads, loaded_bytes=c.loaded_bytes,
                                          evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
-        return ResidencySnapshot((), counters, resident_dense_bytes(self.moe) + self.cache.used_bytes, self.budget_bytes,
+        return ResidencySnapshot((), counters, self._dense_resident + self.cache.used_bytes, self.budget_bytes,
                                  None, self.io.load_mechanism, self.io.evict_mechanism)
 
     def snapshot_counters(self) -> ExpertCounters:

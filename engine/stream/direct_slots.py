@@ -15,6 +15,15 @@ streamed here: on 2 cores that is the compute's time (docs/decisions.md). This p
   load of the same size: fresh anonymous memory costs ~0.45 kernel CPU-s per GB to fault in and
   zero, reused memory ~0.04-0.09 (docs/decisions.md), so slots are recycled, up to a bound.
 
+Mappings: every range swapped in is an anonymous mapping (VMA) of its own inside the model's
+mapping, and the kernel refuses new ones past ``vm.max_map_count`` (65,530 here) — a 61-layer
+Kimi-shaped model has ~70k expert slices. So the ranges held are counted (exactly, as disjoint
+pieces, which are also the books of own bytes the sampler reads) and a load past
+``max_ranges`` (each piece costs at most itself and the file piece after it: half of what the
+limit leaves after MAP_HEADROOM for the rest of the process) raises ``SlotsFull``; the caller reads that range through the page cache instead,
+which adds no mapping. Dropped ranges are mapped back from the file with the same flags as
+the mapping around them (``adopt``), so the kernel merges them with their neighbours again.
+
 The ranges must be page-aligned (the loader passes page-outward ranges to load and
 page-inward ones to evict, so a boundary page shared with a neighbour is never dropped
 under it). Reads past the end of the file leave zeros, which nothing reads.
@@ -23,6 +32,7 @@ under it). Reads past the end of the file leave zeros, which nothing reads.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import errno
@@ -40,7 +50,11 @@ HUGE = 2 * 1024 * 1024  # a transparent huge page
 MADV_HUGEPAGE = 14
 MIN_RECYCLED = 64 * 1024  # smaller ranges (edge pages) are simply mapped over
 POOL_BYTES = 128 * 1024 * 1024  # spare slots kept for reuse (a layer's worth of evictions)
+MADV_RANDOM = 1
 MAP_FAILED = ctypes.c_void_p(-1).value
+# Mappings left to the rest of the process (libraries, thread stacks, malloc arenas, Qt, spare slots):
+# own slots hold at most (max_map_count - MAP_HEADROOM) // 2 ranges, each at most 2 mappings.
+MAP_HEADROOM = 8192
 MECHANISM = "O_DIRECT preadv into anonymous slots, mremap into llama.cpp's mapping"
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -50,6 +64,57 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
 _libc.mremap.restype = ctypes.c_void_p
+
+
+class SlotsFull(OSError):
+    """Holding one more range would pass ``max_ranges`` mappings: read this one through the page cache."""
+
+
+def max_map_count(default: int = 65530) -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return default
+
+
+class OwnRanges:
+    """The disjoint address pieces that hold our pages, with their total: the exact books of what
+    this object swapped in. Each piece is one anonymous mapping; a range loaded over part of a
+    piece (an edge page two slices share) or dropped from its middle trims or splits it."""
+
+    def __init__(self):
+        self._starts: list[int] = []  # sorted
+        self.ends: dict[int, int] = {}  # piece start → end
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def cut(self, lo: int, hi: int) -> None:
+        """[lo, hi) no longer holds our pages."""
+        i = max(0, bisect.bisect_right(self._starts, lo) - 1)
+        while i < len(self._starts) and self._starts[i] < hi:
+            start = self._starts[i]
+            end = self.ends[start]
+            if end <= lo:
+                i += 1
+                continue
+            del self._starts[i], self.ends[start]
+            self.bytes -= end - start
+            for a, b in ((start, lo), (hi, end)):  # what is left of it on either side (the left one
+                if b > a:                            # lands at i and is passed over next round)
+                    self._insert(a, b)
+
+    def add(self, lo: int, hi: int) -> None:
+        """[lo, hi) now holds one new piece of our pages (replacing whatever part of others it covers)."""
+        self.cut(lo, hi)
+        self._insert(lo, hi)
+
+    def _insert(self, lo: int, hi: int) -> None:
+        bisect.insort(self._starts, lo)
+        self.ends[lo] = hi
+        self.bytes += hi - lo
 
 
 def _check(result, what: str):
@@ -62,16 +127,19 @@ def _check(result, what: str):
 class DirectSlots:
     """Loads and drops page-aligned file ranges of one model mapping (thread-safe: no shared state)."""
 
-    def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES):
+    def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES, max_ranges: int | None = None):
         self.path = path
+        self.max_ranges = (max_map_count() - MAP_HEADROOM) // 2 if max_ranges is None else max_ranges
+        self.refused = 0  # loads refused for want of mappings (read through the page cache instead)
+        self._back_advice: int | None = None  # madvise given to every range mapped back (adopt)
         self.pool_bytes = pool_bytes
         self._pool: dict[int, list[int]] = {}  # length → spare slots holding pages (recycled)
         self._pooled = 0
         self._pool_lock = threading.Lock()
         self._can_keep = True  # MREMAP_DONTUNMAP (Linux ≥ 5.13 for file-backed ranges) available
-        # Ranges this object swapped in and not out yet: only those hold our pages, so only those
-        # may move to the pool (a file-backed range there would be read into: never).
-        self._loaded: set[tuple[int, int]] = set()
+        # Pieces this object swapped in and not out yet: only those hold our pages, so only a whole
+        # one may move to the pool (a file-backed range there would be read into: never).
+        self._own = OwnRanges()
         self.mapping = mapping
         if mapping.start % PAGE or (mapping.file_offset % PAGE):
             raise OSError(errno.EINVAL, "the model mapping is not page-aligned")
@@ -100,6 +168,29 @@ class DirectSlots:
         finally:
             buf.close()
 
+    @property
+    def own_bytes(self) -> int:
+        """Bytes of the mapping now backed by our pages (every one of them read in: resident)."""
+        return self._own.bytes
+
+    @property
+    def held_ranges(self) -> int:
+        return len(self._own)
+
+    def adopt(self, advice: int = MADV_RANDOM) -> None:
+        """Map the whole model range again from our descriptor, with ``advice``: the pieces a drop
+        maps back later are then the same file, flags and offsets as their neighbours, and the
+        kernel merges them (llama.cpp's own mapping is another open file: nothing merges with it).
+        Call before anything is loaded (the bytes are the file's either way)."""
+        m = self.mapping
+        with self._pool_lock:
+            if len(self._own):
+                raise ValueError("adopt() after a load would map the file over loaded ranges")
+        _check(_libc.mmap(m.start, m.end - m.start, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, m.file_offset),
+               "mmap of the model range")
+        _libc.madvise(m.start, m.end - m.start, advice)
+        self._back_advice = advice
+
     def _span(self, file_lo: int, file_hi: int) -> tuple[int, int]:
         span = self.mapping.clip(file_lo, file_hi)
         if span is None or (span[0] - self.mapping.start) % PAGE or (span[1] - span[0]) % PAGE:
@@ -111,6 +202,10 @@ class DirectSlots:
         address, end = self._span(file_lo, file_hi)
         length = end - address
         offset = address - self.mapping.base
+        with self._pool_lock:
+            if len(self._own) >= self.max_ranges and self._own.ends.get(address) != end:
+                self.refused += 1
+                raise SlotsFull(errno.ENOMEM, f"{self.max_ranges} ranges held (vm.max_map_count {max_map_count()})")
         slot = self._take_slot(length)
         try:
             view = memoryview((ctypes.c_char * length).from_address(slot)).cast("B")
@@ -128,7 +223,7 @@ class DirectSlots:
             _libc.munmap(slot, length)
             raise
         with self._pool_lock:
-            self._loaded.add((address, end))
+            self._own.add(address, end)
         return done
 
     def _take_slot(self, length: int) -> int:
@@ -178,7 +273,7 @@ class DirectSlots:
         if not self._can_keep or length < MIN_RECYCLED:
             return
         with self._pool_lock:
-            if (address, address + length) not in self._loaded or self._pooled + length > self.pool_bytes:
+            if self._own.ends.get(address) != address + length or self._pooled + length > self.pool_bytes:
                 return
             self._pooled += length
         spare = _check(_libc.mmap(None, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
@@ -198,12 +293,11 @@ class DirectSlots:
         offset = address - self.mapping.base
         self._keep_pages(address, end - address)
         with self._pool_lock:
-            if (address, end) in self._loaded:
-                self._loaded.discard((address, end))
-            else:  # part of a loaded range goes: what is left of it no longer counts as ours whole
-                self._loaded -= {(a, b) for a, b in self._loaded if a < end and address < b}
+            self._own.cut(address, end)
         _check(_libc.mmap(address, end - address, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, offset),
                "mmap of the file back")
+        if self._back_advice is not None:  # the flags its neighbours have: the kernel merges them
+            _libc.madvise(address, end - address, self._back_advice)
 
     def close(self) -> None:
         with self._pool_lock:
@@ -220,4 +314,4 @@ class DirectSlots:
         self._direct = self._plain = -1
 
 
-__all__ = ["DirectSlots", "MECHANISM"]
+__all__ = ["DirectSlots", "MECHANISM", "OwnRanges", "SlotsFull", "max_map_count"]

@@ -43,6 +43,7 @@ _TOPK_NODE = re.compile(rb"^ffn_moe_topk-(\d+)$")
 _FFN_NORM_NODE = re.compile(rb"^ffn_norm-(\d+)$")
 # struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
 _NE_OFFSET, _NB_OFFSET = 16, 48
+_SKIP = ("skip", -1)  # a graph node the topk hook lets run on without stopping
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_tail: deque = deque(maxlen=400)
@@ -110,6 +111,8 @@ def read_topk_ids(lib, tensor) -> np.ndarray:
     nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
     k, n_tokens = int(ne[0]), int(ne[1])
     base = lib.ggml_get_data(tensor)
+    if n_tokens == 1:  # a decoded token: one packed row
+        return np.frombuffer((ctypes.c_int32 * k).from_address(base), dtype=np.int32).reshape(1, k).copy()
     rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
     return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()
 
@@ -176,6 +179,8 @@ class LlamaSession:
         self._ctx = None
         self._callback = None
         self._node_cache: dict[int, int] = {}
+        self._node_actions: dict[int, tuple[str, int]] = {}  # decode-graph node address → action
+        self._graph_tokens = 0  # tokens of the batch being decoded (the graph's shape)
         # Kept referenced for the life of the session: a collected ctypes callback segfaults.
         self._load_progress = load_progress
         self._load_cancelled = False
@@ -280,20 +285,38 @@ class LlamaSession:
     def _on_topk_node(self, tensor, ask, user_data):
         """Stop at each ``ffn_moe_topk-N``; the ask=False call has the ids, before the experts run.
 
-        Names are looked up per ask, not cached by address: the prompt and decode graphs
-        reuse addresses for different nodes.
+        llama.cpp asks about every graph node (~30 a layer): what to do with a node is decided
+        once per node of the single-token decode graph and looked up by address after that (one
+        dict lookup a node, no call into ggml, no regex; issue #24). That graph is rebuilt in the
+        same buffer in the same order every token, so an address names the same node; a prompt
+        pass's graph differs (its last layer keeps only the output row), so it reads names. A
+        stop the lookup asked for is checked against the node's name before acting on it.
         """
+        if ask:
+            action = self._node_actions.get(tensor) if self._graph_tokens == 1 else None
+            if action is None:
+                action = self._node_action(tensor)
+                if self._graph_tokens == 1:
+                    self._node_actions[tensor] = action
+            return action is not _SKIP
+        action = self._node_action(tensor)  # the stops only (1-2 a layer): the name is read again
+        if action is _SKIP:  # the graph changed under the lookup: decide afresh from now on
+            self._node_actions.clear()
+            return True  # False here would abort the graph
+        kind, layer = action
+        if kind == "norm":
+            self.norm_hook(layer, read_last_row_f32(self._ggml, tensor))
+            return True
+        return self.topk_hook(layer, read_topk_ids(self._ggml, tensor))
+
+    def _node_action(self, tensor):
+        """("topk", layer), ("norm", layer) when a norm hook wants the router input, else _SKIP."""
         name = self._get_name(tensor) or b""
         match = _TOPK_NODE.match(name)
-        norm = _FFN_NORM_NODE.match(name) if match is None and self.norm_hook is not None else None
-        if ask:
-            return match is not None or norm is not None
-        if norm is not None:
-            self.norm_hook(int(norm.group(1)), read_last_row_f32(self._ggml, tensor))
-            return True
-        if match is None:
-            return True  # False here would abort the graph
-        return self.topk_hook(int(match.group(1)), read_topk_ids(self._ggml, tensor))
+        if match is not None:
+            return "topk", int(match.group(1))
+        norm = _FFN_NORM_NODE.match(name) if self.norm_hook is not None else None
+        return ("norm", int(norm.group(1))) if norm is not None else _SKIP
 
     def request_layer_hook(self) -> None:
         """Turn the per-layer hook on at the next token boundary (thread-safe flag)."""
@@ -305,6 +328,7 @@ class LlamaSession:
         llama_cpp.llama_free(self._ctx)
         self._ctx = None
         self._node_cache.clear()
+        self._node_actions.clear()
         self.hook_active = True
         self._hook_requested = False
         self._create_context()
@@ -335,6 +359,7 @@ class LlamaSession:
 
     def _decode(self, tokens: list[int]) -> None:
         arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        self._graph_tokens = len(tokens)  # the eval callback's node lookup holds for one graph shape
         batch = llama_cpp.llama_batch_get_one(arr, len(tokens))
         rc = llama_cpp.llama_decode(self._ctx, batch)
         if rc != 0:
