@@ -233,20 +233,27 @@ class ExpertCache:
         return None
 
     def _next_victim(self, pinned: bool, protected: set[Unit], skipped: list) -> tuple | None:
-        """Pop the next unit to leave from the ``pinned`` class: one heap's head, or under decay
-        the layer heads' longest expected wait (ties: least recently used)."""
+        """The next unit to leave from the ``pinned`` class (its entry stays on its heap and goes
+        stale once the unit is discarded): one heap's head, or under decay the layer heads'
+        longest expected wait (ties: least recently used)."""
         heaps = [h for (p, _), h in self._heaps.items() if p == pinned and h]
         best, best_rank = None, None
         for heap in heaps:
             entry = self._live_head(heap, protected, skipped)
             if entry is None:
                 continue
-            unit = entry[2]
-            rank = ((-self.decaying.expected_wait(unit), self.resident[unit], self._since[unit])
-                    if len(heaps) > 1 else ())
+            rank = ()
+            if not pinned and self._policy == "decay":
+                if self.decaying.chance(entry[2]) >= 1.0:
+                    # the head has the layer's lowest count, so every unit of the layer is sure to be
+                    # picked at its next pass: they all wait alike and the least recent one leaves
+                    entry = min((e for e in heap if self._entry.get(e[2]) is e and e[2] not in protected),
+                                key=lambda e: (self.resident[e[2]], self._since[e[2]]))
+                unit = entry[2]
+                rank = (-self.decaying.expected_wait(unit), self.resident[unit], self._since[unit])
             if best is None or rank < best_rank:
-                best, best_rank = heap, rank
-        return heapq.heappop(best) if best is not None else None
+                best, best_rank = entry, rank
+        return best
 
     def _insert(self, unit: Unit, tick: int, since: int) -> None:
         self.resident[unit] = tick
