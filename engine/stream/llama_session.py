@@ -23,7 +23,6 @@ decoded tokens already stop between tokens and, when streaming, in the layer hoo
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 import threading
 import time
@@ -36,13 +35,12 @@ import numpy as np
 import llama_cpp
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.stream import lazy_mapping
+from shardscope.engine.stream.ggml_tensors import _load_ggml_base, read_last_row_f32, read_topk_ids
 
 LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
 _TOPK_NODE = re.compile(rb"^ffn_moe_topk-(\d+)$")
 _FFN_NORM_NODE = re.compile(rb"^ffn_norm-(\d+)$")
-# struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
-_NE_OFFSET, _NB_OFFSET = 16, 48
 _SKIP = ("skip", -1)  # a graph node the topk hook lets run on without stopping
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -73,48 +71,6 @@ def _last_log_error() -> str:
             line = found[-1]
             return line.split("error loading model:", 1)[-1].strip() if marker == "error loading model:" else line
     return (lines or ["no details from llama.cpp"])[-1]
-
-
-def _load_ggml_base():
-    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
-    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
-        path = os.path.join(lib_dir, name)
-        if os.path.exists(path):
-            lib = ctypes.CDLL(path)
-            lib.ggml_get_name.argtypes = [ctypes.c_void_p]
-            lib.ggml_get_name.restype = ctypes.c_char_p
-            lib.ggml_get_data.argtypes = [ctypes.c_void_p]
-            lib.ggml_get_data.restype = ctypes.c_void_p
-            return lib
-    raise ShardscopeError(f"cannot find libggml-base in {lib_dir}: llama-cpp-python install is incomplete")
-
-
-def _load_ggml_get_name():
-    return _load_ggml_base().ggml_get_name
-
-
-def read_last_row_f32(lib, tensor) -> np.ndarray:
-    """The last token's row of an F32 activation [n, n_tokens] (a copy: the buffer is reused)."""
-    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
-    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
-    n, n_tokens = int(ne[0]), int(ne[1])
-    start = lib.ggml_get_data(tensor) + nb[1] * (n_tokens - 1)
-    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(start)).copy()
-
-
-def read_topk_ids(lib, tensor) -> np.ndarray:
-    """The expert ids of a ``ffn_moe_topk`` node: shape (n_tokens, n_expert_used).
-
-    The node is a view of the full argsort, so rows are ``nb[1]`` bytes apart, not packed.
-    """
-    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
-    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
-    k, n_tokens = int(ne[0]), int(ne[1])
-    base = lib.ggml_get_data(tensor)
-    if n_tokens == 1:  # a decoded token: one packed row
-        return np.frombuffer((ctypes.c_int32 * k).from_address(base), dtype=np.int32).reshape(1, k).copy()
-    rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
-    return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()
 
 
 def gpu_offload_supported() -> bool:

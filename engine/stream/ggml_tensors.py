@@ -1,0 +1,61 @@
+"""Reading a ggml graph node's data from inside llama.cpp's eval callback.
+
+The callback hands over a ``struct ggml_tensor *``; its shape and strides sit at fixed offsets
+(read directly, no FFI call), its data pointer and name come from libggml-base. Copies are
+returned: llama.cpp reuses the buffers for the next node.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+import llama_cpp
+from shardscope.engine.base.errors import ShardscopeError
+
+# struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
+_NE_OFFSET, _NB_OFFSET = 16, 48
+
+
+def _load_ggml_base():
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
+        path = os.path.join(lib_dir, name)
+        if os.path.exists(path):
+            lib = ctypes.CDLL(path)
+            lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+            lib.ggml_get_name.restype = ctypes.c_char_p
+            lib.ggml_get_data.argtypes = [ctypes.c_void_p]
+            lib.ggml_get_data.restype = ctypes.c_void_p
+            return lib
+    raise ShardscopeError(f"cannot find libggml-base in {lib_dir}: llama-cpp-python install is incomplete")
+
+
+def _load_ggml_get_name():
+    return _load_ggml_base().ggml_get_name
+
+
+def read_last_row_f32(lib, tensor) -> np.ndarray:
+    """The last token's row of an F32 activation [n, n_tokens] (a copy: the buffer is reused)."""
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    n, n_tokens = int(ne[0]), int(ne[1])
+    start = lib.ggml_get_data(tensor) + nb[1] * (n_tokens - 1)
+    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(start)).copy()
+
+
+def read_topk_ids(lib, tensor) -> np.ndarray:
+    """The expert ids of a ``ffn_moe_topk`` node: shape (n_tokens, n_expert_used).
+
+    The node is a view of the full argsort, so rows are ``nb[1]`` bytes apart, not packed.
+    """
+    ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
+    nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
+    k, n_tokens = int(ne[0]), int(ne[1])
+    base = lib.ggml_get_data(tensor)
+    if n_tokens == 1:  # a decoded token: one packed row
+        return np.frombuffer((ctypes.c_int32 * k).from_address(base), dtype=np.int32).reshape(1, k).copy()
+    rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
+    return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()
