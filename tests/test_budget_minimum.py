@@ -80,8 +80,8 @@ def test_the_refusal_names_the_budget_when_the_budget_is_too_small():
     with pytest.raises(KnobRefusal) as info:
         cache_bytes_for(moe, _settings(budget_mb=15))
     line = info.value.for_cli()
-    assert "\n" not in line and "the minimum is 16 MB" in line and line.endswith("use --budget-mb 16 or more")
-    assert "Memory budget to at least 16 MB" in info.value.for_window()
+    assert "\n" not in line and "the minimum is 16 MiB" in line and line.endswith("use --budget-mb 16 or more")
+    assert "Memory budget to at least 16 MiB" in info.value.for_window()
 
 
 def test_the_refusal_names_the_expert_cache_when_that_is_too_small():
@@ -94,7 +94,7 @@ def test_the_refusal_names_the_expert_cache_when_that_is_too_small():
     line = info.value.for_cli()
     assert line.startswith("--expert-cache-mb 5: ") and line.endswith("use --expert-cache-mb 6 or more"), line
     assert "--budget-mb" not in line
-    assert "Expert cache to at least 6 MB" in info.value.for_window()
+    assert "Expert cache to at least 6 MiB" in info.value.for_window()
     assert cache_bytes_for(moe, _settings(budget_mb=100, expert_cache_mb=6)) == 6 * MIB
 
 
@@ -137,7 +137,7 @@ def test_size_prints_the_minimum_the_run_accepts(capsys, qwen_like):
     bank = moe.n_expert * moe.max_unit_bytes
     assert minimum * MIB < bm.resident_dense_bytes(moe) + bank  # a layer's bank is not needed
     assert cache_bytes_for(moe, RunSettings(model_path=qwen_like, budget_mb=minimum)) > 0
-    with pytest.raises(KnobRefusal, match=f"the minimum is {minimum} MB"):
+    with pytest.raises(KnobRefusal, match=f"the minimum is {minimum} MiB"):
         cache_bytes_for(moe, RunSettings(model_path=qwen_like, budget_mb=minimum - 1))
 
 

@@ -129,8 +129,13 @@ def test_bench_cli_prints_expert_figures_and_writes_trace(moe_model, tmp_path, c
     assert {"expert_hit_rate", "dense_mb_per_token", "expert_mb_per_token", "compute_ms_per_token"} <= set(header)
 
 
-def test_budget_below_one_layer_of_experts_is_refused(moe_model, capsys):
-    assert main(["bench", "--model", moe_model, "--budget-mb", "40", "--tokens", "2"]) == 2
+def test_budget_below_the_minimum_is_refused(moe_model, capsys):
+    """Below dense + two layers' picks (engine/layout/budget_minimum.py) the run is refused; a
+    layer's whole bank is no longer the floor (the prompt goes in micro-batches that fit)."""
+    from shardscope.engine.layout.budget_minimum import min_budget_mb
+
+    floor = min_budget_mb(read_moe_layout(read_layout(moe_model)), False)
+    assert main(["bench", "--model", moe_model, "--budget-mb", str(floor - 1), "--tokens", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "minimum" in err[0] and "--budget-mb" in err[0]
 

@@ -121,7 +121,7 @@ def test_below_the_minimum_one_line_names_the_flag_and_nothing_is_written(kimi40
     err = capsys.readouterr().err.strip()
     assert rc == 2
     assert len(err.splitlines()) == 1, err
-    assert f"the minimum is {minimum} MB" in err and f"use --budget-mb {minimum} or more" in err
+    assert f"the minimum is {minimum} MiB" in err and f"use --budget-mb {minimum} or more" in err
     assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if p != "rows.csv"]
 

@@ -104,18 +104,18 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
                           given=settings.n_gpu_layers)
     if budget - dense < floor:  # too small whatever the cache is set to: the budget is the knob
         raise KnobRefusal(
-            f"budget {settings.budget_mb:g} MB leaves {max(budget - dense, 0) / MIB:.1f} MB for experts of {name}; "
-            f"the minimum is {min_budget_mb(moe, spec)} MB (dense {dense / MIB:.1f} MB + {step}"
-            f"{' (speculation on)' if spec else ''}, {floor / MIB:.1f} MB)", "budget_mb", min_budget_mb(moe, spec))
+            f"budget {settings.budget_mb:g} MiB leaves {max(budget - dense, 0) / MIB:.1f} MiB for experts of {name}; "
+            f"the minimum is {min_budget_mb(moe, spec)} MiB (dense {dense / MIB:.1f} MiB + {step}"
+            f"{' (speculation on)' if spec else ''}, {floor / MIB:.1f} MiB)", "budget_mb", min_budget_mb(moe, spec))
     cache = expert_cache_bytes(moe, settings.budget_mb, settings.expert_cache_mb)
     if dense + cache > budget:
         raise KnobRefusal(
-            f"with {name}'s {dense / MIB:.0f} MB of dense weights it exceeds the budget of "
-            f"{settings.budget_mb:g} MB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
+            f"with {name}'s {dense / MIB:.0f} MiB of dense weights it exceeds the budget of "
+            f"{settings.budget_mb:g} MiB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
             given=settings.expert_cache_mb)
     if cache < floor:
         raise KnobRefusal(
-            f"below the minimum expert cache of {name}, {whole_mb(floor)} MB ({step}"
+            f"below the minimum expert cache of {name}, {whole_mb(floor)} MiB ({step}"
             f"{' (speculation on)' if spec else ''})", "expert_cache_mb", whole_mb(floor),
             given=settings.expert_cache_mb)
     return cache

@@ -83,7 +83,7 @@ def min_budget_bytes(moe: MoeLayout, speculation: bool) -> int:
 
 
 def whole_mb(n_bytes: float) -> int:
-    """A minimum in whole MB, rounded up: a budget of that many MB is accepted."""
+    """A minimum in whole MiB, rounded up: a budget of that many MiB is accepted."""
     return math.ceil(n_bytes / MIB - 1e-9)
 
 
