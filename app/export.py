@@ -1,4 +1,5 @@
-"""Export a session: summary CSV, timeline CSV and a picture of the charts, one base name.
+"""Export a session: summary CSV, timeline CSV, the rounds table and a picture of the charts,
+one base name.
 
 The CSV files use the engine's writers and columns, so a GUI export and a
 ``shardscope bench --csv/--timeline`` run can be loaded by the same scripts.
@@ -24,9 +25,10 @@ class ExportPaths:
     summary_csv: Path
     timeline_csv: Path
     png: Path
+    rounds_csv: Path  # the window's rounds table as shown: knobs, figures, projection, baseline
 
     def all(self) -> list[Path]:
-        return [self.summary_csv, self.timeline_csv, self.png]
+        return [self.summary_csv, self.timeline_csv, self.rounds_csv, self.png]
 
 
 def base_from_chosen(path: str | os.PathLike) -> Path:
@@ -38,13 +40,15 @@ def base_from_chosen(path: str | os.PathLike) -> Path:
 def export_paths(base: str | os.PathLike) -> ExportPaths:
     b = Path(base)
     return ExportPaths(b.with_name(b.name + ".csv"), b.with_name(b.name + "-timeline.csv"),
-                       b.with_name(b.name + ".png"))
+                       b.with_name(b.name + ".png"), b.with_name(b.name + "-rounds.csv"))
 
 
 def export_session(base: str | os.PathLike, summaries: Sequence[RunSummary],
                    timeline: Iterable[tuple[float, MetricsSample]],
-                   save_png: Callable[[str], None]) -> ExportPaths:
-    """Write the three files. ``timeline`` pairs each sample with its session time offset.
+                   save_png: Callable[[str], None],
+                   rounds: tuple[Sequence[str], Sequence[dict]] = ((), ())) -> ExportPaths:
+    """Write the four files. ``timeline`` pairs each sample with its session time offset;
+    ``rounds`` is the rounds table's (columns, rows).
 
     Raises ShardscopeError naming the file that could not be written.
     """
@@ -58,6 +62,7 @@ def export_session(base: str | os.PathLike, summaries: Sequence[RunSummary],
         rows.append(row)
     write_rows(paths.summary_csv, run_columns(), [run_row(s) for s in summaries])
     write_rows(paths.timeline_csv, TIMELINE_COLUMNS, rows)
+    write_rows(paths.rounds_csv, list(rounds[0]), rounds[1])
     # The chart saves straight to a path: give it a temp name, then rename, as for the CSVs.
     tmp = paths.png.with_name(f".{paths.png.name}.{os.getpid()}.tmp.png")
     try:

@@ -41,6 +41,7 @@ from shardscope.app.window_actions import build_actions, build_menus
 from shardscope.app.window_experts import WindowExperts
 from shardscope.app.window_files import WindowFiles
 from shardscope.app.window_profiles import WindowProfiles
+from shardscope.app.window_rounds import WindowRounds
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample
@@ -54,7 +55,7 @@ from shardscope.engine.stream.streaming_run import RunSummary
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 
 
-class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
+class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
     run_finished = Signal()
     error_shown = Signal(str)
     model_opened = Signal(str)  # resolved path, once probed
@@ -135,8 +136,12 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         self.live_numbers, self.round_numbers, self.projection_label = v.live_numbers, v.round_numbers, v.projection_label
         self.shard_map, self.text_view = v.shard_map, v.text_view
         experts = self._build_expert_panel()  # MoE models only: shown by show_experts
+        middle = QSplitter(Qt.Orientation.Vertical, self)  # the live charts over the session's rounds
+        middle.addWidget(self.chart)
+        middle.addWidget(self._build_rounds())
+        middle.setSizes([700, 200])
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        for i, (widget, stretch) in enumerate(((left, 0), (self.chart, 1), (experts, 0), (v, 0))):
+        for i, (widget, stretch) in enumerate(((left, 0), (middle, 1), (experts, 0), (v, 0))):
             splitter.addWidget(widget)
             splitter.setStretchFactor(i, stretch)
         # Right column: wide enough for the shard map's one-line legend (it clips, not wraps).
@@ -177,6 +182,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
         s.failed.connect(self.show_error)
         s.state_changed.connect(self._update_actions)
         s.run_finished.connect(self._on_run_finished)
+        self._subscribe_rounds()
 
     # ================================================================ settings
     def current_settings(self) -> RunSettings:
@@ -384,6 +390,7 @@ class MainWindow(WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
 
     def _on_summary(self, summary: RunSummary, shown: bool) -> None:
         projection = self.device_panel.project(summary)  # every round: the CSV gets its device columns
+        self.add_round(summary, projection)
         if shown:
             self.projection = projection
             self.run_view.show_round(summary)

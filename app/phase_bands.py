@@ -4,6 +4,10 @@ Why spans and not change markers: a phase has a length — a user looking at a c
 a 30 GB model sees the 45 s of the load and the minute of the prompt pass as what they
 are, and the marker count keeps meaning "settings changed". A span opens when its
 phase begins, grows with each sample and closes when the next phase begins.
+
+Each kind is named once, in the top chart's legend (a swatch of its shade), not on
+each span: every round has its prompt pass, and after a few rounds per-span labels
+overprinted each other ("loadinprompt prompt prompt"). A span's own name is on hover.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class PhaseBands:
         self._bands: deque = deque()
         self._open: list | None = None  # the growing band's regions, one per plot
         self._open_name: str | None = None
+        self._keyed: dict[str, pg.PlotDataItem] = {}  # kind → its legend swatch, added once
 
     def phase(self, name: str, t: float) -> None:
         """Phase ``name`` began at session time ``t``."""
@@ -41,15 +46,28 @@ class PhaseBands:
             region = pg.LinearRegionItem(values=(t, t), movable=False, brush=pg.mkBrush(color),
                                          pen=pg.mkPen(None))
             region.setZValue(-10)
+            region.setToolTip(f"{name} phase")
             item.addItem(region, ignoreBounds=True)
-            if key == PLOTS[0]:  # the name once, on the top chart, at the span's start
-                pg.InfLineLabel(region.lines[0], text=name, position=0.85, anchor=(0, 0.5), color="#444444")
             regions.append((item, region))
+        self._key(name, color)
         self._bands.append((name, regions))
         self._open, self._open_name = regions, name
         while len(self._bands) > MAX_BANDS:
             for item, region in self._bands.popleft()[1]:
                 item.removeItem(region)
+
+    def _key(self, name: str, color: QColor) -> None:
+        """The kind's name once, in the top chart's legend, with a swatch of its shade."""
+        legend = self.chart.plot_item(PLOTS[0]).legend
+        if name in self._keyed or legend is None:
+            return
+        swatch = pg.PlotDataItem(pen=pg.mkPen(None), fillLevel=0, brush=pg.mkBrush(color))
+        legend.addItem(swatch, name)
+        self._keyed[name] = swatch
+
+    def legend_names(self) -> list[str]:
+        """The phase kinds named in the legend, in the order they first appeared (tests)."""
+        return list(self._keyed)
 
     def extend(self, t: float) -> None:
         """A sample at ``t``: the open span reaches it."""

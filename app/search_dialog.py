@@ -17,6 +17,7 @@ class DialogHost(Protocol):
 
     session: SearchHost  # holds the engine lock while a search runs
     last_error: str | None
+    last_round: object  # the last complete RunSummary, or None: the time estimate before Start
 
     def current_settings(self) -> RunSettings: ...
     def device_id(self) -> str | None: ...

@@ -5,7 +5,9 @@ The window's sliders answer "what happens if I move this now"; a sweep answers
 cold, alone, for the same number of tokens. It is ``shardscope sweep`` in a
 window: the same list syntax (``engine.knob_ranges``), the same engine loop
 (``engine.sweep.iter_sweep``) on a worker thread, the same refusals (a
-combination below the minimum budget is skipped with the engine's reason).
+combination below the minimum budget is skipped with the engine's reason). The prefilled
+lists hold only combinations the engine runs on the open model and budget
+(app.runnable_lists), and the dialog says before Start how many runs and about how long.
 
 Rows appear as runs finish, so a long sweep is useful before it ends, and Cancel
 stops the current run at its next token and keeps every finished row. A row can
@@ -26,10 +28,12 @@ from shardscope.app.device_combo import DeviceCombo
 from shardscope.app.search_dialog import DialogHost, SearchDialog
 from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.progress_text import eta_text
+from shardscope.app.runnable_lists import cost_text, engine_refusal, runnable_grid
 from shardscope.app.search_runner import SearchRunner
 from shardscope.app.sweep_plot import Y_METRICS, SweepPlot
 from shardscope.app.sweep_table import SweepTable
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
 from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.search.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
@@ -37,12 +41,17 @@ from shardscope.engine.search.sweep import GRID_KEYS, SweepResult, describe_sett
 DEFAULT_TOKENS = 8  # as `shardscope sweep`: the first is warm-up, 7 are averaged
 
 
+def proposed_grid(current: RunSettings) -> dict[str, list]:
+    """Each knob's proposed list (e.g. shard size x prefetch depth), else its current value."""
+    return {key: parse_knob(KNOBS[key].label, KNOBS[key].propose, key) if KNOBS[key].propose
+            else [getattr(current, key)] for key in GRID_KEYS}
+
+
 def sweep_fields(current: RunSettings) -> list[KnobField]:
-    """The knobs a user sweeps, prefilled so Start at once is a useful first sweep
-    (each knob's proposed list, e.g. shard size x prefetch depth, at the window's other settings)."""
-    def now(value) -> str:
-        return value if isinstance(value, str) else f"{value:g}"
-    return [knob_field(key, KNOBS[key].propose or now(getattr(current, key))) for key in GRID_KEYS]
+    """The knobs a user sweeps, prefilled so Start at once is a useful first sweep: the
+    proposed lists cut to the combinations the engine runs on the open model and budget."""
+    grid = runnable_grid(current, proposed_grid(current))
+    return [knob_field(key, format_values(grid[key])) for key in GRID_KEYS]
 
 
 class SweepDialog(SearchDialog):
@@ -115,6 +124,13 @@ class SweepDialog(SearchDialog):
         self.progress.setFormat("%v / %m")
         self.status = QLabel("Set the lists, then Start. Each combination is one cold run.", self)
         self.status.setWordWrap(True)
+        # Before Start: how many runs and about how long (updated as the lists are edited).
+        self.cost_label = QLabel("", self)
+        self.cost_label.setWordWrap(True)
+        il.insertWidget(il.count() - 2, self.cost_label)
+        for edit in self.fields.edits.values():
+            edit.textEdited.connect(lambda _t: self.show_cost())
+        self.tokens_spin.valueChanged.connect(lambda _v: self.show_cost())
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.table = SweepTable(self)
@@ -147,6 +163,25 @@ class SweepDialog(SearchDialog):
         self.runner.finished.connect(self._update_buttons)
         self.resize(1180, 780)
         self._update_buttons()
+        self.show_cost()
+
+    def show_cost(self) -> str:
+        """The runs Start would make and about how long, before Start; the text shown."""
+        grid = self.fields.parse() if not self.runner.busy() else None
+        if grid is None:
+            return self.cost_label.text()
+        base = self.window_.current_settings().with_changes(n_gen=self.tokens_spin.value())
+        try:
+            combos = expand_grid(base, grid)
+        except ShardscopeError as exc:
+            self.cost_label.setText(str(exc))
+            return self.cost_label.text()
+        refused = [r for r in map(engine_refusal, combos) if r is not None]
+        text = cost_text(len(combos) - len(refused), self.tokens_spin.value(), self.window_.last_round)
+        if refused:
+            text += f"; {len(refused)} more skipped: {refused[0]}"
+        self.cost_label.setText(f"Start: {text}")
+        return self.cost_label.text()
 
     # ------------------------------------------------------------------ running
     def start(self) -> None:
@@ -284,3 +319,6 @@ class SweepDialog(SearchDialog):
         self.apply_button.setEnabled(usable)
         self.save_button.setEnabled(usable)
 
+    def showEvent(self, event) -> None:
+        self.show_cost()  # a round may have ended since: a time estimate to give now
+        super().showEvent(event)

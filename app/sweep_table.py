@@ -1,15 +1,10 @@
-"""The sweep's results as a sortable table: one row per combination, numbers sort as numbers.
-
-Why a custom item: QTableWidget sorts text, so "10.5" would land before "9.2" and
-a skipped row's dash would land among the numbers. Each cell keeps its value for
-sorting (missing values always last), shows it in the shared number format, and
-the first cell of a row carries the row's SweepResult so a sorted row still knows
-which settings it was ("Apply to sliders" reads it from the selection).
+"""The sweep's results as a sortable table: one row per combination, numbers sort as numbers
+(widgets.SortItem), and the first cell of a row carries the row's SweepResult so a
+sorted row still knows which settings it was ("Apply to sliders" reads it from the selection).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
@@ -17,7 +12,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTab
 
 from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.search.sweep import SweepResult
-from shardscope.widgets import format_number
+from shardscope.widgets.sort_item import SortItem
 
 RESULT_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -39,33 +34,6 @@ METRIC_COLUMNS = (
     Column("projected_ts", "projected tok/s", tip="roofline projection onto the chosen device"),
     Column("note", "note", tip="why a combination has no numbers (skipped, failed)"),
 )
-
-
-class SortItem(QTableWidgetItem):
-    """A cell that sorts by its value: numbers numerically, missing values last."""
-
-    def __init__(self, value) -> None:
-        missing = value is None or (isinstance(value, float) and math.isnan(value))
-        super().__init__("" if missing and not isinstance(value, str) else format_number(value))
-        self.value = value
-        self.missing = missing or value == ""
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            self.setToolTip("" if missing else repr(value))
-
-    def __lt__(self, other: QTableWidgetItem) -> bool:
-        if not isinstance(other, SortItem):
-            return super().__lt__(other)
-        if self.missing or other.missing:
-            # Last in both directions: a skipped row must not top a "fastest first" sort.
-            table = self.tableWidget()
-            descending = (table is not None
-                          and table.horizontalHeader().sortIndicatorOrder() == Qt.SortOrder.DescendingOrder)
-            return self.missing != other.missing and other.missing != descending
-        a, b = self.value, other.value
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return a < b
-        return str(a) < str(b)
 
 
 def note_for(result: SweepResult) -> str:

@@ -28,9 +28,11 @@ from shardscope.app.device_combo import DeviceCombo
 from shardscope.app.search_dialog import DialogHost, SearchDialog
 from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.round_projection import unverified_inputs
+from shardscope.app.runnable_lists import cost_text, runnable_grid
 from shardscope.app.search_runner import SearchRunner
 from shardscope.engine.devices.devices import get_device
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
 from shardscope.engine.knobs.knobs import KNOBS, describe
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.search.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
@@ -41,11 +43,16 @@ DEFAULT_PASSES = 2
 TUNED_KEYS = (*TUNE_KNOBS, "budget_mb")
 
 
-def tune_fields() -> list[KnobField]:
-    """Small candidate sets: a 2 x 3 x 3 x cores grid, a few minutes of runs on two cores."""
+def tune_fields(base: RunSettings | None = None) -> list[KnobField]:
+    """Small candidate sets: a 2 x 3 x 3 x cores grid, a few minutes of runs on two cores;
+    with ``base`` (the window's settings at the capped budget) cut to what the engine runs."""
     cores = os.cpu_count() or 1
     every_core = f"1-{cores}" if cores > 1 else "1"
-    return [knob_field(key, KNOBS[key].propose or KNOBS[key].tune or every_core) for key in TUNE_KNOBS]
+    texts = {key: KNOBS[key].propose or KNOBS[key].tune or every_core for key in TUNE_KNOBS}
+    if base is not None:
+        grid = runnable_grid(base, {key: parse_knob(KNOBS[key].label, text, key) for key, text in texts.items()})
+        texts = {key: format_values(values) for key, values in grid.items()}
+    return [knob_field(key, text) for key, text in texts.items()]
 
 
 def max_runs(candidates: dict[str, list], passes: int) -> int:
@@ -89,7 +96,7 @@ class TuneDialog(SearchDialog):
         if not self.device_combo.set_device_id(window.device_id()):
             self.device_combo.set_device_id("iphone-16-pro")
         self.device_combo.currentIndexChanged.connect(lambda _i: self._show_budget())
-        self.fields = KnobFields(tune_fields(), self)
+        self.fields = KnobFields(tune_fields(window.current_settings()), self)
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setRange(2, 4096)
         self.tokens_spin.setValue(DEFAULT_TOKENS)
@@ -100,6 +107,12 @@ class TuneDialog(SearchDialog):
         self.passes_spin.setToolTip("Passes over all knobs at most (it stops early when a pass moves nothing)")
         self.budget_label = QLabel("", self)
         self.budget_label.setWordWrap(True)
+        self.cost_label = QLabel("", self)  # before Start: how many runs at most, about how long
+        self.cost_label.setWordWrap(True)
+        for edit in self.fields.edits.values():
+            edit.textEdited.connect(lambda _t: self.show_cost())
+        self.tokens_spin.valueChanged.connect(lambda _v: self.show_cost())
+        self.passes_spin.valueChanged.connect(lambda _v: self.show_cost())
 
         form = QFormLayout()
         form.addRow("Device", self.device_combo)
@@ -110,6 +123,7 @@ class TuneDialog(SearchDialog):
         il = QVBoxLayout(inputs)
         il.addLayout(form)
         il.addWidget(self.budget_label)
+        il.addWidget(self.cost_label)
 
         self.start_button = QPushButton("Start", self)
         self.start_button.setDefault(True)
@@ -158,6 +172,7 @@ class TuneDialog(SearchDialog):
         self.runner.failed.connect(lambda m: self._say(m, error=m != "cancelled"))
         self.runner.finished.connect(self._update_buttons)
         self._show_budget()
+        self.show_cost()
         self.resize(820, 720)
         self._update_buttons()
 
@@ -176,6 +191,16 @@ class TuneDialog(SearchDialog):
             f"Model: {self.window_.model_name()}. Budget: capped at {self.budget_cap_mb():g} MB by the window's "
             f"Memory budget slider (the device allows {format_number(device_mb)} MB of weights). "
             f"SSD emulated while measuring: {'off' if not ssd else f'{ssd:g} MB/s'} (the window's SSD slider).")
+
+    def show_cost(self) -> str:
+        """At most how many runs Start makes and about how long; the text shown."""
+        cands = self.fields.parse() if not self.runner.busy() else None
+        if cands is not None:
+            runs = max_runs(cands, self.passes_spin.value())
+            grid = math.prod(len(v) for v in cands.values())
+            self.cost_label.setText(f"Start: at most {cost_text(runs, self.tokens_spin.value(), self.window_.last_round)}"
+                                    f" (the full grid is {grid})")
+        return self.cost_label.text()
 
     # ------------------------------------------------------------------ running
     def start(self) -> None:
@@ -302,5 +327,6 @@ class TuneDialog(SearchDialog):
 
     def showEvent(self, event) -> None:
         self._show_budget()  # the sliders may have moved since the dialog was last open
+        self.show_cost()
         super().showEvent(event)
 

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from shardscope.app.background import BackgroundTask
 from shardscope.app.export import ExportPaths, base_from_chosen, export_session
+from shardscope.app.rounds import rounds_csv_rows
 from shardscope.app.synth_dialog import SynthDialog
 from shardscope.engine.base.errors import ShardscopeError
 
@@ -53,10 +54,11 @@ class WindowFiles:
         return None
 
     def export_to(self, base_path: str | Path) -> ExportPaths | None:
-        """Write <base>.csv, <base>-timeline.csv and <base>.png; shows and returns None on refusal."""
+        """Write <base>.csv, <base>-timeline.csv, <base>-rounds.csv and <base>.png; shows and
+        returns None on refusal."""
         try:
             paths = export_session(base_from_chosen(base_path), self.summaries, list(self.timeline),
-                                   self.chart.export_png)
+                                   self.chart.export_png, rounds_csv_rows(self.rounds, self.rounds_table.baseline()))
         except ShardscopeError as exc:
             self.show_error(str(exc))
             return None

@@ -44,7 +44,7 @@ def test_export_base_names():
     assert base_from_chosen("/d/run").name == "run"
     assert base_from_chosen("/d/run.v2").name == "run.v2"  # a dot in the name is not an extension
     paths = export_paths("/d/run.v2")
-    assert [p.name for p in paths.all()] == ["run.v2.csv", "run.v2-timeline.csv", "run.v2.png"]
+    assert [p.name for p in paths.all()] == ["run.v2.csv", "run.v2-timeline.csv", "run.v2-rounds.csv", "run.v2.png"]
 
 
 def test_gui_takes_at_most_one_model(capsys):

@@ -91,6 +91,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._curve_plot: dict[str, str] = {}
         self._levels: dict[str, _Level] = {}
         self._markers: deque[_Marker] = deque()
+        self._colors: dict[str, QColor] = {}
 
         self._grid = False
         self._fg = QColor()
@@ -150,6 +151,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
             fill.setAlpha(_FILL_ALPHA)
             kwargs.update(fillLevel=0.0, brush=fill)
         curve = plot.item.plot(**kwargs)
+        self._colors[curve_key] = QColor(color)
         self._curves[curve_key] = curve
         self._curve_plot[curve_key] = plot_key
         plot.curve_keys.append(curve_key)
@@ -304,6 +306,18 @@ class LiveChart(pg.GraphicsLayoutWidget):
 
     def level_line(self, line_key: str) -> pg.InfiniteLine:
         return self._levels[line_key].line
+
+    def curve_keys(self) -> list[str]:
+        return list(self._curves)
+
+    def curve_plot(self, curve_key: str) -> pg.PlotItem:
+        """The plot a curve is drawn on (ChartGhosts draws a curve's faint copy there)."""
+        self._buffer(curve_key)
+        return self._plots[self._curve_plot[curve_key]].item
+
+    def curve_color(self, curve_key: str) -> QColor:
+        self._buffer(curve_key)
+        return QColor(self._colors[curve_key])
 
     # -- internals ----------------------------------------------------------------------
     def _shift(self) -> None:
