@@ -15,7 +15,7 @@ ACTIONS = (
     ("save_profile_action", "Save profile…", "Ctrl+S", "_save_profile_dialog", ""),
     ("trace_action", "Open routing trace…", None, "_open_trace_dialog",
      "Replay a routing trace (shardscope bench --trace) into the cacheability curve"),
-    ("export_action", "Export…", "Ctrl+E", "_export_dialog", "Summary CSV, timeline CSV and a PNG of the charts"),
+    ("export_action", "Export…", "Ctrl+E", "_export_dialog", "Summary CSV, timeline CSV, the rounds table CSV and a PNG of the charts"),
     ("quit_action", "Quit", Std.Quit, "close", ""),
     ("follow_action", "Follow latest", "End", "follow_latest", "Scroll the charts back to the newest samples"),
     ("sweep_action", "Sweep…", None, "open_sweep_dialog", "Run every combination of knob lists, one cold run each"),

@@ -172,7 +172,10 @@ class RoundsTable(QWidget):
             self.baseline_changed.emit(row_id)
 
     def _describe(self, row_id: int) -> str:
-        return self.table.item(self._require(row_id), 1).text() if self.table.columnCount() > 1 else str(row_id)
+        """"round 3": the first column's title and the row's value there."""
+        if self.table.columnCount() < 2:
+            return str(row_id)
+        return f"{self.columns[1].title} {self.table.item(self._require(row_id), 1).text()}"
 
     def _toggle_pin(self) -> None:
         chosen = self.selected()
