@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.measure.progress_words import clock
 
@@ -37,13 +38,27 @@ def combinations(base: RunSettings, grid: dict[str, list]) -> list[RunSettings]:
                               for values in itertools.product(*(grid[k] for k in keys))))
 
 
+def halved(values: list, key: str) -> list | None:
+    """A size knob's list one step smaller (16,32,64 → 8,16,32); None when it cannot shrink
+    (a value would pass the knob's lower bound, or nothing changes)."""
+    spec = KNOBS[key]
+    out = list(dict.fromkeys(spec.type(v / 2) if spec.type is int else v / 2 for v in values))
+    if out == values or (spec.low is not None and min(out) < spec.low) or (spec.type is int and min(out) < 1):
+        return None
+    return out
+
+
 def runnable_grid(base: RunSettings, grid: dict[str, list],
                   refusal: Callable[[RunSettings], str | None] = engine_refusal) -> dict[str, list]:
-    """``grid`` with values dropped until every combination runs on ``base``.
+    """``grid`` changed until every combination runs on ``base``, keeping as many runs as it can.
 
-    Each step drops the one value that appears in the most refused combinations (a tie:
-    the later value of its list; the proposed lists run small to large, and large shards
-    and deep prefetch are what a small budget refuses). A knob keeps at least one value;
+    First the size knobs (shard size, expert cache: a unit of MB; not the budget, which is
+    the point of the sweep's floor) are halved as a whole, step by step (16,32,64 → 8,16,32 →
+    4,8,16 …): on a small model under a small budget a proposal sized for larger models
+    keeps its shape. If no halving runs throughout, values are dropped: each step drops the
+    one value that appears in the most refused combinations (a tie: the later value of its
+    list; the lists run small to large, and large shards and deep prefetch are what a small
+    budget refuses). A knob keeps at least one value;
     if one value each still fails, the knobs fall back to ``base``'s own values.
     """
     grid = {k: list(v) for k, v in grid.items()}
@@ -54,6 +69,15 @@ def runnable_grid(base: RunSettings, grid: dict[str, list],
             refused_cache[s] = refusal(s) is not None
         return refused_cache[s]
 
+    sizes = [k for k in grid if KNOBS[k].unit == "MB" and k != "budget_mb" and KNOBS[k].type in (int, float)]
+    step = grid
+    while True:
+        if not any(refused(s) for s in combinations(base, step)):
+            return step
+        smaller = {k: halved(v, k) if k in sizes else v for k, v in step.items()}
+        if all(smaller[k] is None or smaller[k] == step[k] for k in sizes):
+            break
+        step = {k: v if v is not None else step[k] for k, v in smaller.items()}
     while True:
         bad = [s for s in combinations(base, grid) if refused(s)]
         if not bad:

@@ -16,9 +16,17 @@ def test_runnable_grid_drops_the_refused_values_and_keeps_the_rest():
     def refusal(s: RunSettings):
         return "too big" if s.shard_mb + 50 * s.prefetch_depth > 100 else None
 
-    grid = runnable_grid(RunSettings(), {"shard_mb": [16, 32, 64], "prefetch_depth": [0, 1, 2]}, refusal)
+    proposed = {"shard_mb": [16, 32, 64], "prefetch_depth": [0, 1, 2]}
+    grid = runnable_grid(RunSettings(), proposed, refusal)
     assert all(refusal(s) is None for s in combinations(RunSettings(), grid))
+    # Halving the shard sizes down to 1,2,4 never clears depth 2 (104 > 100): values are dropped.
     assert grid == {"shard_mb": [16, 32], "prefetch_depth": [0, 1]}
+
+    # A floor of 110: the shard sizes halve (16,32,64 → 2,4,8) and all nine combinations stay.
+    def softer(s: RunSettings):
+        return "too big" if s.shard_mb + 50 * s.prefetch_depth > 110 else None
+
+    assert runnable_grid(RunSettings(), proposed, softer) == {"shard_mb": [2, 4, 8], "prefetch_depth": [0, 1, 2]}
     # Nothing runs: each knob falls back to the base settings' own value.
     base = RunSettings(shard_mb=8, prefetch_depth=3)
     assert runnable_grid(base, {"shard_mb": [16], "prefetch_depth": [0]}, lambda s: "no") == \
@@ -33,7 +41,7 @@ def test_the_issue_budget_once_skipped_8_of_9(bundled_model):
     assert refused, "the engine's minimum no longer refuses any: this test lost its point"
     grid = runnable_grid(base, proposed)
     kept = combinations(base, grid)
-    assert len(kept) >= 2 and not [s for s in kept if engine_refusal(s)]
+    assert len(kept) == 9 and not [s for s in kept if engine_refusal(s)], grid
 
 
 def test_the_sweep_dialog_defaults_on_the_bundled_model_all_run(qtbot, window):

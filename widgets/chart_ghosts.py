@@ -54,8 +54,9 @@ class ChartGhosts:
             self.chart.curve_plot(key).addItem(item, ignoreBounds=True)
             self._items[key], self._y[key] = item, y.copy()
         if self._items:
-            # One legend entry, on the plot of the first ghost, names what the faint lines are.
-            key = next(iter(self._items))
+            # One legend entry names what the faint lines are: on the top plot's first curve
+            # that has a ghost (the chart's curves are in the order its plots were built).
+            key = next(k for k in self.chart.curve_keys() if k in self._items)
             legend = self.chart.curve_plot(key).legend
             if legend is not None:
                 legend.addItem(self._items[key], label)
