@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QInputDialog
 
 from shardscope.app.round_projection import RoundProjection
 from shardscope.app.rounds import Round, baseline_values, round_columns, round_curves, round_tips, round_values
-from shardscope.engine.knobs.knobs import SWEPT, describe
+from shardscope.engine.knobs.knobs import KNOBS, SWEPT, describe
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.widgets import ChartGhosts, RoundsTable, format_number
 
@@ -52,7 +52,27 @@ class WindowRounds:
         r = Round(len(self.rounds) + 1, self.current_settings(), summary, start, self.runs.last_t, projection)
         self.rounds.append(r)
         self.rounds_table.add_row(r.number, round_values(r), round_tips(r))
+        self._fit_columns()
         return r
+
+    def _fit_columns(self) -> None:
+        """Room for what differs: a knob column no round has a value for (an expert knob on a
+        dense model) is hidden, and so is one every round shares once there are two rounds;
+        the shared values are listed under the table instead."""
+        shared, hidden = [], []
+        rows = [round_values(r) for r in self.rounds]
+        for col in round_columns():
+            if col.key not in ("model", *SWEPT):
+                continue
+            values = [row[col.key] for row in rows]
+            if all(v is None or v == "" for v in values):
+                hidden.append(col.key)
+            elif len(rows) > 1 and all(v == values[0] for v in values):
+                hidden.append(col.key)
+                spec = KNOBS.get(col.key)
+                shared.append(f"{spec.brief} {spec.text(values[0])}" if spec else f"{col.key} {values[0]}")
+        self.rounds_table.set_hidden(hidden)
+        self.rounds_table.note.setText(f"same in every round: {', '.join(shared)}" if shared else "")
 
     def round_by_number(self, number: int) -> Round:
         return self.rounds[number - 1]

@@ -28,6 +28,7 @@ def main() -> int:
     parser.add_argument("--budget-mb", type=float, default=200)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ssd-mb-s", type=float, default=0.0, help="emulated disk (0: off)")
     parser.add_argument("--first", default="prefetch_depth=2", help="key=value of the first rounds")
     parser.add_argument("--change", default="prefetch_depth=0", help="key=value applied live after them")
     parser.add_argument("--rounds-before", type=int, default=2)
@@ -60,9 +61,11 @@ def main() -> int:
         print(f"error: {window.last_error}")
         return 1
     window.apply_settings(window.current_settings().with_changes(
-        n_gen=args.tokens, threads=args.threads, budget_mb=args.budget_mb, **knob(args.first)))
+        n_gen=args.tokens, threads=args.threads, budget_mb=args.budget_mb, ssd_mb_s=args.ssd_mb_s,
+        **knob(args.first)))
     window.start_run()
     pump(app, 600, until=lambda: len(window.rounds) >= args.rounds_before or window.last_error is not None)
+    print(f"{len(window.rounds)} round(s) at {args.first}; now {args.change}", flush=True)
     window.apply_settings(window.current_settings().with_changes(**knob(args.change)))
     target = args.rounds_before + args.rounds_after
     pump(app, 600, until=lambda: len(window.rounds) >= target or window.last_error is not None)

@@ -72,6 +72,8 @@ class RoundsTable(QWidget):
         self.save_button = QPushButton("Save as profile…", self)
         self.save_button.clicked.connect(lambda: self._emit_selected(self.save_requested))
         self.caption = QLabel("", self)
+        self.note = QLabel("", self)  # the caller's line under the table (what every row shares)
+        self.note.setWordWrap(True)
         buttons = QHBoxLayout()
         for b in (self.pin_button, self.apply_button, self.save_button):
             buttons.addWidget(b)
@@ -80,6 +82,7 @@ class RoundsTable(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(t, 1)
+        layout.addWidget(self.note)
         layout.addLayout(buttons)
         self._update_buttons()
 
@@ -132,6 +135,16 @@ class RoundsTable(QWidget):
             if col.key == key and key:
                 return i
         raise KeyError(f"RoundsTable has no column {key!r}; columns are {[c.key for c in self.columns[1:]]}")
+
+    def set_hidden(self, keys) -> None:
+        """Hide exactly these columns (the caller's choice: e.g. what no row differs in)."""
+        hidden = set(keys)
+        for i, col in enumerate(self.columns):
+            if col.key:
+                self.table.setColumnHidden(i, col.key in hidden)
+
+    def hidden(self) -> list[str]:
+        return [c.key for i, c in enumerate(self.columns) if c.key and self.table.isColumnHidden(i)]
 
     def sort_by(self, key: str, descending: bool = False) -> None:
         order = Qt.SortOrder.DescendingOrder if descending else Qt.SortOrder.AscendingOrder
