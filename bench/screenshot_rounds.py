@@ -5,8 +5,8 @@
 Opens the window with a fresh config (the user's is never touched) on --model (default:
 the bundled model), runs --rounds-before complete rounds at the first setting, changes one
 knob live (--change key=value, e.g. prefetch_depth=0), runs until --rounds-after more rounds
-ended, pins round 1 as the baseline, lets the next round draw over its faint curves for
---seconds, then saves the window (on a virtual X screen when Xvfb is there, so the picture
+ended, pins round 1 as the baseline, waits for the next round to start and to run --share of
+round 1's length over its faint curves, then saves the window (on a virtual X screen when Xvfb is there, so the picture
 is what a user sees) and prints the table's rows and the round panel's deltas.
 """
 
@@ -33,7 +33,8 @@ def main() -> int:
     parser.add_argument("--change", default="prefetch_depth=0", help="key=value applied live after them")
     parser.add_argument("--rounds-before", type=int, default=2)
     parser.add_argument("--rounds-after", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=4.0, help="of the live round drawn over the baseline")
+    parser.add_argument("--share", type=float, default=0.75,
+                        help="how far into the next round to take the picture, as a share of round 1's length")
     args = parser.parse_args()
 
     from bench.virtual_display import start_display
@@ -75,7 +76,10 @@ def main() -> int:
     window.pin_baseline(1)
     window.rounds_table.select(1)
     started = time.perf_counter()
-    pump(app, args.seconds)
+    n = len(window.rounds)
+    pump(app, 600, until=lambda: len(window.rounds) > n or window.last_error is not None)  # a fresh round
+    first = window.round_by_number(1)
+    pump(app, args.share * (first.end_t - first.start_t))
     pump(app, 0.3)  # let the charts repaint what arrived
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

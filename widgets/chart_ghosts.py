@@ -53,6 +53,8 @@ class ChartGhosts:
             item.setZValue(-5)  # behind the live curves, above the phase spans (-10)
             self.chart.curve_plot(key).addItem(item, ignoreBounds=True)
             self._items[key], self._y[key] = item, y.copy()
+            # The plot's Y range shows the ghost too: a faster baseline must not be cut off at the top.
+            self.chart.hold_top(key, float(np.nanmax(y)) if np.isfinite(y).any() else None)
         if self._items:
             # One legend entry names what the faint lines are: on the top plot's first curve
             # that has a ghost (the chart's curves are in the order its plots were built).
@@ -85,4 +87,5 @@ class ChartGhosts:
             self._legend = None
         for key, item in self._items.items():
             self.chart.curve_plot(key).removeItem(item)
+            self.chart.hold_top(key, None)
         self._items, self._y, self._t = {}, {}, np.empty(0)
