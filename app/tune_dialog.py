@@ -35,7 +35,8 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
 from shardscope.engine.knobs.knobs import KNOBS, describe
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.search.tune import TUNE_KNOBS, Evaluation, TuneResult, auto_tune, device_weight_budget_mb
+from shardscope.engine.search.tune import (DEFAULT_CANDIDATES, TUNE_KNOBS, Evaluation, TuneResult, auto_tune,
+                                          device_weight_budget_mb, searched_candidates)
 from shardscope.widgets import format_number
 
 DEFAULT_TOKENS = 6  # as `shardscope tune`
@@ -192,14 +193,27 @@ class TuneDialog(SearchDialog):
             f"Memory budget slider (the device allows {format_number(device_mb)} MB of weights). "
             f"SSD emulated while measuring: {'off' if not ssd else f'{ssd:g} MB/s'} (the window's SSD slider).")
 
+    def searched(self, cands: dict[str, list]) -> dict[str, list]:
+        """The lists auto_tune will search: a knob the run kind ignores keeps one value unless
+        the user changed its list (engine.search.tune.searched_candidates), so counts are honest."""
+        from shardscope.engine.runs.run_factory import streams_experts
+
+        try:
+            experts = streams_experts(self.window_.current_settings())
+        except ShardscopeError:
+            return cands
+        given = {k: v for k, v in cands.items() if v != DEFAULT_CANDIDATES.get(k)}
+        return searched_candidates(cands, experts, given)
+
     def show_cost(self) -> str:
         """At most how many runs Start makes and about how long; the text shown."""
         cands = self.fields.parse() if not self.runner.busy() else None
         if cands is not None:
+            cands = self.searched(cands)
             runs = max_runs(cands, self.passes_spin.value())
             grid = math.prod(len(v) for v in cands.values())
-            self.cost_label.setText(f"Start: at most {cost_text(runs, self.tokens_spin.value(), self.window_.last_round)}"
-                                    f" (the full grid is {grid})")
+            self.cost_label.setText("Start: at most " + cost_text(runs, self.tokens_spin.value(), self.window_.last_round,
+                                                                   what=f"runs (the full grid is {grid})"))
         return self.cost_label.text()
 
     # ------------------------------------------------------------------ running
@@ -219,8 +233,8 @@ class TuneDialog(SearchDialog):
         self.evaluations = []
         self.log.clear()
         self.best_label.setText("")
-        self._bound = max_runs(cands, passes)
-        self._grid = math.prod(len(v) for v in cands.values())
+        self._bound = max_runs(self.searched(cands), passes)
+        self._grid = math.prod(len(v) for v in self.searched(cands).values())
         self.progress.setRange(0, self._bound)
         self.progress.setValue(0)
 
