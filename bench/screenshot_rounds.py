@@ -45,7 +45,7 @@ def main() -> int:
     from bench.gui_session import pump
 
     app = QApplication.instance() or QApplication([])
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.window.main_window import MainWindow
 
     def knob(text: str) -> dict:
         key, value = text.split("=", 1)

@@ -11,8 +11,8 @@ import pyqtgraph as pg
 import pytest
 
 from conftest import stop_and_wait, wait_for
-from shardscope.app.phase_bands import PhaseBands
-from shardscope.app.rounds import FIGURES, round_columns
+from shardscope.app.run_view.phase_bands import PhaseBands
+from shardscope.app.rounds.rounds import FIGURES, round_columns
 from shardscope.engine.knobs.knobs import SWEPT
 from shardscope.engine.measure.metric_registry import METRICS
 from shardscope.widgets import RoundsTable, TableColumn
@@ -51,7 +51,7 @@ def test_the_widget_sorts_by_value_and_keeps_its_baseline_by_id(qtbot):
 
 
 def test_phase_kinds_are_named_once_however_many_rounds(qtbot):
-    from shardscope.app.charts import build_run_chart
+    from shardscope.app.run_view.charts import build_run_chart
 
     chart = build_run_chart()
     qtbot.addWidget(chart)

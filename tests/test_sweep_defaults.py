@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from conftest import stop_and_wait, wait_for
-from shardscope.app.runnable_lists import combinations, engine_refusal, runnable_grid
+from shardscope.app.search.runnable_lists import combinations, engine_refusal, runnable_grid
 from shardscope.engine.knobs.settings import RunSettings
 
 

@@ -16,7 +16,7 @@ from collections import deque
 
 from PySide6.QtCore import QObject, Signal
 
-from shardscope.app.run_worker import RunThread, RunWorker
+from shardscope.app.runs.run_worker import RunThread, RunWorker
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from shardscope.app.charts import keep_top_clear
+from shardscope.app.run_view.charts import keep_top_clear
 from shardscope.engine.measure.metric_registry import chart_curves
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.widgets import LiveChart

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from shardscope.app.search_thread import SearchFn, SearchThread
+from shardscope.app.search.search_thread import SearchFn, SearchThread
 
 
 class SearchHost(Protocol):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QPushButton, QScrollArea, QVBoxLayout, QWidget
 
-from shardscope.app.device_panel import DevicePanel
-from shardscope.app.model_panel import ModelPanel
-from shardscope.app.profile_panel import ProfilePanel
-from shardscope.app.profile_store import ProfileStore
-from shardscope.app.settings_binding import SettingsPanel
+from shardscope.app.devices.device_panel import DevicePanel
+from shardscope.app.files.model_panel import ModelPanel
+from shardscope.app.profiles.profile_panel import ProfilePanel
+from shardscope.app.profiles.profile_store import ProfileStore
+from shardscope.app.profiles.settings_binding import SettingsPanel
 
 
 class ControlColumn(QScrollArea):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QPushButton, QWidget
 
-from shardscope.app.profile_store import ProfileStore
+from shardscope.app.profiles.profile_store import ProfileStore
 from shardscope.engine.knobs.profile_file import Profile
 
 

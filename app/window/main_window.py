@@ -18,30 +18,30 @@ from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 
-from shardscope.app.charts import build_run_chart, sample_values, set_projection
-from shardscope.app.config_paths import default_config_dir, profiles_dir, window_settings
-from shardscope.app.control_column import ControlColumn
-from shardscope.app.expert_charts import add_expert_curves, expert_values
-from shardscope.app.first_start import startup_profile
-from shardscope.app.gui_thread_gc import collect_garbage_on_gui_thread
-from shardscope.app.model_probe import ModelInfo
-from shardscope.app.overbudget_watch import OverBudgetWatch
-from shardscope.app.phase_bands import PhaseBands
-from shardscope.app.phase_progress_bar import PhaseProgressBar
-from shardscope.app.profile_store import ProfileStore
-from shardscope.app.round_projection import RoundProjection
-from shardscope.app.run_worker import describe_exception
-from shardscope.app.window_runs import CLOSE_WAIT_MS, WindowRuns
-from shardscope.app.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
-from shardscope.app.settings_binding import describe_change
-from shardscope.app.sweep_dialog import SweepDialog
-from shardscope.app.synth_dialog import SynthDialog
-from shardscope.app.tune_dialog import TuneDialog
-from shardscope.app.window_actions import build_actions, build_menus
-from shardscope.app.window_experts import WindowExperts
-from shardscope.app.window_files import WindowFiles
-from shardscope.app.window_profiles import WindowProfiles
-from shardscope.app.window_rounds import WindowRounds
+from shardscope.app.run_view.charts import build_run_chart, sample_values, set_projection
+from shardscope.app.base.config_paths import default_config_dir, profiles_dir, window_settings
+from shardscope.app.window.control_column import ControlColumn
+from shardscope.app.experts.expert_charts import add_expert_curves, expert_values
+from shardscope.app.base.first_start import startup_profile
+from shardscope.app.base.gui_thread_gc import collect_garbage_on_gui_thread
+from shardscope.app.files.model_probe import ModelInfo
+from shardscope.app.runs.overbudget_watch import OverBudgetWatch
+from shardscope.app.run_view.phase_bands import PhaseBands
+from shardscope.app.run_view.phase_progress_bar import PhaseProgressBar
+from shardscope.app.profiles.profile_store import ProfileStore
+from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.app.runs.run_worker import describe_exception
+from shardscope.app.runs.window_runs import CLOSE_WAIT_MS, WindowRuns
+from shardscope.app.run_view.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
+from shardscope.app.profiles.settings_binding import describe_change
+from shardscope.app.search.sweep_dialog import SweepDialog
+from shardscope.app.files.synth_dialog import SynthDialog
+from shardscope.app.search.tune_dialog import TuneDialog
+from shardscope.app.window.window_actions import build_actions, build_menus
+from shardscope.app.experts.window_experts import WindowExperts
+from shardscope.app.files.window_files import WindowFiles
+from shardscope.app.profiles.window_profiles import WindowProfiles
+from shardscope.app.rounds.window_rounds import WindowRounds
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample

@@ -24,14 +24,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
-from shardscope.app.device_combo import DeviceCombo
-from shardscope.app.search_dialog import DialogHost, SearchDialog
-from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
-from shardscope.app.progress_text import eta_text
-from shardscope.app.runnable_lists import cost_text, engine_refusal, runnable_grid
-from shardscope.app.search_runner import SearchRunner
-from shardscope.app.sweep_plot import Y_METRICS, SweepPlot
-from shardscope.app.sweep_table import SweepTable
+from shardscope.app.devices.device_combo import DeviceCombo
+from shardscope.app.search.search_dialog import DialogHost, SearchDialog
+from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
+from shardscope.app.base.progress_text import eta_text
+from shardscope.app.search.runnable_lists import cost_text, engine_refusal, runnable_grid
+from shardscope.app.search.search_runner import SearchRunner
+from shardscope.app.search.sweep_plot import Y_METRICS, SweepPlot
+from shardscope.app.search.sweep_table import SweepTable
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
 from shardscope.engine.knobs.knobs import KNOBS

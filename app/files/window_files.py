@@ -12,10 +12,10 @@ from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog
 
-from shardscope.app.background import BackgroundTask
-from shardscope.app.export import ExportPaths, base_from_chosen, export_session
-from shardscope.app.rounds import rounds_csv_rows
-from shardscope.app.synth_dialog import SynthDialog
+from shardscope.app.base.background import BackgroundTask
+from shardscope.app.files.export import ExportPaths, base_from_chosen, export_session
+from shardscope.app.rounds.rounds import rounds_csv_rows
+from shardscope.app.files.synth_dialog import SynthDialog
 from shardscope.engine.base.errors import ShardscopeError
 
 

@@ -18,8 +18,8 @@ import sys
 def run_gui(model_path: str | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
-    from shardscope.app.config_paths import APP_NAME
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.base.config_paths import APP_NAME
+    from shardscope.app.window.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else APP_NAME])
     app.setApplicationName(APP_NAME)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from shardscope.app.background import BackgroundTask
-from shardscope.app.model_probe import ModelInfo, probe_model
+from shardscope.app.base.background import BackgroundTask
+from shardscope.app.files.model_probe import ModelInfo, probe_model
 
 
 class ModelPanel(QGroupBox):

@@ -15,8 +15,8 @@ from typing import Callable
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from shardscope.app.background import BackgroundTask
-from shardscope.app.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
+from shardscope.app.base.background import BackgroundTask
+from shardscope.app.experts.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.base.units import MIB

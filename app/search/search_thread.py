@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
 
-from shardscope.app.background import report_outcome
+from shardscope.app.base.background import report_outcome
 
 SearchFn = Callable[[Callable[[Any], None], Callable[[], bool]], Any]
 

@@ -17,7 +17,7 @@ from collections import deque
 import pyqtgraph as pg
 from PySide6.QtGui import QColor
 
-from shardscope.app.charts import PLOTS
+from shardscope.app.run_view.charts import PLOTS
 
 SHADES = {"loading": "#f2c14e", "prompt": "#7fb3d5"}  # translucent: the curves stay readable
 MAX_BANDS = 40  # like the chart's markers: a long session keeps the recent ones

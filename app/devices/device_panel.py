@@ -10,8 +10,8 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from shardscope.app.device_combo import DeviceCombo
-from shardscope.app.round_projection import RoundProjection, project_round
+from shardscope.app.devices.device_combo import DeviceCombo
+from shardscope.app.devices.round_projection import RoundProjection, project_round
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.devices.devices import get_device
 from shardscope.engine.devices.run_projection import fill_device_columns

@@ -8,7 +8,7 @@ from typing import Callable, Protocol
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QPushButton
 
-from shardscope.app.search_runner import SearchHost
+from shardscope.app.search.search_runner import SearchHost
 from shardscope.engine.knobs.settings import RunSettings
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QInputDialog
 
-from shardscope.app.round_projection import RoundProjection
-from shardscope.app.rounds import Round, baseline_values, round_columns, round_curves, round_tips, round_values
+from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.app.rounds.rounds import Round, baseline_values, round_columns, round_curves, round_tips, round_values
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, describe
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.widgets import ChartGhosts, RoundsTable, format_number

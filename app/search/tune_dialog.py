@@ -24,12 +24,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
                                QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout)
 
-from shardscope.app.device_combo import DeviceCombo
-from shardscope.app.search_dialog import DialogHost, SearchDialog
-from shardscope.app.knob_fields import KnobField, KnobFields, knob_field
-from shardscope.app.round_projection import unverified_inputs
-from shardscope.app.runnable_lists import cost_text, runnable_grid
-from shardscope.app.search_runner import SearchRunner
+from shardscope.app.devices.device_combo import DeviceCombo
+from shardscope.app.search.search_dialog import DialogHost, SearchDialog
+from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
+from shardscope.app.devices.round_projection import unverified_inputs
+from shardscope.app.search.runnable_lists import cost_text, runnable_grid
+from shardscope.app.search.search_runner import SearchRunner
 from shardscope.engine.devices.devices import get_device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knob_ranges import format_values, parse_knob

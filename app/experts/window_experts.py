@@ -11,8 +11,8 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
 
-from shardscope.app.expert_charts import show_expert_row
-from shardscope.app.expert_panel import ExpertPanel
+from shardscope.app.experts.expert_charts import show_expert_row
+from shardscope.app.experts.expert_panel import ExpertPanel
 from shardscope.engine.knobs.knobs import ENABLED, KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.base.units import MIB

@@ -18,7 +18,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
                                QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from shardscope.app.background import BackgroundTask
+from shardscope.app.base.background import BackgroundTask
 from shardscope.engine.synth.synth import MIN_SIZE_MB, write_synthetic_model
 from shardscope.engine.synth.synth_moe import MoeSpec, like_kimi_k2
 

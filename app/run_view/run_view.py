@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
-from shardscope.app.round_projection import RoundProjection
+from shardscope.app.devices.round_projection import RoundProjection
 from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
