@@ -58,7 +58,8 @@ ENGINE_RANKS = [
 RANK = {room: i for i, rooms in enumerate(ENGINE_RANKS) for room in rooms}
 
 
-def _engine_rooms_imported(path: Path) -> set[str]:
+def _rooms_imported(path: Path, package: str, ranks: dict[str, int]) -> set[str]:
+    """The rooms of shardscope.<package> that ``path`` imports (inside functions too)."""
     rooms = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names = []
@@ -68,7 +69,7 @@ def _engine_rooms_imported(path: Path) -> set[str]:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[:2] == ["shardscope", "engine"] and len(parts) > 2 and parts[2] in RANK:
+            if parts[:2] == ["shardscope", package] and len(parts) > 2 and parts[2] in ranks:
                 rooms.add(parts[2])
     return rooms
 
@@ -82,7 +83,7 @@ def test_engine_rooms_are_the_ranked_list():
 def test_engine_room_imports_only_lower_rooms(room):
     offenders = {}
     for path in (ROOT / "engine" / room).glob("*.py"):
-        higher = {r for r in _engine_rooms_imported(path) if r != room and RANK[r] >= RANK[room]}
+        higher = {r for r in _rooms_imported(path, "engine", RANK) if r != room and RANK[r] >= RANK[room]}
         if higher:
             offenders[path.name] = sorted(higher)
     assert not offenders
@@ -110,21 +111,6 @@ APP_RANKS = [
 APP_RANK = {room: i for i, rooms in enumerate(APP_RANKS) for room in rooms}
 
 
-def _app_rooms_imported(path: Path) -> set[str]:
-    rooms = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[:2] == ["shardscope", "app"] and len(parts) > 2 and parts[2] in APP_RANK:
-                rooms.add(parts[2])
-    return rooms
-
-
 def test_app_rooms_are_the_ranked_list():
     rooms = {p.name for p in (ROOT / "app").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert rooms == set(APP_RANK)
@@ -135,7 +121,7 @@ def test_app_rooms_are_the_ranked_list():
 def test_app_room_imports_only_lower_rooms(room):
     offenders = {}
     for path in (ROOT / "app" / room).glob("*.py"):
-        higher = {r for r in _app_rooms_imported(path) if r != room and APP_RANK[r] >= APP_RANK[room]}
+        higher = {r for r in _rooms_imported(path, "app", APP_RANK) if r != room and APP_RANK[r] >= APP_RANK[room]}
         if higher:
             offenders[path.name] = sorted(higher)
     assert not offenders
