@@ -2,6 +2,6 @@
 
 import sys
 
-from shardscope.app.main import main
+from shardscope.app.window.main import main
 
 sys.exit(main())

@@ -72,7 +72,7 @@ class StallProbe:
 
 
 def open_window(model: str, settings: RunSettings):
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.window.main_window import MainWindow
 
     app = application()
     config = Path(tempfile.mkdtemp(prefix="shardscope-bench-"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardscope.app.cacheability_curve import compute, compute_in_process  # noqa: E402
+from shardscope.app.experts.cacheability_curve import compute, compute_in_process  # noqa: E402
 from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 

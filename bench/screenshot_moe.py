@@ -92,7 +92,7 @@ def main() -> int:
     budget = int((moe.dense_bytes + args.cache_share * moe.expert_bytes) / MIB) + 1
 
     app = QApplication.instance() or QApplication([])
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.window.main_window import MainWindow
 
     window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=str(model))
     window.resize(1600, 960)

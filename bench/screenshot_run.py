@@ -43,7 +43,7 @@ def main() -> int:
     from bench.gui_session import pump
 
     app = QApplication.instance() or QApplication([])
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.window.main_window import MainWindow
 
     model = str(Path(args.model).resolve())
     window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=model,

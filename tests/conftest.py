@@ -95,7 +95,7 @@ def blank_summary(**values):
 # ---------------------------------------------------------------- the window
 # Qt and the app are imported inside: engine-only test runs never load PySide6.
 def make_window(qtbot, config_dir: Path, **kw):
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.window.main_window import MainWindow
 
     window = MainWindow(config_dir=config_dir, **kw)
     qtbot.addWidget(window)

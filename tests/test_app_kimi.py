@@ -27,7 +27,7 @@ def kimi_small(tmp_path_factory) -> str:
 
 
 def test_synth_dialog_offers_the_kimi_shape(qtbot, window, tmp_path):
-    from shardscope.app.synth_dialog import SHAPES
+    from shardscope.app.files.synth_dialog import SHAPES
 
     window.synth_action.trigger()
     dialog = window._synth_dialog

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPointF
 
-from shardscope.app.cacheability_curve import cache_sizes
+from shardscope.app.experts.cacheability_curve import cache_sizes
 from shardscope.engine.knobs.settings import RunSettings
 from tests.conftest import make_window, stop_and_wait, wait_for
 from shardscope.widgets.expert_map import PICKED_COLOR
@@ -81,7 +81,7 @@ def test_cache_sizes_span_one_layer_to_every_expert_in_whole_mib():
 
 
 def test_bool_knobs_are_check_boxes_that_speak_only_for_users(qtbot):
-    from shardscope.app.settings_binding import CHECKS, SettingsPanel, describe_change
+    from shardscope.app.profiles.settings_binding import CHECKS, SettingsPanel, describe_change
 
     assert [k.name for k in CHECKS] == ["expert_speculation"]
     panel = SettingsPanel()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 
-from shardscope.app.overbudget_watch import OverBudgetWatch
+from shardscope.app.runs.overbudget_watch import OverBudgetWatch
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 
@@ -53,7 +53,7 @@ HOLDER = textwrap.dedent("""
 
 
 def test_window_warns_while_another_process_maps_the_model(qtbot, tmp_path, synthetic_model):
-    from shardscope.app.main_window import MainWindow
+    from shardscope.app.window.main_window import MainWindow
 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, synthetic_model], stdout=subprocess.PIPE, text=True)
     try:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from shardscope.app.main_window import MainWindow
+from shardscope.app.window.main_window import MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.layout.gguf_layout import read_layout

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardscope.app.export import base_from_chosen, export_paths
-from shardscope.app.main import main
-from shardscope.app.profile_store import ProfileStore
-from shardscope.app.settings_binding import describe_change
+from shardscope.app.files.export import base_from_chosen, export_paths
+from shardscope.app.window.main import main
+from shardscope.app.profiles.profile_store import ProfileStore
+from shardscope.app.profiles.settings_binding import describe_change
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.settings import RunSettings
 
@@ -44,7 +44,7 @@ def test_export_base_names():
     assert base_from_chosen("/d/run").name == "run"
     assert base_from_chosen("/d/run.v2").name == "run.v2"  # a dot in the name is not an extension
     paths = export_paths("/d/run.v2")
-    assert [p.name for p in paths.all()] == ["run.v2.csv", "run.v2-timeline.csv", "run.v2.png"]
+    assert [p.name for p in paths.all()] == ["run.v2.csv", "run.v2-timeline.csv", "run.v2-rounds.csv", "run.v2.png"]
 
 
 def test_gui_takes_at_most_one_model(capsys):
@@ -55,7 +55,7 @@ def test_gui_takes_at_most_one_model(capsys):
 def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
     import gc
 
-    from shardscope.app.gui_thread_gc import collect_garbage_on_gui_thread
+    from shardscope.app.base.gui_thread_gc import collect_garbage_on_gui_thread
 
     first = collect_garbage_on_gui_thread()
     assert collect_garbage_on_gui_thread() is first  # one per application
@@ -65,7 +65,7 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot):
 
 @pytest.mark.parametrize("platform", ["linux", "darwin", "win32"])
 def test_the_window_lists_profiles_where_the_cli_saves_them(tmp_path, monkeypatch, platform):
-    from shardscope.app.config_paths import default_config_dir, profiles_dir
+    from shardscope.app.base.config_paths import default_config_dir, profiles_dir
     from shardscope.engine.knobs.profile_file import Profile, save_profile
     from shardscope.engine.search.tune import user_profiles_dir
 

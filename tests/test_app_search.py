@@ -15,8 +15,8 @@ import math
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
-from shardscope.app.sweep_dialog import SweepDialog
-from shardscope.app.tune_dialog import TuneDialog
+from shardscope.app.search.sweep_dialog import SweepDialog
+from shardscope.app.search.tune_dialog import TuneDialog
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from shardscope.engine.output.csv_out import read_rows
 from shardscope.engine.knobs.profile_file import load_profile

@@ -17,7 +17,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 
-from shardscope.app.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
+from shardscope.app.window.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows, run_columns
 from shardscope.engine.knobs.settings import RunSettings
@@ -303,7 +303,7 @@ def test_dropping_a_gguf_opens_it(qtbot, window, synthetic_model):
 
 
 def test_main_opens_the_window_only_without_a_command(tmp_path, monkeypatch):
-    from shardscope.app import main as app_main
+    from shardscope.app.window import main as app_main
 
     opened = []
     monkeypatch.setattr(app_main, "run_gui", lambda model=None: opened.append(model) or 0)

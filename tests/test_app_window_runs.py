@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from shardscope.app.window_runs import WindowRuns
+from shardscope.app.runs.window_runs import WindowRuns
 from shardscope.engine.knobs.settings import RunSettings
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from shardscope.app.charts import build_run_chart, sample_values
+from shardscope.app.run_view.charts import build_run_chart, sample_values
 from shardscope.engine.measure import metrics
 from shardscope.engine.measure.metrics import MetricsSampler, TokenClock
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.app.first_start import FALLBACK_PROFILE, FIRST_START_PROFILE, PROJECTION_DEVICE, startup_profile
+from shardscope.app.base.first_start import FALLBACK_PROFILE, FIRST_START_PROFILE, PROJECTION_DEVICE, startup_profile
 
 BUILTINS = ["Desktop, unconstrained", "iPhone 16 Pro", "Streaming demo"]
 

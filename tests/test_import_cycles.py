@@ -65,6 +65,6 @@ def test_finder_sees_a_cycle():
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert "engine.cli" in graph and "app.main_window" in graph
+    assert "engine.cli" in graph and "app.window.main_window" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)

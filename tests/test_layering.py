@@ -1,5 +1,5 @@
 """The dependency rules the user asked for, checked on the source: app → widgets, app → engine;
-engine imports no Qt and no app; widgets import no engine and no app."""
+engine imports no Qt and no app; widgets import no engine and no app; engine and app rooms ranked."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ ENGINE_RANKS = [
 RANK = {room: i for i, rooms in enumerate(ENGINE_RANKS) for room in rooms}
 
 
-def _engine_rooms_imported(path: Path) -> set[str]:
+def _rooms_imported(path: Path, package: str, ranks: dict[str, int]) -> set[str]:
+    """The rooms of shardscope.<package> that ``path`` imports (inside functions too)."""
     rooms = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names = []
@@ -68,7 +69,7 @@ def _engine_rooms_imported(path: Path) -> set[str]:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         for name in names:
             parts = name.split(".")
-            if parts[:2] == ["shardscope", "engine"] and len(parts) > 2 and parts[2] in RANK:
+            if parts[:2] == ["shardscope", package] and len(parts) > 2 and parts[2] in ranks:
                 rooms.add(parts[2])
     return rooms
 
@@ -82,7 +83,7 @@ def test_engine_rooms_are_the_ranked_list():
 def test_engine_room_imports_only_lower_rooms(room):
     offenders = {}
     for path in (ROOT / "engine" / room).glob("*.py"):
-        higher = {r for r in _engine_rooms_imported(path) if r != room and RANK[r] >= RANK[room]}
+        higher = {r for r in _rooms_imported(path, "engine", RANK) if r != room and RANK[r] >= RANK[room]}
         if higher:
             offenders[path.name] = sorted(higher)
     assert not offenders
@@ -94,3 +95,41 @@ def test_engine_is_small_modules_in_few_top_level_files():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "engine").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 450}
     assert not long
+
+
+# app/'s rooms, lowest first, ranked the same way: the window at the top imports every room,
+# the run view never the search dialogs. __init__ and __main__ stay at app/'s top.
+APP_RANKS = [
+    ("base",),
+    ("devices", "runs", "profiles"),
+    ("run_view",),
+    ("experts",),
+    ("rounds",),
+    ("files", "search"),
+    ("window",),
+]
+APP_RANK = {room: i for i, rooms in enumerate(APP_RANKS) for room in rooms}
+
+
+def test_app_rooms_are_the_ranked_list():
+    rooms = {p.name for p in (ROOT / "app").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms == set(APP_RANK)
+    assert sorted(p.name for p in (ROOT / "app").glob("*.py")) == ["__init__.py", "__main__.py"]
+
+
+@pytest.mark.parametrize("room", sorted(APP_RANK))
+def test_app_room_imports_only_lower_rooms(room):
+    offenders = {}
+    for path in (ROOT / "app" / room).glob("*.py"):
+        higher = {r for r in _rooms_imported(path, "app", APP_RANK) if r != room and APP_RANK[r] >= APP_RANK[room]}
+        if higher:
+            offenders[path.name] = sorted(higher)
+    assert not offenders
+
+
+def test_every_room_is_an_installed_package():
+    import tomllib
+
+    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert {f"shardscope.app.{room}" for room in APP_RANK} <= packages
+    assert {f"shardscope.engine.{room}" for room in RANK} <= packages

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QApplication
 
 
 def test_chart_legends_never_cover_the_titles(qtbot):
-    from shardscope.app.charts import PLOTS, build_run_chart
-    from shardscope.app.expert_charts import add_expert_curves, show_expert_row
+    from shardscope.app.run_view.charts import PLOTS, build_run_chart
+    from shardscope.app.experts.expert_charts import add_expert_curves, show_expert_row
 
     chart = build_run_chart()
     add_expert_curves(chart)  # an MoE run: four entries under "Cache hits, on time"
@@ -70,7 +70,7 @@ def test_cacheability_axis_starts_at_zero_before_any_data(qtbot):
 
 
 def test_shard_panel_shows_no_zero_counts_while_experts_stream(qtbot):
-    from shardscope.app.run_view import RunView
+    from shardscope.app.run_view.run_view import RunView
 
     view = RunView()
     qtbot.addWidget(view)
@@ -81,8 +81,8 @@ def test_shard_panel_shows_no_zero_counts_while_experts_stream(qtbot):
 
 
 def test_dense_hit_legend_names_no_expert_curves(qtbot):
-    from shardscope.app.charts import build_run_chart
-    from shardscope.app.expert_charts import add_expert_curves, show_expert_row
+    from shardscope.app.run_view.charts import build_run_chart
+    from shardscope.app.experts.expert_charts import add_expert_curves, show_expert_row
 
     chart = build_run_chart()
     qtbot.addWidget(chart)
@@ -91,7 +91,7 @@ def test_dense_hit_legend_names_no_expert_curves(qtbot):
     def names():
         return [label.text for _sample, label in chart.plot_item("hit").legend.items]
 
-    from shardscope.app.expert_charts import EXPERT_HIT_LABELS
+    from shardscope.app.experts.expert_charts import EXPERT_HIT_LABELS
 
     dense = names()
     assert len(dense) == 2 and not set(dense) & set(EXPERT_HIT_LABELS.values())

@@ -5,11 +5,14 @@ standard library) so each widget can be built, tested and benchmarked alone, and
 the engine stays importable without Qt.
 """
 
+from shardscope.widgets.chart_ghosts import ChartGhosts
 from shardscope.widgets.expert_map import ExpertMap
 from shardscope.widgets.labelled_slider import LabelledSlider
 from shardscope.widgets.live_chart import LiveChart
 from shardscope.widgets.number_format import format_number
 from shardscope.widgets.numbers_panel import NumbersPanel
+from shardscope.widgets.rounds_table import RoundsTable, TableColumn
+from shardscope.widgets.sort_item import SortItem
 from shardscope.widgets.shard_map import EVICTED, GLOBAL, LOADING, PINNED, RESIDENT, STATE_COLORS, STATE_NAMES, ShardMap
 
 __all__ = [
@@ -20,10 +23,14 @@ __all__ = [
     "RESIDENT",
     "STATE_COLORS",
     "STATE_NAMES",
+    "ChartGhosts",
     "ExpertMap",
     "LabelledSlider",
     "LiveChart",
     "NumbersPanel",
+    "RoundsTable",
     "ShardMap",
+    "SortItem",
+    "TableColumn",
     "format_number",
 ]

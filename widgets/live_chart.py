@@ -91,6 +91,8 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._curve_plot: dict[str, str] = {}
         self._levels: dict[str, _Level] = {}
         self._markers: deque[_Marker] = deque()
+        self._colors: dict[str, QColor] = {}
+        self._held_tops: dict[str, float] = {}  # curve key -> a value its plot's Y range must show
 
         self._grid = False
         self._fg = QColor()
@@ -151,6 +153,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
             fill.setAlpha(_FILL_ALPHA)
             kwargs.update(fillLevel=0.0, brush=fill)
         curve = plot.item.plot(**kwargs)
+        self._colors[curve_key] = QColor(color)
         self._curves[curve_key] = curve
         self._curve_plot[curve_key] = plot_key
         plot.curve_keys.append(curve_key)
@@ -318,6 +321,27 @@ class LiveChart(pg.GraphicsLayoutWidget):
     def level_line(self, line_key: str) -> pg.InfiniteLine:
         return self._levels[line_key].line
 
+    def curve_keys(self) -> list[str]:
+        return list(self._curves)
+
+    def curve_plot(self, curve_key: str) -> pg.PlotItem:
+        """The plot a curve is drawn on (ChartGhosts draws a curve's faint copy there)."""
+        self._buffer(curve_key)
+        return self._plots[self._curve_plot[curve_key]].item
+
+    def hold_top(self, curve_key: str, value: float | None) -> None:
+        """Keep ``value`` inside the Y range of the curve's plot (a ghost drawn there); None lets go."""
+        self._buffer(curve_key)
+        if value is None or not math.isfinite(value):
+            self._held_tops.pop(curve_key, None)
+        else:
+            self._held_tops[curve_key] = float(value)
+        self._dirty = True
+
+    def curve_color(self, curve_key: str) -> QColor:
+        self._buffer(curve_key)
+        return QColor(self._colors[curve_key])
+
     # -- internals ----------------------------------------------------------------------
     def _shift(self) -> None:
         keep = self._len
@@ -364,6 +388,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
                     if v.size and not np.isnan(v).all()]
             tops += [lv.line.value() for lv in self._levels.values()
                      if lv.plot_key in self._plots and self._plots[lv.plot_key] is plot and lv.line.isVisible()]
+            tops += [v for k, v in self._held_tops.items() if self._plots[self._curve_plot[k]] is plot]
             top = max((x for x in tops if math.isfinite(x)), default=0.0)
             plot.item.setYRange(0.0, top * plot.from_zero if top > 0 else 1.0, padding=0)
 

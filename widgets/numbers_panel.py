@@ -5,6 +5,10 @@ column, apart from label and units, so that `text(key)` is exactly the number th
 engine counter should format to and tests can compare the two without parsing.
 Labels only change text when the shown value changes, because a relayout of the
 whole form at 15 Hz is a waste on a 2-core machine that also runs the model.
+
+With a baseline (a pinned round's values, ``set_baseline``) a fourth column shows each
+value's difference from it — "+1.20" in the row's own units, the relative change on
+hover — so a tuning step reads as better or worse without remembering the old number.
 """
 
 from __future__ import annotations
@@ -17,9 +21,23 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
 from shardscope.widgets.number_format import MISSING, format_number
 
-__all__ = ["NumbersPanel", "format_number"]
+__all__ = ["NumbersPanel", "delta_text", "format_number"]
 
 _WIDEST_EXPECTED = "000,000.0"  # reserve this much so the column never jumps
+_MINUS = "\u2212"  # a real minus: "−1.2" and "+1.2" are the same width
+
+
+def delta_text(value: object, baseline: object) -> str:
+    """"+1.2" / "−0.35" / "±0": value − baseline in the shared format; "" when either is not a number."""
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (value, baseline)):
+        return ""
+    diff = float(value) - float(baseline)
+    if diff != diff:
+        return ""
+    text = format_number(abs(diff))
+    if text == "0":
+        return "\u00b10"
+    return ("+" if diff > 0 else _MINUS) + text
 
 
 class NumbersPanel(QWidget):
@@ -27,12 +45,15 @@ class NumbersPanel(QWidget):
         super().__init__(parent)
         self._values: dict[str, QLabel] = {}
         self._names: dict[str, QLabel] = {}
+        self._deltas: dict[str, QLabel] = {}
+        self._shown: dict[str, object] = {}  # the raw value behind each row's text
+        self._baseline: dict[str, object] = {}
         self._order: list[str] = []
         grid = QGridLayout(self)
         grid.setContentsMargins(6, 6, 6, 6)
         grid.setHorizontalSpacing(8)
         grid.setVerticalSpacing(2)
-        grid.setColumnStretch(3, 1)
+        grid.setColumnStretch(4, 1)
 
         value_font = QFont(self.font())
         value_font.setBold(True)
@@ -54,6 +75,11 @@ class NumbersPanel(QWidget):
             grid.addWidget(name, row, 0)
             grid.addWidget(value, row, 1)
             grid.addWidget(unit, row, 2)
+            delta = QLabel("", self)
+            delta.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            delta.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+            grid.addWidget(delta, row, 3)
+            self._deltas[key] = delta
             self._values[key] = value
             self._names[key] = name
             self._order.append(key)
@@ -69,11 +95,34 @@ class NumbersPanel(QWidget):
 
     def set_value(self, key: str, value: float | str | None) -> None:
         label = self._label(key)
+        self._shown[key] = value
         text = format_number(value)
         if label.text() != text:
             label.setText(text)
             # Full precision on hover: the rounded figure is for reading, not for copying.
             label.setToolTip("" if value is None else str(value))
+            self._show_delta(key)
+
+    def set_baseline(self, values: Mapping[str, object] | None) -> None:
+        """Show each row's difference from ``values`` (a pinned round's); None hides the column."""
+        self._baseline = {k: v for k, v in (values or {}).items() if k in self._values}
+        for key in self._order:
+            self._show_delta(key)
+
+    def delta(self, key: str) -> str:
+        """The delta column's text of a row ("" without a baseline)."""
+        self._label(key)
+        return self._deltas[key].text()
+
+    def _show_delta(self, key: str) -> None:
+        base, value = self._baseline.get(key), self._shown.get(key)
+        text = delta_text(value, base)
+        label = self._deltas[key]
+        label.setText(text)
+        if text and base:
+            label.setToolTip(f"baseline {format_number(base)}; {100 * (float(value) / float(base) - 1):+.1f} %")
+        else:
+            label.setToolTip(f"baseline {format_number(base)}" if key in self._baseline else "")
 
     def set_values(self, values: Mapping[str, float | str | None]) -> None:
         """Keys without a field are skipped so the engine's whole stats dict can be passed."""

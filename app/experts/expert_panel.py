@@ -1,0 +1,191 @@
+"""The MoE column: the expert map (what the expert cache holds and what the router picks) and
+the cacheability curve (hit rate against cache size, replayed from the routing seen so far
+or from a trace file). Shown only for MoE models.
+
+The map is polled on the GUI thread at 10 Hz from ``view_source`` (the worker's
+``expert_view``: a copy the engine makes under its lock), so the decode thread never
+waits for a paint and no widget is touched off the GUI thread. Replays run on a
+BackgroundTask that waits for a separate process (app/cacheability_curve.py says why).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from shardscope.app.base.background import BackgroundTask
+from shardscope.app.experts.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.knobs import KNOBS
+from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.base.units import MIB
+from shardscope.widgets import ExpertMap
+from shardscope.widgets.cacheability_plot import CacheabilityPlot
+
+POLL_MS = 100
+
+
+class ExpertPanel(QWidget):
+    cache_size_chosen = Signal(float)  # a click on the cacheability plot: MiB
+    computed = Signal(object)  # CacheabilityResult, once drawn
+    failed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.view_source: Callable[[], object] = lambda: None  # an ExpertView or None
+        self.records_source: Callable[[], object] = lambda: None  # a RoutingTrace or None
+        self.moe: MoeLayout | None = None
+        self.result: CacheabilityResult | None = None
+        self.task: BackgroundTask | None = None
+        self.polls = 0  # views drawn (the responsiveness bench counts them)
+        self._summary = None
+        self._device_id: str | None = None
+        self._policy = KNOBS["expert_policy"].default
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        map_box = QGroupBox("Experts (layers \u00d7 experts)")
+        ml = QVBoxLayout(map_box)
+        row = QHBoxLayout()
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        row.addWidget(self.caption, 1)
+        self.view_combo = QComboBox()
+        self.view_combo.addItems(["state", "heat"])
+        self.view_combo.setToolTip("state: what the expert cache holds, picked experts in red\n"
+                                   "heat: how often each expert was picked over the last tokens")
+        self.view_combo.currentTextChanged.connect(lambda v: self.map.set_view(v))
+        row.addWidget(self.view_combo)
+        ml.addLayout(row)
+        self.map = ExpertMap()
+        self.map.setMinimumHeight(140)
+        ml.addWidget(self.map, 1)
+        self.advice = QLabel("")  # the engine's one line when the cache cannot help the policy
+        self.advice.setWordWrap(True)
+        self.advice.setStyleSheet("color: #a04000")
+        self.advice.hide()
+        ml.addWidget(self.advice)
+        layout.addWidget(map_box, 1)
+
+        cache_box = QGroupBox("Cacheability (routing replayed per policy)")
+        cl = QVBoxLayout(cache_box)
+        self.plot = CacheabilityPlot()
+        self.plot.setToolTip("Click a size to use it as the expert cache")
+        self.plot.size_chosen.connect(self.cache_size_chosen)
+        cl.addWidget(self.plot, 1)
+        buttons = QHBoxLayout()
+        self.compute_button = QPushButton("Compute cacheability")
+        self.compute_button.setToolTip("Replay this session's routing through every policy at several cache sizes")
+        self.compute_button.clicked.connect(self.compute_from_session)
+        buttons.addWidget(self.compute_button)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        buttons.addWidget(self.status, 1)
+        cl.addLayout(buttons)
+        layout.addWidget(cache_box, 1)
+        self.setMinimumWidth(300)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+        self.timer.start()
+
+    # ------------------------------------------------------------------ the map
+    def show_layout(self, moe: MoeLayout) -> None:
+        """A (new) MoE model: the map's shape and a caption of its split."""
+        self.moe = moe
+        if self.map.shape() != (len(moe.layers), moe.n_expert):
+            self.map.set_shape(len(moe.layers), moe.n_expert)
+        self.plot.set_size_limit(moe.expert_bytes / MIB)  # 0 to every expert, until a curve is computed
+        self.caption.setText(
+            f"{len(moe.layers)} layers \u00d7 {moe.n_expert} experts, top-{moe.n_expert_used}; "
+            f"dense {moe.dense_bytes / MIB:,.0f} MiB stays resident, experts {moe.expert_bytes / MIB:,.0f} MiB stream")
+
+    def show_advice(self, text: str) -> None:
+        """The last round's cache advice in the window's words ("" hides it)."""
+        self.advice.setText(f"{text} (set Expert policy to decay)" if text else "")
+        self.advice.setVisible(bool(text))
+
+    def poll(self) -> None:
+        """10 Hz: copy the engine's view into the map (the map skips unchanged arrays)."""
+        if not self.isVisible():
+            return
+        view = self.view_source()
+        if view is None:
+            return
+        if self.map.shape() != view.states.shape:
+            self.map.set_shape(*view.states.shape)
+        self.map.set_states(view.states)
+        self.map.set_picked(view.picked)
+        self.map.set_heat(view.heat, view.window)
+        self.map.set_current_layer(view.current_layer)
+        self.polls += 1
+
+    # ------------------------------------------------------------------ cacheability
+    def compute_from_session(self) -> None:
+        """Replay the running session's routing (the button)."""
+        self._start(self.records_source, "this session")
+
+    def compute_from_file(self, path: str) -> None:
+        """Replay a routing trace file (File → Open routing trace…)."""
+        self._start(lambda: path, path)
+
+    def _start(self, source: Callable[[], object], what: str) -> None:
+        if self.task is not None and self.task.isRunning():
+            self.status.setText("a replay is already running")
+            return
+
+        def work(_progress):
+            records = source()  # on the task's thread: copying a long trace takes a while
+            if records is None:
+                raise ShardscopeError("no MoE run is going: run an MoE model, or open a routing trace")
+            return compute_in_process(records)  # a process: a replay here would starve the decode of the GIL
+
+        self.status.setText(f"replaying {what} \u2026")
+        self.compute_button.setEnabled(False)
+        task = self.task = BackgroundTask(work, self)
+        task.succeeded.connect(self._on_computed)
+        task.failed.connect(self._on_failed)
+        task.finished.connect(lambda: self.compute_button.setEnabled(True))
+        task.start()
+
+    def _on_computed(self, result: CacheabilityResult) -> None:
+        self.result = result
+        self.plot.set_curves(result.curves)
+        self.plot.set_policy(self._policy)
+        self._show_projected()
+        self.status.setText(f"replayed {result.source}")
+        self.computed.emit(result)
+
+    def _on_failed(self, message: str) -> None:
+        self.status.setText(message.splitlines()[0])
+        self.failed.emit(message)
+
+    def set_current_cache(self, cache_mb: float | None) -> None:
+        self.plot.set_current(cache_mb)
+
+    def set_projection_inputs(self, summary, device_id: str | None, policy: str) -> None:
+        """The last complete round and the chosen device: projected tok/s at each cache size."""
+        self._summary, self._device_id, self._policy = summary, device_id, policy
+        self.plot.set_policy(policy)
+        self._show_projected()
+
+    def _show_projected(self) -> None:
+        r, summary, device = self.result, self._summary, self._device_id
+        if r is None or summary is None or not device or not hasattr(summary, "dense_mb_per_token"):
+            return
+        curve = r.curves.get(self._policy) or next(iter(r.curves.values()), [])
+        try:
+            points = projected_points(summary, curve, r.used_expert_mb, device)
+        except ShardscopeError:
+            return  # a round without decoded tokens has nothing to project
+        self.plot.set_projected(points, f"{device}, {self._policy}")
+
+    def close_tasks(self, wait_ms: int) -> None:
+        """Closing the window: a QThread destroyed while running aborts the app."""
+        self.timer.stop()
+        if self.task is not None:
+            self.task.cancel()
+            self.task.wait(wait_ms)

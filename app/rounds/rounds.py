@@ -1,0 +1,102 @@
+"""A session's complete rounds, without widgets: what each was run with, what it measured,
+where it sat on the window's time axis, and how it reads as a table row.
+
+The table's figure columns are the metric registry's round figures (``summary=True``), its
+knob columns the knobs a sweep varies (engine.knobs.SWEPT): a figure or knob declared
+there becomes a column here without an edit. A knob the round's kind does not use (shard
+size in an expert-streaming round) is left blank rather than shown with a value it ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardscope.app.run_view.charts import sample_values
+from shardscope.app.experts.expert_charts import expert_values
+from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.engine.knobs.knobs import KNOBS, SWEPT
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.measure.metric_registry import METRICS
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.widgets import TableColumn
+
+FIGURES = tuple(m for m in METRICS if m.summary)
+
+
+@dataclass
+class Round:
+    number: int  # 1, 2, … in the order the session completed them
+    settings: RunSettings  # the window's settings when the round ended (a live change applies between tokens)
+    summary: object  # RunSummary or ExpertRunSummary
+    start_t: float  # window time of its first sample
+    end_t: float  # window time of its summary
+    projection: RoundProjection | None = None
+
+    @property
+    def kind(self) -> str:
+        """"experts" for an expert-streaming round, "layers" otherwise (which knobs it used)."""
+        return "experts" if getattr(self.summary, "expert_policy", "") else "layers"
+
+    def label(self) -> str:
+        return f"round {self.number}"
+
+
+def round_columns() -> list[TableColumn]:
+    knobs = [TableColumn(k, f"{KNOBS[k].brief} {KNOBS[k].unit}".rstrip(), KNOBS[k].label) for k in SWEPT]
+    figures = [TableColumn(m.name, f"{m.label} ({'of 1' if m.fraction else m.unit})".replace(" ()", ""),
+                           m.source or m.label) for m in FIGURES]
+    return [TableColumn("round", "round", "complete rounds in the order they ended"),
+            TableColumn("model", "model", "the model file"), *knobs, *figures,
+            TableColumn("device", "device", "the device the round is projected onto"),
+            TableColumn("bound", "bound", "what limits the projection: ssd, dram or compute")]
+
+
+def round_values(r: Round) -> dict[str, object]:
+    s = r.summary
+    values: dict[str, object] = {"round": r.number, "model": s.model_filename}
+    for key in SWEPT:
+        streams = KNOBS[key].streams
+        values[key] = getattr(r.settings, key) if not streams or streams == r.kind else None
+    for m in FIGURES:
+        value = getattr(s, m.name, None)
+        values[m.name] = None if isinstance(value, float) and math.isnan(value) else value
+    p = r.projection
+    values["projected_ts"] = p.tok_s if p is not None else None
+    values["device"] = p.device_name if p is not None else ""
+    values["bound"] = p.bound if p is not None else ""
+    return values
+
+
+def round_tips(r: Round) -> dict[str, str]:
+    return {"projected_ts": r.projection.tooltip()} if r.projection is not None else {}
+
+
+def baseline_values(r: Round) -> dict[str, object]:
+    """What the numbers panel holds a round against: its summary row and its projection."""
+    values = dict(r.summary.row())
+    values["projected_ts"] = r.projection.tok_s if r.projection is not None else None
+    return values
+
+
+def round_curves(r: Round, timeline: Iterable[tuple[float, MetricsSample]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The round's chart curves from the session timeline: (seconds from its start, curve → y)."""
+    times: list[float] = []
+    rows: list[dict[str, float]] = []
+    for offset, s in timeline:
+        t = offset + s.t_s
+        if r.start_t <= t <= r.end_t:
+            times.append(t - r.start_t)
+            rows.append({**sample_values(s), **expert_values(s)})
+    keys = rows[0].keys() if rows else ()
+    return np.array(times, dtype=float), {k: np.array([row[k] for row in rows], dtype=float) for k in keys}
+
+
+def rounds_csv_rows(rounds: Iterable[Round], baseline: int | None) -> tuple[list[str], list[dict]]:
+    """The exported rounds table: its columns, a "baseline" column, one row per round."""
+    columns = [c.key for c in round_columns()] + ["baseline"]
+    rows = [{**round_values(r), "baseline": "yes" if r.number == baseline else ""} for r in rounds]
+    return columns, rows

@@ -1,0 +1,135 @@
+"""The window's rounds table: every complete round of the session, one pinned as the baseline.
+
+A mixin of MainWindow (it uses the window's runs, chart, numbers panel, device panel and
+profile saving), kept apart so the window module stays about drawing. Pinning a round
+puts its figures behind the round panel's deltas and its curves faintly behind the live
+ones, lined up with the start of the round being run.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QInputDialog
+
+from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.app.rounds.rounds import Round, baseline_values, round_columns, round_curves, round_tips, round_values
+from shardscope.engine.knobs.knobs import KNOBS, SWEPT, describe
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.widgets import ChartGhosts, RoundsTable, format_number
+
+
+class WindowRounds:
+    def _build_rounds(self) -> RoundsTable:
+        self.rounds: list[Round] = []
+        self._round_start: float | None = None  # window time of the running round's first sample
+        self.rounds_table = RoundsTable(round_columns())
+        self.rounds_table.setToolTip("Every complete round of this session; click a header to sort")
+        self.ghosts = ChartGhosts(self.chart)
+        return self.rounds_table
+
+    def _subscribe_rounds(self) -> None:
+        t = self.rounds_table
+        t.baseline_changed.connect(self._on_baseline)
+        t.apply_requested.connect(self.apply_round)
+        t.save_requested.connect(self._save_round_dialog)
+        self.runs.run_started.connect(lambda *_: self._next_round())
+        self.runs.sample.connect(self._round_sample)
+        self.device_panel.chosen.connect(self._reproject_rounds)
+
+    def _next_round(self) -> None:
+        self._round_start = None
+
+    def _round_sample(self, t: float, _s) -> None:
+        if self._round_start is None:
+            self._round_start = t
+            self.ghosts.place(t)  # the baseline's start under the live round's start
+
+    def add_round(self, summary, projection: RoundProjection | None) -> Round | None:
+        """A round ended: a complete one becomes a row (a stopped one has too few tokens)."""
+        start = self._round_start if self._round_start is not None else self.runs.last_t
+        self._round_start = None
+        if summary.stopped:
+            return None
+        r = Round(len(self.rounds) + 1, self.current_settings(), summary, start, self.runs.last_t, projection)
+        self.rounds.append(r)
+        self.rounds_table.add_row(r.number, round_values(r), round_tips(r))
+        self._fit_columns()
+        return r
+
+    def _fit_columns(self) -> None:
+        """Room for what differs: a knob column no round has a value for (an expert knob on a
+        dense model) is hidden, and so is one every round shares once there are two rounds;
+        the shared values are listed under the table instead."""
+        shared, hidden = [], []
+        rows = [round_values(r) for r in self.rounds]
+        for col in round_columns():
+            if col.key not in ("model", *SWEPT):
+                continue
+            values = [row[col.key] for row in rows]
+            if all(v is None or v == "" for v in values):
+                hidden.append(col.key)
+            elif len(rows) > 1 and all(v == values[0] for v in values):
+                hidden.append(col.key)
+                spec = KNOBS.get(col.key)
+                shared.append(f"{spec.brief} {spec.text(values[0])}" if spec else f"{col.key} {values[0]}")
+        self.rounds_table.set_hidden(hidden)
+        self.rounds_table.note.setText(f"same in every round: {', '.join(shared)}" if shared else "")
+
+    def round_by_number(self, number: int) -> Round:
+        return self.rounds[number - 1]
+
+    def baseline_round(self) -> Round | None:
+        number = self.rounds_table.baseline()
+        return self.round_by_number(number) if number is not None else None
+
+    def pin_baseline(self, number: int | None) -> None:
+        self.rounds_table.pin(number)
+
+    def _on_baseline(self, number: int | None) -> None:
+        r = self.round_by_number(number) if number is not None else None
+        self.round_numbers.set_baseline(baseline_values(r) if r is not None else None)
+        if r is None:
+            self.ghosts.set(None)
+            return
+        t, curves = round_curves(r, self.timeline)
+        self.ghosts.set(t, curves, label=f"baseline ({r.label()})")
+        self.ghosts.place(self._round_start if self._round_start is not None else r.start_t)
+        self.statusBar().showMessage(f"baseline: {r.label()} ({describe(r.settings)}); "
+                                     f"deltas in the round panel, its curves faint on the charts", 8000)
+
+    def _reproject_rounds(self) -> None:
+        for r in self.rounds:
+            r.projection = self.device_panel.project(r.summary)
+            values, tips = round_values(r), round_tips(r)
+            for key in ("projected_ts", "device", "bound"):
+                self.rounds_table.set_cell(r.number, key, values[key], tips.get(key, ""))
+        base = self.baseline_round()
+        if base is not None:
+            self.round_numbers.set_baseline(baseline_values(base))
+
+    # ------------------------------------------------------------------ row actions
+    def round_settings(self, number: int) -> RunSettings:
+        """The window's settings with every knob a sweep varies taken from the round (the
+        window keeps its model, tokens and prompt)."""
+        r = self.round_by_number(number)
+        return self.current_settings().with_changes(**{k: getattr(r.settings, k) for k in SWEPT})
+
+    def apply_round(self, number: int) -> None:
+        self.apply_settings(self.round_settings(number), label=f"{self.round_by_number(number).label()}")
+        self.statusBar().showMessage(f"applied {self.round_by_number(number).label()} to the sliders", 5000)
+
+    def save_round_as(self, number: int, name: str):
+        """Save the round's knobs as a user profile for the window's device; the Profile or None."""
+        r = self.round_by_number(number)
+        s = r.summary
+        proj = f", projected {format_number(r.projection.tok_s)} tok/s on {r.projection.device_name}" \
+            if r.projection is not None else ""
+        description = (f"From {r.label()} on {s.model_filename}: measured {format_number(s.avg_ts)} tok/s "
+                       f"over {s.n_gen} tokens{proj}.")
+        return self.save_profile_as(name, settings=self.round_settings(number), device=self.device_id(),
+                                    description=description)
+
+    def _save_round_dialog(self, number: int) -> None:
+        name, ok = QInputDialog.getText(self, "Save as profile", "Profile name:",
+                                        text=f"{self.model_name()} {self.round_by_number(number).label()}")
+        if ok and name.strip():
+            self.save_round_as(number, name)

@@ -1,0 +1,123 @@
+"""The right column: live and last-round numbers, the projection caption, the shard map and
+the generated text. It draws what it is given; the session decides what that is."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
+
+from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
+from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.streaming_run import RunSummary, min_budget_mb
+from shardscope.widgets import NumbersPanel, ShardMap
+
+# Both panels' rows come from the metric registry; "projected" is on the chosen device (the caption names it).
+LIVE_FIELDS = panel_rows("live")
+ROUND_FIELDS = panel_rows("summary")
+
+
+class RunView(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plan: ShardPlan | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+
+        live_box = QGroupBox("Live")
+        QVBoxLayout(live_box).addWidget(live := NumbersPanel(LIVE_FIELDS))
+        self.live_numbers = live
+        self.round_box = QGroupBox("Last complete round (engine summary)")
+        rl = QVBoxLayout(self.round_box)
+        rl.addWidget(rounds := NumbersPanel(ROUND_FIELDS))
+        self.round_numbers = rounds
+        # Which figure answers "how much came from memory": its row says so, its tooltip says how.
+        rounds.set_row_tip("cache_hit_rate", FROM_MEMORY)
+        self.projection_label = QLabel("")
+        self.projection_label.setWordWrap(True)
+        self.projection_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        rl.addWidget(self.projection_label)
+        layout.addWidget(live_box)
+        layout.addWidget(self.round_box)
+
+        shard_box = QGroupBox("Shards")
+        sl = QVBoxLayout(shard_box)
+        self.shard_map = ShardMap(cell_size=14)
+        self.shard_caption = QLabel("")
+        self.shard_caption.setWordWrap(True)
+        sl.addWidget(self.shard_map)
+        sl.addWidget(self.shard_caption)
+        layout.addWidget(shard_box)
+
+        text_box = QGroupBox("Generated text")
+        tl = QVBoxLayout(text_box)
+        self.text_view = QPlainTextEdit()
+        self.text_view.setReadOnly(True)
+        self.text_view.setMaximumBlockCount(2000)
+        self.text_view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        # Two lines at the least: the projection caption above took the room, and the
+        # window's minimum height (about 610 px) should stay what a small laptop screen shows.
+        self.text_view.setMinimumHeight(2 * self.text_view.fontMetrics().lineSpacing() + 8)
+        tl.addWidget(self.text_view)
+        layout.addWidget(text_box, 1)
+        self.setMinimumWidth(280)
+
+    def show_plan(self, plan: ShardPlan, settings: RunSettings) -> None:
+        self.plan = plan
+        self.shard_map.set_shards([s.label for s in plan.shards])
+        self.shard_map.show()
+        self.shard_caption.setText(
+            f"{len(plan.shards)} shards (target {plan.shard_bytes_target / MIB:,.0f} MiB), {len(plan.layers)} layers; "
+            f"globals {plan.globals_bytes / MIB:,.0f} MiB stay resident; "
+            f"model weights {plan.total_bytes / MIB:,.0f} MiB; "
+            f"minimum budget {min_budget_mb(plan, settings):,.0f} MiB")
+
+    def show_expert_streaming(self, moe) -> None:
+        """An ExpertRun has no shards: dense weights stay, experts stream (the Experts column)."""
+        self.plan = None
+        self.shard_map.set_shards([])
+        # No shards to count: the map's "evicted 0 loading 0 resident 0" would read as a
+        # run with nothing resident. The caption says what streams instead.
+        self.shard_map.hide()
+        self.shard_caption.setText(
+            f"expert streaming: {moe.dense_bytes / MIB:,.0f} MiB of dense weights stay resident; "
+            f"{len(moe.layers)} layers × {moe.n_expert} experts stream through the expert cache "
+            f"(see the Experts column)")
+
+    def show_sample(self, s: MetricsSample) -> None:
+        """10 Hz: label compares and array stores only; the widgets repaint on their own timers."""
+        self.live_numbers.set_values({key: getattr(s, key) for key in self.live_numbers.keys()})
+        if s.shard_states:
+            self.shard_map.set_states(s.shard_states)
+        plan, pos = self.plan, s.current_layer_pos
+        if plan is not None and pos is not None and 0 <= pos < len(plan.layer_shards) and plan.layer_shards[pos]:
+            self.shard_map.set_current(plan.layer_shards[pos][0])
+        else:
+            self.shard_map.set_current(None)
+
+    def show_token(self, n: int, piece: str, prompt: str) -> None:
+        if n == 0:  # each round restarts from the prompt
+            self.text_view.setPlainText(prompt)
+        cursor = self.text_view.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        cursor.insertText(piece)
+        self.text_view.setTextCursor(cursor)
+
+    def show_round(self, summary: RunSummary) -> None:
+        self.round_numbers.set_values(summary.row())
+        self.round_box.setToolTip(f"{summary.model_filename}: {summary.n_gen} tokens, "
+                                  f"budget {summary.budget_mb:,.0f} MiB, {summary.policy}")
+
+    def show_projection(self, p: RoundProjection | None, device_chosen: bool) -> None:
+        if p is None:
+            self.round_numbers.set_value("projected_ts", None)
+            self.projection_label.setText("projection: after the first complete round" if device_chosen
+                                          else "no device chosen: no projection")
+            self.projection_label.setToolTip("")
+            return
+        self.round_numbers.set_value("projected_ts", p.tok_s)
+        self.projection_label.setText(p.caption())
+        self.projection_label.setToolTip(p.tooltip())

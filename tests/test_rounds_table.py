@@ -1,0 +1,146 @@
+"""The rounds table: every complete round of a session with its settings, a pinned baseline
+(deltas in the round panel, its curves faintly behind the live ones), apply and save from
+any row, sorting, and the export; and the phase spans named once per kind."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pyqtgraph as pg
+import pytest
+
+from conftest import stop_and_wait, wait_for
+from shardscope.app.run_view.phase_bands import PhaseBands
+from shardscope.app.rounds.rounds import FIGURES, round_columns
+from shardscope.engine.knobs.knobs import SWEPT
+from shardscope.engine.measure.metric_registry import METRICS
+from shardscope.widgets import RoundsTable, TableColumn
+from shardscope.widgets.numbers_panel import delta_text
+from shardscope.widgets.rounds_table import BASELINE_MARK
+
+
+def test_columns_come_from_the_registries():
+    keys = [c.key for c in round_columns()]
+    # Every round figure the metric registry declares, every knob a sweep varies, nothing hand-listed.
+    assert [m.name for m in METRICS if m.summary] == [m.name for m in FIGURES]
+    assert all(m.name in keys for m in FIGURES) and all(k in keys for k in SWEPT)
+    assert {"round", "device", "bound"} <= set(keys)
+
+
+def test_the_widget_sorts_by_value_and_keeps_its_baseline_by_id(qtbot):
+    table = RoundsTable([TableColumn("round", "round"), TableColumn("avg_ts", "tok/s")])
+    qtbot.addWidget(table)
+    pinned = []
+    table.baseline_changed.connect(pinned.append)
+    for rid, ts in ((1, 9.5), (2, 10.25), (3, None), (4, 2.0)):
+        table.add_row(rid, {"round": rid, "avg_ts": ts})
+    table.sort_by("avg_ts", descending=True)
+    assert table.row_ids() == [2, 1, 4, 3]  # numerically, the missing value last
+    table.sort_by("avg_ts")
+    assert table.row_ids() == [4, 1, 2, 3]  # still last ascending
+    table.select(1)
+    table.pin_button.click()
+    assert table.baseline() == 1 and pinned == [1] and table.text(1, "round") == "1"
+    table.sort_by("round", descending=True)
+    assert table.baseline() == 1 and table.table.item(table.row_ids().index(1), 0).text() == BASELINE_MARK
+    table.select(1)
+    assert table.pin_button.text() == "Unpin baseline"
+    table.pin_button.click()
+    assert table.baseline() is None and pinned == [1, None]
+
+
+def test_phase_kinds_are_named_once_however_many_rounds(qtbot):
+    from shardscope.app.run_view.charts import build_run_chart
+
+    chart = build_run_chart()
+    qtbot.addWidget(chart)
+    bands = PhaseBands(chart)
+    t = 0.0
+    bands.phase("loading", t)
+    for _ in range(12):  # twelve rounds, each with its prompt pass
+        bands.phase("prompt", t + 1)
+        bands.phase("generating", t + 2)
+        t += 3
+    bands.end(t)
+    assert bands.legend_names() == ["loading", "prompt"]
+    legend_labels = [label.text for _, label in chart.plot_item("memory").legend.items]
+    assert legend_labels.count("prompt") == 1 and legend_labels.count("loading") == 1
+    assert len([s for s in bands.spans() if s[0] == "prompt"]) == 12
+    # No text sits on a span any more: nothing to overprint at any number of rounds.
+    texts = [i for i in chart.plot_item("memory").items if isinstance(i, pg.InfLineLabel)]
+    assert texts == []
+
+
+def test_rounds_appear_with_their_settings_pin_a_baseline_and_save_a_row(qtbot, window, tmp_path):
+    w = window
+    w.apply_settings(w.current_settings().with_changes(n_gen=4, threads=1, budget_mb=1024))
+    w.start_run()
+    wait_for(qtbot, w, lambda: len(w.rounds) >= 1, 60_000)
+    w.apply_settings(w.current_settings().with_changes(threads=2))  # live: the next rounds take it
+    wait_for(qtbot, w, lambda: any(r.settings.threads == 2 for r in w.rounds[1:])
+             and w.rounds[-1].settings.threads == 2 and len(w.rounds) >= 3, 90_000)
+    stop_and_wait(qtbot, w)
+    table = w.rounds_table
+
+    # One row per complete round, in order, with the settings the window ran it with.
+    complete = [s for s in w.summaries if not s.stopped]
+    assert len(w.rounds) == len(complete) == table.table.rowCount()
+    assert [r.summary for r in w.rounds] == complete
+    assert table.value(1, "threads") == 1 and table.value(len(w.rounds), "threads") == 2
+    assert all(table.value(r.number, "budget_mb") == 1024 for r in w.rounds)
+    # The figures are the engine's summary values, not recomputed by the table.
+    for r in w.rounds:
+        for m in FIGURES:
+            if m.name != "projected_ts":
+                assert table.value(r.number, m.name) == pytest.approx(getattr(r.summary, m.name), nan_ok=True)
+        assert r.summary.n_gen == 4 and r.summary.avg_ts > 0
+    # Room for what differs: the budget every round shares is listed under the table, not a column;
+    # the expert knobs a dense model has no value for are hidden; threads, which differ, show.
+    assert "budget_mb" in table.hidden() and "budget 1024 MB" in table.note.text()
+    assert "expert_cache_mb" in table.hidden() and "threads" not in table.hidden()
+    # The window projects onto its device (iPhone 16 Pro by default): every row says so.
+    assert all(table.value(r.number, "device") for r in w.rounds)
+
+    # Pin round 1: the round panel shows the last round's deltas against it.
+    first, last = w.rounds[0], w.rounds[-1]
+    w.pin_baseline(1)
+    assert w.baseline_round() is first and table.baseline() == 1
+    expected = delta_text(last.summary.avg_ts, first.summary.avg_ts)
+    assert expected and w.round_numbers.delta("avg_ts") == expected
+    assert w.round_numbers.delta("ttft_ms") == delta_text(last.summary.ttft_ms, first.summary.ttft_ms)
+    # ... and the charts draw round 1's curves faintly: its own samples, from the session timeline.
+    samples = [(off + s.t_s, s.tok_s) for off, s in w.timeline if first.start_t <= off + s.t_s <= first.end_t]
+    gx, gy = w.ghosts.data("toks")
+    assert len(samples) > 3 and len(gx) == len(samples)
+    assert np.allclose(np.diff(gx), np.diff([t for t, _ in samples]))
+    assert np.allclose(gy, [v for _, v in samples], equal_nan=True)
+    assert "rss" in w.ghosts.keys() and "weights" in w.ghosts.keys()
+    legend = [label.text for _, label in w.chart.plot_item("memory").legend.items]
+    assert "baseline (round 1)" in legend
+
+    # Sorting keeps the baseline and the rows' ids.
+    table.sort_by("threads", descending=True)
+    assert table.column_values("threads")[0] == 2 and table.baseline() == 1
+
+    # Save a row as a profile: the round's knobs, for the window's device; the sliders stay.
+    profile = w.save_round_as(1, "from round one")
+    assert profile is not None and profile.settings.threads == 1 and profile.settings.budget_mb == 1024
+    assert profile.device == w.device_id() and "round 1" in profile.description
+    assert w.controls.value("threads") == 2
+    assert any(p.name == "from round one" for p in w.store.profiles)
+    # Apply a row to the sliders.
+    w.apply_round(1)
+    assert w.controls.value("threads") == 1 and w.current_settings().n_gen == 4
+
+    # Exported with the session: one CSV row per round, the baseline marked.
+    paths = w.export_to(tmp_path / "session")
+    with open(paths.rounds_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in rows] == [r.number for r in w.rounds]
+    assert [r["baseline"] for r in rows] == ["yes"] + [""] * (len(rows) - 1)
+    assert [int(r["threads"]) for r in rows] == [r.settings.threads for r in w.rounds]
+
+    # Unpin: no deltas, no faint curves.
+    w.pin_baseline(None)
+    assert w.round_numbers.delta("avg_ts") == "" and w.ghosts.keys() == []
