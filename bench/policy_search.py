@@ -156,6 +156,130 @@ class Calibrated(Decay):
         return best[1], best[2]
 
 
+class CrossLayer(Decay):
+    """decay, with the chance of a unit of the layer about to run replaced by what the same
+    token's previous layer predicts: decayed counts of (expert at layer l-1, expert at l)
+    co-picks in one token, normalised per previous-layer expert."""
+
+    def __init__(self, trace, capacity, half_life=8.0, mix=1.0):
+        super().__init__(trace, capacity, half_life)
+        self.layers = sorted(trace.header.unit_bytes)
+        self.before = {b: a for a, b in zip(self.layers, self.layers[1:])}
+        self.pairs = {}  # (layer, prev expert) → {expert: decayed count}
+        self.seen = {}   # (layer, prev expert) → decayed count of that prev expert
+        self.last_picks = {}
+        self.predicted = {}  # expert of the next layer → chance
+        self.next_layer = None
+        self.mix = mix
+        self.keep = 0.5 ** (1.0 / half_life)
+
+    def touch(self, layer, experts, counts, r):
+        super().touch(layer, experts, counts, r)
+        if counts is not None:
+            return
+        prev = self.before.get(layer)
+        if prev is not None and prev in self.last_picks:
+            for a in self.last_picks[prev]:
+                row = self.pairs.setdefault((layer, a), {})
+                for b in row:
+                    row[b] *= self.keep
+                for b in experts:
+                    row[b] = row.get(b, 0.0) + 1.0
+                self.seen[(layer, a)] = self.seen.get((layer, a), 0.0) * self.keep + 1.0
+        self.last_picks[layer] = list(experts)
+        i = self.layers.index(layer)
+        nxt = self.layers[(i + 1) % len(self.layers)]
+        self.next_layer, self.predicted = nxt, {}
+        if nxt == self.layers[0]:
+            return
+        k = len(experts)
+        for a in experts:
+            row, n = self.pairs.get((nxt, a)), self.seen.get((nxt, a), 0.0)
+            if not row:
+                continue
+            for b, c in row.items():
+                self.predicted[b] = self.predicted.get(b, 0.0) + c / n / k
+
+    def victim(self, resident, layer, protected):
+        best = None
+        n = len(self.layers)
+        cur = self.d.current
+        for l, res in resident.items():
+            steps = (self.d.position[l] - cur) % n or n
+            for e in res:
+                if l == layer and e in protected:
+                    continue
+                p = self.d.chance((l, e))
+                if l == self.next_layer:
+                    p = (1 - self.mix) * p + self.mix * min(1.0, self.predicted.get(e, 0.0))
+                key = (-(math.inf if p <= 0 else steps + n * (1 / p - 1)), self.last[(l, e)])
+                if best is None or key < best[0]:
+                    best = (key, l, e)
+        return best[1], best[2]
+
+
+class PerLayerHalfLife(Lru):
+    """decay's expected wait, but each layer's chance comes from the half-life (of several,
+    1-32 tokens) whose predictions of that layer's picks scored best so far (Brier score,
+    itself decayed): layers that drift fast forget fast, steady ones remember long."""
+
+    HALF_LIVES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+
+    def __init__(self, trace, capacity, score_memory=16.0, mode="best"):
+        super().__init__(trace, capacity)
+        import numpy as np
+        self.np = np
+        h = trace.header
+        self.layers = sorted(h.unit_bytes)
+        self.position = {l: i for i, l in enumerate(self.layers)}
+        self.k = h.n_expert_used
+        self.keep = np.array([0.5 ** (1 / x) for x in self.HALF_LIVES])[:, None]
+        self.score = {l: np.zeros((len(self.HALF_LIVES), h.n_expert)) for l in self.layers}
+        self.loss = {l: np.zeros(len(self.HALF_LIVES)) for l in self.layers}
+        self.loss_keep = 0.5 ** (1 / score_memory)
+        self.chance = {l: np.zeros(h.n_expert) for l in self.layers}
+        self.current = 0
+        self.mode = mode
+
+    def touch(self, layer, experts, counts, r):
+        super().touch(layer, experts, counts, r)
+        np = self.np
+        self.current = self.position[layer]
+        sc = self.score[layer]
+        if counts is not None:
+            tokens = max(sum(counts.values()) / self.k, 1.0)
+            for e in experts:
+                sc[:, e] = np.minimum(1.0, counts[e] / tokens) / (1 - self.keep[:, 0])
+        else:
+            picked = np.zeros(sc.shape[1])
+            picked[list(experts)] = 1.0
+            pred = np.minimum(1.0, sc * (1 - self.keep))
+            self.loss[layer] = self.loss[layer] * self.loss_keep + ((pred - picked) ** 2).sum(axis=1)
+            sc *= self.keep
+            sc[:, list(experts)] += 1.0
+        pred = np.minimum(1.0, sc * (1 - self.keep))
+        if self.mode == "best":
+            self.chance[layer] = pred[int(np.argmin(self.loss[layer]))]
+        else:
+            w = np.exp(-(self.loss[layer] - self.loss[layer].min()))
+            self.chance[layer] = (w[:, None] * pred).sum(axis=0) / w.sum()
+
+    def victim(self, resident, layer, protected):
+        best = None
+        n = len(self.layers)
+        for l, res in resident.items():
+            steps = (self.position[l] - self.current) % n or n
+            ch = self.chance[l]
+            for e in res:
+                if l == layer and e in protected:
+                    continue
+                p = ch[e]
+                key = (-(math.inf if p <= 0 else steps + n * (1 / p - 1)), self.last[(l, e)])
+                if best is None or key < best[0]:
+                    best = (key, l, e)
+        return best[1], best[2]
+
+
 class Ucp:
     """Utility-based partitioning: per-layer shadow LRU stacks, decayed hit-by-depth
     histograms, a greedy byte allocation per token, evict from the layer most over it."""
@@ -234,6 +358,10 @@ POLICIES = {
     "decay": Decay,
     "ucp": Ucp,
     "cal": Calibrated,
+    "cross": CrossLayer,
+    "hl-best": PerLayerHalfLife,
+    "hl-mix": lambda t, c: PerLayerHalfLife(t, c, mode="mix"),
+    "cross-half": lambda t, c: CrossLayer(t, c, mix=0.5),
     "ucp-decay": lambda t, c: Ucp(t, c, within="decay"),
 }
 
