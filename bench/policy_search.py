@@ -225,7 +225,7 @@ class PerLayerHalfLife(Lru):
 
     HALF_LIVES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
-    def __init__(self, trace, capacity, score_memory=16.0, mode="best"):
+    def __init__(self, trace, capacity, score_memory=16.0, mode="best", density=False):
         super().__init__(trace, capacity)
         import numpy as np
         self.np = np
@@ -240,6 +240,7 @@ class PerLayerHalfLife(Lru):
         self.chance = {l: np.zeros(h.n_expert) for l in self.layers}
         self.current = 0
         self.mode = mode
+        self.density = density
 
     def touch(self, layer, experts, counts, r):
         super().touch(layer, experts, counts, r)
@@ -274,7 +275,44 @@ class PerLayerHalfLife(Lru):
                 if l == layer and e in protected:
                     continue
                 p = ch[e]
-                key = (-(math.inf if p <= 0 else steps + n * (1 / p - 1)), self.last[(l, e)])
+                wait = math.inf if p <= 0 else (steps / p if self.density else steps + n * (1 / p - 1))
+                key = (-wait, self.last[(l, e)])
+                if best is None or key < best[0]:
+                    best = (key, l, e)
+        return best[1], best[2]
+
+
+class NextPassOracle(Decay):
+    """NOT online (a ceiling): decay, but units that their layer's next pass will pick are
+    known and kept; how much one pass of foresight is worth."""
+
+    def __init__(self, trace, capacity):
+        super().__init__(trace, capacity)
+        self.layers = sorted(trace.header.unit_bytes)
+        self.picks = {(r.token, r.layer): set(r.experts) for r in trace.records if not r.prompt}
+        self.token = None
+
+    def touch(self, layer, experts, counts, r):
+        super().touch(layer, experts, counts, r)
+        self.token = None if r.prompt else r.token
+        self.layer = layer
+
+    def victim(self, resident, layer, protected):
+        best = None
+        n = len(self.layers)
+        cur = self.d.current
+        first = min(t for t, _ in self.picks) if self.token is None else None
+        for l, res in resident.items():
+            steps = (self.d.position[l] - cur) % n or n
+            if self.token is None:
+                upcoming = self.picks.get((first, l), set())
+            else:
+                upcoming = self.picks.get((self.token + (1 if l <= layer else 0), l), set())
+            for e in res:
+                if l == layer and e in protected:
+                    continue
+                wait = steps if e in upcoming else n + self.d.expected_wait((l, e))
+                key = (-wait, self.last[(l, e)])
                 if best is None or key < best[0]:
                     best = (key, l, e)
         return best[1], best[2]
@@ -357,10 +395,12 @@ POLICIES = {
     "lru": Lru,
     "decay": Decay,
     "ucp": Ucp,
+    "oracle-next-pass": NextPassOracle,
     "cal": Calibrated,
     "cross": CrossLayer,
     "hl-best": PerLayerHalfLife,
     "hl-mix": lambda t, c: PerLayerHalfLife(t, c, mode="mix"),
+    "hl-density": lambda t, c: PerLayerHalfLife(t, c, mode="mix", density=True),
     "cross-half": lambda t, c: CrossLayer(t, c, mix=0.5),
     "ucp-decay": lambda t, c: Ucp(t, c, within="decay"),
 }
