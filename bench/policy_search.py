@@ -5,7 +5,10 @@ unions fitted to the cache first, decoded tokens counted) through candidate poli
 small standalone simulator, and prints each one's hit rate and its share of the way from
 lru to Belady's optimum (engine/experts/optimal_cache.py) at 1x and 2x one token's picks.
 
-    .venv/bin/python bench/policy_search.py [policy ...]
+    .venv/bin/python bench/policy_search.py [policy ...]     (TRACES=gptoss,gemma to pick traces)
+
+Findings (docs/decisions.md, "Issue 25: the online policy search"): no candidate reaches half
+the gap; one pass of foresight (oracle-next-pass, not online) does on five of six points.
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ class Lru:
         self.last, self.tick = {}, 0
 
     def touch(self, layer, experts, counts, r):
-        self.tick += 1
+        # one tick per pick, in router order: ExpertCache's tie rule (the dict order of one access)
         for e in experts:
+            self.tick += 1
             self.last[(layer, e)] = self.tick
 
     def victim(self, resident, layer, protected):
@@ -124,7 +128,7 @@ class Calibrated(Decay):
             for row in tab:
                 row[0] *= self.keep
                 row[1] *= self.keep
-            for (l, e) in [u for u in self.d.score if u[0] == layer] if False else self._units(layer):
+            for (l, e) in self._units(layer):
                 b = self.bin((l, e), prev)
                 tab[b][1] += 1.0
                 if e in picked:
@@ -434,4 +438,5 @@ def main(names):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(POLICIES))
+    # the default: the kept candidates and the ceiling (ucp, cal, cross take minutes on Qwen here)
+    main(sys.argv[1:] or ["decay", "hl-mix", "oracle-next-pass"])
