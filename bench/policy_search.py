@@ -68,16 +68,13 @@ class Lru:
             self.tick += 1
             self.last[(layer, e)] = self.tick
 
+    def key(self, l, e):
+        """Smallest leaves first."""
+        return self.last[(l, e)]
+
     def victim(self, resident, layer, protected):
-        best = None
-        for l, res in resident.items():
-            for e in res:
-                if l == layer and e in protected:
-                    continue
-                t = self.last[(l, e)]
-                if best is None or t < best[0]:
-                    best = (t, l, e)
-        return best[1], best[2]
+        return min(((l, e) for l, res in resident.items() for e in res
+                    if not (l == layer and e in protected)), key=lambda u: self.key(*u))
 
 
 class Decay(Lru):
@@ -89,16 +86,8 @@ class Decay(Lru):
         super().touch(layer, experts, counts, r)
         self.d.picked(layer, experts, counts)
 
-    def victim(self, resident, layer, protected):
-        best = None
-        for l, res in resident.items():
-            for e in res:
-                if l == layer and e in protected:
-                    continue
-                key = (-self.d.expected_wait((l, e)), self.last[(l, e)])
-                if best is None or key < best[0]:
-                    best = (key, l, e)
-        return best[1], best[2]
+    def key(self, l, e):
+        return (-self.d.expected_wait((l, e)), self.last[(l, e)])
 
 
 class Calibrated(Decay):
