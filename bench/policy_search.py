@@ -311,6 +311,46 @@ class NextPassOracle(Decay):
         return best[1], best[2]
 
 
+class RankAware(Decay):
+    """decay's expected wait; for a unit its layer's last pass picked, the chance is the mean
+    of decay's and that layer's learned share of picks repeated at the next pass by their
+    router-weight rank at the last pass (rank 0 repeats more: Qwen 48 % vs 28 % for rank 5)."""
+
+    def __init__(self, trace, capacity, lift=False):
+        super().__init__(trace, capacity)
+        self.lift = lift
+        k = trace.header.n_expert_used
+        self.layers = sorted(trace.header.unit_bytes)
+        self.rate = {l: [[0.5, 1.0] for _ in range(k)] for l in self.layers}
+        self.rank = {l: {} for l in self.layers}  # expert → rank at the layer's last decoded pass
+
+    def touch(self, layer, experts, counts, r):
+        super().touch(layer, experts, counts, r)
+        if counts is not None:
+            return
+        rate, picked = self.rate[layer], set(experts)
+        for e, i in self.rank[layer].items():
+            rate[i][1] += 1.0
+            rate[i][0] += e in picked
+        order = sorted(range(len(experts)), key=lambda i: -r.weights[i]) if r.weights else range(len(experts))
+        self.rank[layer] = {experts[i]: j for j, i in enumerate(order) if j < len(rate)}
+
+    def key(self, l, e):
+        i = self.rank[l].get(e)
+        if i is None:
+            return super().key(l, e)
+        n = len(self.layers)
+        steps = (self.d.position[l] - self.d.current) % n or n
+        hit, seen = self.rate[l][i]
+        if self.lift:  # decay's chance scaled by this rank's repeat rate over the layer's mean
+            rows = self.rate[l]
+            mean = sum(h for h, _ in rows) / sum(c for _, c in rows)
+            p = min(1.0, self.d.chance((l, e)) * (hit / seen) / mean)
+        else:
+            p = 0.5 * (self.d.chance((l, e)) + hit / seen)
+        return (-(steps + n * (1 / p - 1)), self.last[(l, e)])
+
+
 class Ucp:
     """Utility-based partitioning: per-layer shadow LRU stacks, decayed hit-by-depth
     histograms, a greedy byte allocation per token, evict from the layer most over it."""
@@ -388,6 +428,8 @@ POLICIES = {
     "lru": Lru,
     "decay": Decay,
     "ucp": Ucp,
+    "rank": RankAware,
+    "rank-lift": lambda t, c: RankAware(t, c, lift=True),
     "oracle-next-pass": NextPassOracle,
     "cal": Calibrated,
     "cross": CrossLayer,
