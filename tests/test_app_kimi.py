@@ -78,7 +78,8 @@ def test_kimi_model_streams_in_the_window_with_a_384_wide_map(qtbot, tmp_path, k
         with qtbot.waitSignal(panel.computed, timeout=60_000):
             panel.compute_button.click()
         lru = [y for _, y in panel.plot.curves()["lru"] if np.isfinite(y)]
-        assert lru and lru == sorted(lru) and 0 < lru[0] <= lru[-1] <= 1.0 + 1e-9
+        # the curve now starts at one token's picks (issue 25), where lru may hit nothing
+        assert lru and lru == sorted(lru) and 0 <= lru[0] <= lru[-1] <= 1.0 + 1e-9 and lru[-1] > 0
         stop_and_wait(qtbot, window)
         assert window.last_error is None, window.last_error
     finally:
