@@ -179,7 +179,7 @@ def test_expert_knobs_reach_the_running_engine_and_a_saved_profile(qtbot, tmp_pa
         stop_and_wait(qtbot, window)
 
         window.load_profile("Streaming demo")
-        assert window.controls.value("expert_policy") == "lru"
+        assert window.controls.value("expert_policy") == RunSettings().expert_policy  # the knob default
         window.load_profile("MoE rig")
         assert {k: window.controls.value(k) for k in ("expert_cache_mb", "expert_policy", "expert_speculation")} \
             == {"expert_cache_mb": 43, "expert_policy": "lfu", "expert_speculation": True}
