@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_shapes import (
     MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
 
@@ -127,7 +128,9 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
     fd = dense_ff(e)
     s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
-    out = list(head)
+    real = getattr(spec, "routing", "uniform") == "real"
+    # MLA takes no context head (synth_router): real routing here is popularity and the token part.
+    out = [synth_router.real_embedding(head[0])] if real else list(head)
     for i in range(n):
         p = f"blk.{i}."
         out += [
@@ -150,10 +153,11 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
                 _Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd)),
             ]
             continue
-        out += [
-            _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True, row_scale=router_scale(spec, i)),
-            _Tensor(p + "exp_probs_b.bias", 1, x, False, BIAS_SIGMA, random_f32=True),
-        ]
+        router = _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True, row_scale=router_scale(spec, i))
+        bias = _Tensor(p + "exp_probs_b.bias", 1, x, False, BIAS_SIGMA, random_f32=True)
+        if real:
+            router, bias = synth_router.real_router(router, i, n), synth_router.real_router_bias(bias, i, n)
+        out += [router, bias]
         if spec.shared_experts:
             s = spec.shared_experts * f
             out += [

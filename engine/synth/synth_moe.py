@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
+from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
@@ -40,6 +41,8 @@ class MoeSpec:
     experts_used: int = 8
     shared_experts: int = 0
     routing_skew: float = 0.0
+    # "real": a router with real routing's structure (engine.synth.synth_router); "uniform": random rows
+    routing: str = "real"
     # "" picks llama (no shared experts) or qwen2moe; "deepseek2" is the Kimi / DeepSeek-V3 shape
     arch: str = ""
 
@@ -65,6 +68,8 @@ def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
         raise ShardscopeError(f"{where}: arch llama has no shared experts; use qwen2moe or deepseek2")
     if spec.arch == "qwen2moe" and not spec.shared_experts:
         raise ShardscopeError(f"{where}: arch qwen2moe needs shared_experts ≥ 1")
+    if spec.routing not in synth_router.MODES:
+        raise ShardscopeError(f"{where}: routing must be one of {', '.join(synth_router.MODES)}, got {spec.routing!r}")
     skew = spec.routing_skew
     if isinstance(skew, bool) or not isinstance(skew, numbers.Real) or not math.isfinite(skew) or skew < 0:
         raise ShardscopeError(f"{where}: routing_skew must be a finite number ≥ 0, got {skew!r}")
@@ -165,14 +170,16 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
-    out = list(head)
+    real = spec.routing == "real"
+    out = [synth_router.real_embedding(head[0])] if real else list(head)
     for i in range(n):
         p = f"blk.{i}."
-        out += attention_tensors(p, e, kv, n) + [
-            # Router logits of unit scale: picks then depend on the token, not on noise.
-            _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True,
-                    row_scale=router_scale(spec, i)),
-        ]
+        attention = attention_tensors(p, e, kv, n)
+        if real and i == 0:
+            attention = synth_router.real_context_attention(attention, shape)
+        # uniform: router logits of unit scale, so picks depend on the token, not on noise.
+        router = _Tensor(p + "ffn_gate_inp.weight", x, e, False, s_e, random_f32=True, row_scale=router_scale(spec, i))
+        out += attention + [synth_router.real_router(router, i, n) if real else router]
         if spec.shared_experts:
             s = spec.shared_experts * f
             out += [

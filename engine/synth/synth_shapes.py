@@ -61,6 +61,9 @@ class _Tensor:
     # an F32 tensor without it is a norm (all ones).
     random_f32: bool = False
     row_scale: tuple[float, ...] = ()
+    # Weights with a structure (engine.synth.synth_router): fill(rng) gives the float matrix
+    # [n_expert * rows, cols]; written as F32, or as Q8_0 when ``quantized``.
+    fill: object = None
 
     @property
     def nbytes(self) -> int:
