@@ -97,6 +97,8 @@ class ExpertPanel(QWidget):
         cl.addLayout(buttons)
         self.routing_stats = QLabel("")  # the replayed trace's routing statistics (engine.experts.trace_stats)
         self.routing_stats.setWordWrap(True)
+        # Room for the two lines wrapped at the panel's narrowest: a wrapped label's height is not its hint.
+        self.routing_stats.setMinimumHeight(4 * self.routing_stats.fontMetrics().lineSpacing())
         self.routing_stats.setToolTip("lag-n: share of a token's picks the token n back also picked (per layer); "
                                       "static top-k: share the run's k most-picked experts cover; "
                                       "hottest-8: share of the 8 most-picked experts")

@@ -121,11 +121,11 @@ def format_stats(stats: TraceStats, name: str) -> str:
 
 
 def summary_line(stats: TraceStats) -> str:
-    """One line of the overall figures (the window's expert panel shows it)."""
-    return (f"Routing over {stats.tokens} decoded tokens: lag-1 reuse {_pct(stats.lag1)}, lag-8 {_pct(stats.lag8)} "
-            f"(random {_pct(stats.random)}), static top-{stats.n_expert_used} {_pct(stats.static_topk)}, "
-            f"distinct {stats.distinct_mean:.0f} of {stats.n_expert} per layer, hottest-8 share "
-            f"{_pct(stats.hottest8_first_third)} (first third of layers) \u2192 {_pct(stats.hottest8_last_third)} (last)")
+    """The overall figures in two short lines (the window's expert panel shows them)."""
+    return (f"Routing, {stats.tokens} decoded tokens: lag-1 reuse {_pct(stats.lag1)}, lag-8 {_pct(stats.lag8)} "
+            f"(random {_pct(stats.random)})\nstatic top-{stats.n_expert_used} {_pct(stats.static_topk)}, distinct "
+            f"{stats.distinct_mean:.0f} of {stats.n_expert}, hottest-8 {_pct(stats.hottest8_first_third)} \u2192 "
+            f"{_pct(stats.hottest8_last_third)} (first \u2192 last third of layers)")
 
 
 __all__ = ["summary_line", "HOTTEST", "LayerStats", "TraceStats", "layer_stats", "trace_stats", "format_stats"]

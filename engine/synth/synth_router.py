@@ -60,7 +60,7 @@ CONTEXT_GAIN = 2.0  # per-dim scale of the context block (other layers add noise
 # Attention score per RoPE pair between the constant query and key: s = q·k / sqrt(head_dim) per pair.
 KERNEL_S = 0.3
 # Logit scales in units of one residual dimension (calibrated: docs/synthetic-routing.md).
-POPULARITY = (0.8, 2.0)  # β at the first and the last layer, linear in between
+POPULARITY = (0.5, 1.8)  # β at the first and the last layer, linear in between
 CONTEXT = 1.2  # γ
 TOKEN = 0.8  # τ
 
