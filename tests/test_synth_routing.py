@@ -54,6 +54,24 @@ def test_context_head_attends_to_recent_tokens_whatever_they_are():
         assert 0.15 < recent[0] < 0.5 and recent[:8].sum() > 0.5  # mostly the last few tokens, a long tail
 
 
+def test_mla_context_head_attends_to_recent_tokens():
+    """deepseek2's head 0 (q_a → q_a_norm → q_b rope part against the shared rope key), arrays alone."""
+    rng = np.random.default_rng(2)
+    n_embd, n_head, q_lora, kv_lora = 512, 4, 96, 64
+    emb = synth_router.token_embedding(300, n_embd, rng)
+    w = synth_router.context_mla(n_embd, n_head, q_lora, kv_lora, 64, 64, 64, 10, rng)
+    x = emb[rng.integers(0, 300, 40)]
+    x = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True))
+    qa = x[-1] @ w["q_a"].T
+    q = (qa / np.sqrt((qa ** 2).mean())) @ w["q_b"].T
+    assert not q[:64].any()  # head 0 scores by its rope part only
+    k_pe = x @ w["kv_a"][kv_lora:].T
+    sc = _rope_scores(q[64:128], k_pe, head_dim=64) * np.sqrt(64 / 128)  # deepseek2 divides by sqrt(nope + rope)
+    a = np.exp(sc - sc.max())
+    recent = (a / a.sum())[::-1]
+    assert recent[0] > recent[1] > recent[3] > recent[10] and 0.15 < recent[0] < 0.5 and recent[:8].sum() > 0.5
+
+
 def test_router_arrays_are_deterministic_and_popularity_grows_with_depth():
     a = synth_router.router_weights(3, 8, 128, 512, np.random.default_rng(5))
     b = synth_router.router_weights(3, 8, 128, 512, np.random.default_rng(5))

@@ -129,11 +129,10 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
     s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
     real = getattr(spec, "routing", "uniform") == "real"
-    # MLA takes no context head (synth_router): real routing here is popularity and the token part.
     out = [synth_router.real_embedding(head[0])] if real else list(head)
     for i in range(n):
         p = f"blk.{i}."
-        out += [
+        attention = [
             _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
             _Tensor(p + "attn_q_a.weight", q, e, True, s_e),
             _Tensor(p + "attn_q_a_norm.weight", 1, q, False, 0.0),
@@ -146,6 +145,9 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
             _Tensor(p + "attn_output.weight", e, h * V_HEAD, True, s_res / math.sqrt(h * V_HEAD)),
             _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
         ]
+        if real and i == 0:
+            attention = synth_router.real_context_mla(attention, (e, h, q, kv, NOPE, ROPE, V_HEAD, n))
+        out += attention
         if i < DENSE_LEAD:
             out += [
                 _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),

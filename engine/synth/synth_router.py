@@ -38,8 +38,8 @@ as GGUF stores them, i.e. ``W @ x``):
   ``exp_probs_b`` (deepseek2 / Kimi): the same popularity as a bias (sigmoid routers
   add it to the scores before top-k), small next to the logits like a trained one.
 
-An arch whose attention cannot take ``context_attention`` (MLA) still gets popularity and
-the token part; its lag-n reuse then comes from those alone (lower than a real one's).
+- ``context_mla(n_embd, n_head, q_lora, kv_lora, nope, rope, v_head, n_layers, rng)`` →
+  ``q_a``, ``q_b``, ``kv_a``, ``v_b``, ``o``: the same head for MLA attention (deepseek2).
 Calibration: docs/synthetic-routing.md.
 """
 
@@ -122,6 +122,46 @@ def context_attention(n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n
     return {"q": q, "k": k, "v": v, "o": o}
 
 
+def context_mla(n_embd: int, n_head: int, q_lora: int, kv_lora: int, nope: int, rope: int, v_head: int,
+                n_layers: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The same context head for MLA attention (deepseek2: Kimi, DeepSeek-V3), layer 0's.
+
+    Head 0 scores only by its RoPE part: q_a's first row reads the constant block (so
+    q_a_norm's output holds a near-constant there), head 0's rope rows of q_b read only that
+    dim, the shared rope key (the last ``rope`` rows of kv_a_mqa) reads the constant block;
+    head 0's nope rows are zero. The values are the normalised latent (kv_a's first
+    ``kv_lora`` rows, reading the token dims only), head 0's v_b maps it to ``v_head`` dims
+    and attn_output writes those into the context block, and nothing else there.
+    Returns ``q_a`` [q_lora, n_embd], ``q_b`` [n_head·(nope+rope), q_lora], ``kv_a``
+    [kv_lora+rope, n_embd], ``v_b`` [n_head·v_head, kv_lora], ``o`` [n_embd, n_head·v_head].
+    """
+    s_e, s_res = 1.0 / math.sqrt(n_embd), 1.0 / math.sqrt(2.0 * n_layers)
+    tok = _token_dims(n_embd, v_head)
+    q_a = rng.standard_normal((q_lora, n_embd), dtype=np.float32) * s_e
+    q_b = rng.standard_normal((n_head * (nope + rope), q_lora), dtype=np.float32) / math.sqrt(q_lora)
+    kv_a = rng.standard_normal((kv_lora + rope, n_embd), dtype=np.float32) * s_e
+    v_b = rng.standard_normal((n_head * v_head, kv_lora), dtype=np.float32) / math.sqrt(kv_lora)
+    o = rng.standard_normal((n_embd, n_head * v_head), dtype=np.float32) * (s_res / math.sqrt(n_head * v_head))
+    const_seen = CONST_DIMS * EMBED_CONST / _const_rms(n_embd)
+    # Per RoPE pair q·k = s·sqrt(nope + rope): llama.cpp scales deepseek2 scores by 1/sqrt(nope + rope).
+    pair = math.sqrt(KERNEL_S * math.sqrt(nope + rope))
+    lead = 4.0  # q_a's constant dim, before q_a_norm; the other q_lora - 1 dims are about unit scale
+    q_a[0] = 0.0
+    q_a[0, :CONST_DIMS] = lead / const_seen
+    after_norm = lead / math.sqrt((lead ** 2 + q_lora - 1) / q_lora)
+    q_b[:nope + rope] = 0.0
+    q_b[nope:nope + rope:2, 0] = pair / after_norm
+    kv_a[kv_lora:] = 0.0
+    kv_a[kv_lora::2, :CONST_DIMS] = pair / const_seen
+    kv_a[:kv_lora, ~tok] = 0.0  # the latent (the values) reads the token dims only
+    ctx = context_dims(n_embd, v_head)
+    width = ctx.stop - ctx.start
+    o[ctx, :] = 0.0
+    o[:, :v_head] = 0.0
+    o[ctx, :width] = np.eye(width, dtype=np.float32) * (CONTEXT_GAIN / 0.45)
+    return {"q_a": q_a, "q_b": q_b, "kv_a": kv_a, "v_b": v_b, "o": o}
+
+
 def popularity(layer: int, n_layers: int) -> float:
     lo, hi = POPULARITY
     return lo + (hi - lo) * (layer / max(1, n_layers - 1))
@@ -165,6 +205,18 @@ def real_context_attention(attention: list[_Tensor], shape: _Shape) -> list[_Ten
             else t for t in attention]
 
 
+def _mla_part(name: str, dims: tuple, rng: np.random.Generator) -> np.ndarray:
+    return context_mla(*dims, rng)[name]
+
+
+def real_context_mla(attention: list[_Tensor], dims: tuple) -> list[_Tensor]:
+    """Layer 0's attn_q_a/q_b/kv_a_mqa/v_b/output of a deepseek2 writer from context_mla;
+    ``dims``: context_mla's arguments before ``rng``."""
+    names = {"attn_q_a": "q_a", "attn_q_b": "q_b", "attn_kv_a_mqa": "kv_a", "attn_v_b": "v_b", "attn_output": "o"}
+    return [replace(t, fill=partial(_mla_part, names[key], dims)) if (key := t.name.split(".")[-2]) in names
+            else t for t in attention]
+
+
 def real_router(t: _Tensor, layer: int, n_layers: int) -> _Tensor:
     """ffn_gate_inp ([n_expert, n_embd]) from router_weights; its row_scale (routing skew) still applies."""
     return replace(t, fill=partial(router_weights, layer, n_layers, t.rows, t.cols, head_dim=HEAD_DIM))
@@ -175,4 +227,4 @@ def real_router_bias(t: _Tensor, layer: int, n_layers: int) -> _Tensor:
     return replace(t, fill=lambda rng: router_bias(layer, n_layers, t.cols, rng, t.sigma))
 
 
-__all__ = ["real_embedding", "real_context_attention", "real_router", "real_router_bias", "MODES", "token_embedding", "context_attention", "router_weights", "router_bias", "popularity"]
+__all__ = ["real_embedding", "real_context_attention", "real_context_mla", "context_mla", "real_router", "real_router_bias", "MODES", "token_embedding", "context_attention", "router_weights", "router_bias", "popularity"]
