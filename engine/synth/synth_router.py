@@ -20,8 +20,8 @@ in units of one residual dimension. Three blocks of the residual stream carry th
   layer 0's attention head 0. That head's query and key read the constant block, so
   they are the same vector at every position; RoPE then makes the score of a key Δ
   tokens back s·Σ_i cos(Δ·θ_i), which falls like -ln Δ: attention weight ∝ Δ^-α, a
-  recency-weighted average of the tokens' values (weight 0.29 on the current token,
-  0.21 on the previous one, a long tail). Its value reads the token part of the
+  recency-weighted average of the tokens' values (weight about 0.32 on the current
+  token, 0.18 on the previous one, 0.11 two back, a long tail). Its value reads the token part of the
   embedding; its output goes, through ``attn_output``, into the context block only;
 - the remaining dims: the token-specific part (random embeddings, as before).
 
@@ -35,12 +35,13 @@ as GGUF stores them, i.e. ``W @ x``):
   needs RoPE of the NORM or NEOX kind over the whole head (the score kernel is the same);
 - ``router_weights(layer, n_layers, n_expert, n_embd, rng)`` → [n_expert, n_embd];
 - ``router_bias(layer, n_layers, n_expert, rng)`` → [n_expert], for archs with
-  ``exp_probs_b`` (deepseek2 / Kimi): the same popularity as a bias (sigmoid routers
-  add it to the scores before top-k), small next to the logits like a trained one.
-
+  ``exp_probs_b`` (deepseek2 / Kimi): a per-expert bias growing with depth (sigmoid
+  routers add it to the scores before top-k), small next to the logits like a trained one;
 - ``context_mla(n_embd, n_head, q_lora, kv_lora, nope, rope, v_head, n_layers, rng)`` →
   ``q_a``, ``q_b``, ``kv_a``, ``v_b``, ``o``: the same head for MLA attention (deepseek2).
-Calibration: docs/synthetic-routing.md.
+
+The ``real_*`` functions at the end are the writers' glue: a synth_shapes tensor given its
+weights from the above. Calibration and measurements: docs/synthetic-routing.md.
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def token_embedding(n_vocab: int, n_embd: int, rng: np.random.Generator, head_di
     return emb
 
 
-def _const_rms(n_embd: int) -> float:
-    """RMS of an embedding: what layer 0's norm divides by."""
-    return math.sqrt((CONST_DIMS * EMBED_CONST ** 2 + (n_embd - CONST_DIMS - 64)) / n_embd)
+def _const_rms(n_embd: int, head_dim: int = HEAD_DIM) -> float:
+    """RMS of an embedding (constant block, empty context block, unit-scale rest): what layer 0's norm divides by."""
+    return math.sqrt((CONST_DIMS * EMBED_CONST ** 2 + int(_token_dims(n_embd, head_dim).sum())) / n_embd)
 
 
 def context_attention(n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_layers: int,
@@ -188,6 +189,7 @@ def router_bias(layer: int, n_layers: int, n_expert: int, rng: np.random.Generat
 
 
 # The writers' glue: a tensor of engine.synth.synth_shapes given its weights from the above.
+
 
 def real_embedding(t: _Tensor) -> _Tensor:
     """token_embd with the constant and context blocks the router reads."""
