@@ -128,7 +128,7 @@ def tensors(shape: _Shape, spec, n_vocab: int, router_scale) -> list[_Tensor]:
     fd = dense_ff(e)
     s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
-    real = getattr(spec, "routing", "uniform") == "real"
+    real = spec.routing == "real"
     out = [synth_router.real_embedding(head[0])] if real else list(head)
     for i in range(n):
         p = f"blk.{i}."

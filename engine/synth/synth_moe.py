@@ -13,6 +13,9 @@ Widths are chosen, where the size allows, so that one expert's slice of each exp
 tensor is a whole number of 4 KiB pages: an expert then loads and evicts without
 touching its neighbours' pages.
 
+Routing: ``routing="real"`` (the default) writes a router, layer 0's attention and the
+embedding so that llama.cpp's picks have real routing's reuse and popularity
+(engine/synth/synth_router.py); ``"uniform"`` keeps random router rows.
 Routing skew: random routers pick experts almost uniformly, the worst case for any
 expert cache; real routers favour some experts. ``routing_skew`` S scales the router
 rows of the first ``max(2, n_expert // 8)`` experts of each layer (rotated per layer) by
