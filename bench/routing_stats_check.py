@@ -99,8 +99,8 @@ def report(s: dict) -> bool:
 
 
 def bench_text(model: str, budget_mb: int, tokens: int, trace: str | None) -> str:
-    cmd = [SHARDSCOPE, "bench", "--model", model, "--budget-mb", str(budget_mb), "--tokens", str(tokens), "--quiet"]
-    cmd = [c for c in cmd if c != "--quiet"]  # the text line is printed unless --quiet
+    # not --quiet: that would drop the "text" line
+    cmd = [SHARDSCOPE, "bench", "--model", model, "--budget-mb", str(budget_mb), "--tokens", str(tokens)]
     if trace:
         cmd += ["--trace", trace]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
