@@ -9,6 +9,7 @@ statistics against the targets of issue #26 (real Qwen3-30B-A3B: lag-1 38.0 %, l
 the greedy text is identical under streaming. Exit 1 if a target is missed.
 
     python bench/routing_stats_check.py [--size-mb 400] [--routing real|uniform] [--keep DIR]
+    python bench/routing_stats_check.py --arch gpt-oss --size-mb 200   # an arch's own expert counts and depth
     python bench/routing_stats_check.py --trace t.jsonl          # only the statistics of a trace
     python bench/routing_stats_check.py --route-csv qwen.route.csv  # a BigMoeOnEdge route_trace v1 CSV
 """
@@ -114,6 +115,8 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=96)
     p.add_argument("--budget-mb", type=int, default=150)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", help="synth --arch A with that arch's expert counts and default depth "
+                   "(the targets are the 128×8 llama-style synth's; other archs: reported)")
     p.add_argument("--keep", help="write the model and trace here instead of a temp dir")
     p.add_argument("--trace", help="only report this trace (JSON lines)")
     p.add_argument("--route-csv", help="only report this BigMoeOnEdge route_trace v1 CSV")
@@ -125,8 +128,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(args.keep or tmp)
         where.mkdir(parents=True, exist_ok=True)
-        model, trace = str(where / "synth-moe-128x8.gguf"), str(where / "t.jsonl")
-        cmd = [SHARDSCOPE, "synth", "--moe", "--experts", "128", "--experts-used", "8", "--layers", "8",
+        model, trace = str(where / f"synth-moe-{args.arch or '128x8'}.gguf"), str(where / "t.jsonl")
+        shape = ["--arch", args.arch] if args.arch else ["--experts", "128", "--experts-used", "8", "--layers", "8"]
+        cmd = [SHARDSCOPE, "synth", "--moe", *shape,
                "--size-mb", str(args.size_mb), "--seed", str(args.seed), "--out", model, "--quiet"]
         if args.routing:
             cmd += ["--routing", args.routing]
