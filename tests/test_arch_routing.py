@@ -71,8 +71,10 @@ def test_real_routing_structure_is_in_every_arch_file_and_uniform_is_not(tmp_pat
         assert real["blk.0.attn_q_a.weight"][0, CONST:].any() == False  # noqa: E712
         assert uniform["blk.0.attn_q_a.weight"][0, CONST:].any()
     else:  # head 0's query and key read the constant block only
+        n_rot = int(64 * ARCH_SPECS[arch].rope_fraction)  # glm4moe: the rotated half only
         for name in ("blk.0.attn_q.weight", "blk.0.attn_k.weight"):
-            assert not real[name][:64, CONST:].any() and real[name][:64:2, :CONST].all(), name
+            assert not real[name][:64, CONST:].any() and real[name][:n_rot:2, :CONST].all(), name
+            assert not real[name][n_rot:64].any(), name
             assert uniform[name][:64, CONST:].any()
     if arch == "gemma4":
         assert np.allclose(real["blk.0.attn_q_norm.weight"], QK_NORM_GEMMA4)

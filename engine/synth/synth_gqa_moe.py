@@ -76,7 +76,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
             layer += [vec("attn_q_norm.weight", HEAD_DIM), vec("attn_k_norm.weight", HEAD_DIM)]
         if arch.sinks:
             layer.append(vec("attn_sinks.weight", shape.n_head, 0.5))
-        layer = context_attention(layer, spec, shape, i)
+        layer = context_attention(layer, spec, shape, i, arch.rope_fraction)
         if not is_moe_layer(arch, i):
             layer += [_Tensor(p + "ffn_gate.weight", fd, e, True, s_e), _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
                       _Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd))]

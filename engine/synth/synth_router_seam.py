@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shardscope.engine.synth import synth_router
-from shardscope.engine.synth.synth_shapes import _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Tensor
 
 BIAS_SIGMA = 0.02  # a router bias: small next to the unit-scale logits, as a trained one is
 # gemma4 scores q·k without 1/sqrt(head_dim) and RMS-normalises q and k per head: layer 0's Q/K
@@ -86,14 +86,38 @@ def attention_output(name: str, n_embd: int, n_in: int, sigma: float) -> _Tensor
     return _Tensor(name, n_embd, n_in, True, sigma)
 
 
-def context_attention(tensors: list[_Tensor], spec, shape, layer: int) -> list[_Tensor]:
+def context_attention(tensors: list[_Tensor], spec, shape, layer: int, rope_fraction: float = 1.0) -> list[_Tensor]:
     """A GQA layer's tensors with layer 0's attn_q/k/v/output made the context head under real;
-    any other layer, or uniform, unchanged. Order is kept (writers sort by name)."""
+    any other layer, or uniform, unchanged. Order is kept (writers sort by name).
+
+    ``rope_fraction`` < 1 (glm4moe's half-rotary heads): the unrotated dims would only add a
+    constant score (softmax ignores it) while the rotated ones alone give a kernel half as tall,
+    an average over many more tokens (measured: lag-1 − lag-8 2.6 points instead of ≥ 4); head 0's
+    query and key then read the constant block in the rotated dims only, scaled to the full
+    head's peak score."""
     if layer != 0 or not is_real(spec):
         return tensors
     weights = [t for t in tensors if t.name.endswith(".weight")]  # biases (gpt-oss, glm4moe) stay random
-    done = dict(zip((t.name for t in weights), synth_router.real_context_attention(weights, shape)))
+    real = synth_router.real_context_attention(weights, shape)
+    if rope_fraction < 1.0:
+        real = [_rotated_only(t, rope_fraction) if t.name.endswith(("attn_q.weight", "attn_k.weight")) else t
+                for t in real]
+    done = dict(zip((t.name for t in weights), real))
     return [done.get(t.name, t) for t in tensors]
+
+
+def _rotated_only(t: _Tensor, fraction: float) -> _Tensor:
+    head_dim = HEAD_DIM
+    n_rot = int(head_dim * fraction)
+    inner = t.fill
+
+    def fill(rng):
+        w = inner(rng)
+        w[n_rot:head_dim] = 0.0
+        w[:n_rot] *= (head_dim / n_rot) ** 0.5  # q·k over the rotated dims: the full head's peak
+        return w
+
+    return replace(t, fill=fill)
 
 
 def context_mla(tensors: list[_Tensor], spec, dims: tuple, layer: int) -> list[_Tensor]:
