@@ -79,6 +79,10 @@ def test_real_routing_structure_is_in_every_arch_file_and_uniform_is_not(tmp_pat
     if arch == "gemma4":
         assert np.allclose(real["blk.0.attn_q_norm.weight"], QK_NORM_GEMMA4)
         assert np.allclose(uniform["blk.0.attn_q_norm.weight"], 1.0)
+        # four layers: the FFN's post-norm at 1/sqrt(2·4), layer 0's attention post-norm (the context) at 1
+        assert np.allclose(real["blk.0.post_ffw_norm.weight"], 8 ** -0.5)
+        assert np.allclose(real["blk.0.post_attention_norm.weight"], 1.0)
+        assert np.allclose(uniform["blk.0.post_ffw_norm.weight"], 1.0)
 
 
 def _run(path: str, budget_mb: int):

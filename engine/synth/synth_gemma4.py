@@ -19,7 +19,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, embedding, qk_norm_gemma4, router_weight)
+    attention_output, context_attention, embedding, post_norm_gemma4, qk_norm_gemma4, router_weight)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
 
 SWA_PERIOD = 6  # five sliding-window layers, then one full-attention layer
@@ -53,12 +53,12 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                  attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
                  qk_norm_gemma4(norm("attn_q_norm.weight", HEAD_DIM), spec, i),
                  qk_norm_gemma4(norm("attn_k_norm.weight", HEAD_DIM), spec, i),
-                 norm("post_attention_norm.weight"),
+                 post_norm_gemma4(norm("post_attention_norm.weight"), spec, i, n),
                  norm("ffn_norm.weight"),
                  _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
                  _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
                  _Tensor(p + "ffn_down.weight", e, fd, True, s_res / math.sqrt(fd)),
-                 norm("post_ffw_norm.weight"),
+                 post_norm_gemma4(norm("post_ffw_norm.weight"), spec, i, n),
                  router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
                  # the router's input is rms_norm(x) / sqrt(n_embd) · scale (ones): small logits, but
                  # top-k ranks them all the same, token by token
