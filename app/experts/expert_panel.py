@@ -27,6 +27,18 @@ from shardscope.widgets.cacheability_plot import CacheabilityPlot
 POLL_MS = 100
 
 
+def routing_stats_line(records) -> str:
+    """The overall routing statistics of a RoutingTrace or a trace file, as one line ("" without decoded tokens)."""
+    from shardscope.engine.experts.routing_trace import RoutingTrace, read_trace
+    from shardscope.engine.experts.trace_stats import summary_line, trace_stats
+
+    trace = records if isinstance(records, RoutingTrace) else read_trace(records)
+    try:
+        return summary_line(trace_stats(trace))
+    except ShardscopeError:
+        return ""
+
+
 class ExpertPanel(QWidget):
     cache_size_chosen = Signal(float)  # a click on the cacheability plot: MiB
     computed = Signal(object)  # CacheabilityResult, once drawn
@@ -84,6 +96,14 @@ class ExpertPanel(QWidget):
         self.status.setWordWrap(True)
         buttons.addWidget(self.status, 1)
         cl.addLayout(buttons)
+        self.routing_stats = QLabel("")  # the replayed trace's routing statistics (engine.experts.trace_stats)
+        self.routing_stats.setWordWrap(True)
+        # Room for the two lines wrapped at the panel's narrowest: a wrapped label's height is not its hint.
+        self.routing_stats.setMinimumHeight(4 * self.routing_stats.fontMetrics().lineSpacing())
+        self.routing_stats.setToolTip("lag-n: share of a token's picks the token n back also picked (per layer); "
+                                      "static top-k: share the run's k most-picked experts cover; "
+                                      "hottest-8: share of the 8 most-picked experts")
+        cl.addWidget(self.routing_stats)
         layout.addWidget(cache_box, 1)
         self.setMinimumWidth(300)
 
@@ -141,7 +161,8 @@ class ExpertPanel(QWidget):
             records = source()  # on the task's thread: copying a long trace takes a while
             if records is None:
                 raise ShardscopeError("no MoE run is going: run an MoE model, or open a routing trace")
-            return compute_in_process(records)  # a process: a replay here would starve the decode of the GIL
+            # The statistics are one pass over the records, cheap enough for this thread.
+            return compute_in_process(records), routing_stats_line(records)
 
         self.status.setText(f"replaying {what} \u2026")
         self.compute_button.setEnabled(False)
@@ -151,7 +172,9 @@ class ExpertPanel(QWidget):
         task.finished.connect(lambda: self.compute_button.setEnabled(True))
         task.start()
 
-    def _on_computed(self, result: CacheabilityResult) -> None:
+    def _on_computed(self, done) -> None:
+        result, stats_line = done
+        self.routing_stats.setText(stats_line)
         self.result = result
         self.plot.set_curves(result.curves)
         self.plot.set_policy(self._policy)

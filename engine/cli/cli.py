@@ -180,7 +180,8 @@ def cmd_synth(args) -> int:
 
 
 _MOE_FLAGS = {"experts": "--experts", "experts_used": "--experts-used", "shared_experts": "--shared-experts",
-              "routing_skew": "--routing-skew", "arch": "--arch", "quant": "--quant", "like": "--like"}
+              "routing_skew": "--routing-skew", "routing": "--routing", "arch": "--arch", "quant": "--quant",
+              "like": "--like"}
 
 
 def _moe_spec(args):
@@ -233,6 +234,12 @@ def cmd_replay(args) -> int:
     from shardscope.engine.experts.replay import REPLAY_POLICIES, format_rows, replay
 
     trace = load_trace(args.trace)
+    if getattr(args, "stats", False):
+        print_trace_stats(trace, args.trace)
+        if args.cache_mb is None:
+            return 0
+    if args.cache_mb is None:
+        raise ShardscopeError("replay: give --cache-mb sizes to replay (or --stats for the routing statistics)")
     if args.policy is None:  # every online policy and the optimum they are measured against
         policies = list(REPLAY_POLICIES)
     else:
@@ -241,6 +248,21 @@ def cmd_replay(args) -> int:
         raise ShardscopeError(f"--policy: give at least one policy ({', '.join(REPLAY_POLICIES)}), got {args.policy!r}")
     rows = replay(trace, args.cache_mb, policies, where=args.trace)
     print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
+    return 0
+
+
+def print_trace_stats(trace, where: str) -> None:
+    from pathlib import Path
+
+    from shardscope.engine.experts.trace_stats import format_stats, trace_stats
+
+    print(format_stats(trace_stats(trace, where), Path(trace.header.model).name or Path(where).name))
+
+
+def cmd_trace_stats(args) -> int:
+    from shardscope.engine.experts.foreign_traces import load_trace
+
+    print_trace_stats(load_trace(args.trace), args.trace)
     return 0
 
 
@@ -301,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="always-used experts per layer (arch qwen2moe; default 0)")
     synth.add_argument("--routing-skew", type=non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
+    synth.add_argument("--routing", choices=("real", "uniform"), default=None,
+                       help="real (default): routing with real routers' reuse and popularity, llama.cpp still "
+                            "picking; uniform: random router rows (docs/synthetic-routing.md)")
     synth.add_argument("--arch", choices=SYNTH_ARCHES, default=None,
                        help="MoE architecture (default: llama, or qwen2moe with shared experts); qwen3moe, gpt-oss, "
                             "glm4moe, llama4, gemma4, kimi-k2, deepseek3 have that model's expert counts and tensors; "
@@ -325,10 +350,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay_p = sub.add_parser("replay", help="replay a routing trace through expert-cache policies and sizes")
     replay_p.add_argument("trace", help="routing trace: bench --trace (JSON lines), BigMoeOnEdge's route_trace v1 CSV, "
                                         "or a token,layer,expert CSV (docs/trace-formats.md)")
-    replay_p.add_argument("--cache-mb", type=_mb_list, required=True, help="expert cache sizes, e.g. 50,100,200")
+    replay_p.add_argument("--cache-mb", type=_mb_list, default=None,
+                          help="expert cache sizes, e.g. 50,100,200 (needed unless --stats)")
     replay_p.add_argument("--policy", default=None,
                           help="policies, e.g. lru,lfu (default: every policy and 'optimal', Belady's limit)")
+    replay_p.add_argument("--stats", action="store_true", help="print the trace's routing statistics per layer "
+                          "(lag-1/lag-8 reuse, static top-k, distinct experts, hottest-8 share)")
     replay_p.set_defaults(func=cmd_replay)
+    stats_p = sub.add_parser("trace-stats", help="a routing trace's statistics (same as replay TRACE --stats)")
+    stats_p.add_argument("trace", help="routing trace: bench --trace (JSON lines), BigMoeOnEdge's route_trace v1 CSV, "
+                                       "or a token,layer,expert CSV (docs/trace-formats.md)")
+    stats_p.set_defaults(func=cmd_trace_stats)
     from shardscope.engine.cli import cli_devices, cli_search  # sweep, tune, plan; devices: their own modules
 
     cli_search.register(sub)

@@ -107,8 +107,29 @@ def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
     return out + tail
 
 
+def _q8_0(weights: np.ndarray) -> bytes:
+    """Q8_0 blocks of a float matrix: per 32 weights an f16 scale (max |w| / 127) and 32 int8."""
+    blocks = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1, _Q8_BLOCK)
+    scale = (np.abs(blocks).max(axis=1) / 127.0).astype(np.float16)
+    safe = np.where(scale == 0, 1.0, scale.astype(np.float32))
+    quants = np.clip(np.rint(blocks / safe[:, None]), -127, 127).astype(np.int8)
+    out = np.empty((len(blocks), _Q8_BYTES), dtype=np.uint8)
+    out[:, :2] = scale.view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = quants.view(np.uint8)
+    return out.tobytes()
+
+
 def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:
-    """Random weights of ``t`` in its format, a chunk (≤ 8 MiB) at a time."""
+    """Random weights of ``t`` in its format, a chunk (≤ 8 MiB) at a time; a ``fill`` (the
+    router's structured tensors, all small) whole, as F32 or Q8_0."""
+    if t.fill is not None:
+        if t.quantized and t.qtype.name != "Q8_0":
+            raise ShardscopeError(f"{t.name}: structured weights are written as F32 or Q8_0, not {t.qtype.name}")
+        weights = np.asarray(t.fill(np.random.Generator(bitgen)), dtype=np.float32)
+        if t.row_scale:
+            weights = weights * np.asarray(t.row_scale, dtype=np.float32)[:, None]
+        fh.write(_q8_0(weights) if t.quantized else weights.astype("<f4").tobytes())
+        return
     if t.random_f32:
         weights = np.random.Generator(bitgen).standard_normal((t.n_expert * t.rows, t.cols)) * t.sigma
         if t.row_scale:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.synth.synth_router_seam import attention_output, router_bias, router_weight
+from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, embedding, router_bias, router_weight
 from shardscope.engine.synth.synth_shapes import (
     MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
 
@@ -133,10 +133,10 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
     fd = dense_ff(e, row)
     s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
-    out = list(head)
+    out = [embedding(head[0], spec)]
     for i in range(n):
         p = f"blk.{i}."
-        out += [
+        attention = [
             _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
             _Tensor(p + "attn_q_a.weight", q, e, True, s_e),
             _Tensor(p + "attn_q_a_norm.weight", 1, q, False, 0.0),
@@ -149,6 +149,7 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
             attention_output(p + "attn_output.weight", e, h * V_HEAD, s_res / math.sqrt(h * V_HEAD)),
             _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
         ]
+        out += context_mla(attention, spec, (e, h, q, kv, NOPE, ROPE, V_HEAD, n), i)
         if i < row.dense_lead:
             out += [
                 _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
@@ -157,8 +158,8 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
             ]
             continue
         out += [
-            router_weight(p + "ffn_gate_inp.weight", spec, i, e),
-            router_bias(p + "exp_probs_b.bias", spec, i),
+            router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
+            router_bias(p + "exp_probs_b.bias", spec, i, n),
         ]
         if spec.shared_experts:
             s = spec.shared_experts * f

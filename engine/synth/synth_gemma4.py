@@ -18,7 +18,8 @@ import math
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import attention_output, router_weight
+from shardscope.engine.synth.synth_router_seam import (
+    attention_output, context_attention, embedding, post_norm_gemma4, qk_norm_gemma4, router_weight)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
 
 SWA_PERIOD = 6  # five sliding-window layers, then one full-attention layer
@@ -37,7 +38,8 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
     head, tail = edge_tensors(n_vocab, e)
     # one rope_freqs for all full-attention layers (llama.cpp duplicates the first one's)
-    out = list(head) + [_Tensor("rope_freqs.weight", 1, HEAD_DIM // 2, False, 0.0)]
+    # the graph multiplies embeddings by sqrt(n_embd): written 1/sqrt(n_embd) smaller under real routing
+    out = [embedding(head[0], spec, scale=e ** -0.5)] + [_Tensor("rope_freqs.weight", 1, HEAD_DIM // 2, False, 0.0)]
     for i in range(n):
         p = f"blk.{i}."
 
@@ -49,14 +51,15 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                  _Tensor(p + "attn_k.weight", kv, e, True, s_e),
                  _Tensor(p + "attn_v.weight", kv, e, True, s_e),
                  attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
-                 norm("attn_q_norm.weight", HEAD_DIM), norm("attn_k_norm.weight", HEAD_DIM),
-                 norm("post_attention_norm.weight"),
+                 qk_norm_gemma4(norm("attn_q_norm.weight", HEAD_DIM), spec, i),
+                 qk_norm_gemma4(norm("attn_k_norm.weight", HEAD_DIM), spec, i),
+                 post_norm_gemma4(norm("post_attention_norm.weight"), spec, i, n),
                  norm("ffn_norm.weight"),
                  _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
                  _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
                  _Tensor(p + "ffn_down.weight", e, fd, True, s_res / math.sqrt(fd)),
-                 norm("post_ffw_norm.weight"),
-                 router_weight(p + "ffn_gate_inp.weight", spec, i, e),
+                 post_norm_gemma4(norm("post_ffw_norm.weight"), spec, i, n),
+                 router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
                  # the router's input is rms_norm(x) / sqrt(n_embd) · scale (ones): small logits, but
                  # top-k ranks them all the same, token by token
                  norm("ffn_gate_inp.scale"),
@@ -65,7 +68,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                  _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
                  _Tensor(p + "ffn_down_exps.weight", e, f, True, s_res / math.sqrt(f), n_expert=x, qtype=down_q),
                  norm("ffn_down_exps.scale", x)]
-        out += sorted(layer, key=lambda t: t.name)
+        out += sorted(context_attention(layer, spec, shape, i), key=lambda t: t.name)
     return out + tail
 
 

@@ -15,7 +15,8 @@ import math
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import FILE_TYPES, Q8_0, SCHEMES
-from shardscope.engine.synth.synth_router_seam import attention_output, router_bias, router_weight
+from shardscope.engine.synth.synth_router_seam import (
+    attention_output, context_attention, embedding, router_bias, router_weight)
 from shardscope.engine.synth.synth_shapes import (
     HEAD_DIM, MIB, SIZE_TOLERANCE, _Shape, _Tensor, _header_bytes, edge_tensors)
 
@@ -54,7 +55,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
     fd, s = dense_ff(arch, e), spec.shared_experts * f
     head, tail = edge_tensors(n_vocab, e)
-    out = list(head)
+    out = [embedding(head[0], spec)]
     for i in range(n):
         p = f"blk.{i}."
 
@@ -75,15 +76,16 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
             layer += [vec("attn_q_norm.weight", HEAD_DIM), vec("attn_k_norm.weight", HEAD_DIM)]
         if arch.sinks:
             layer.append(vec("attn_sinks.weight", shape.n_head, 0.5))
+        layer = context_attention(layer, spec, shape, i, arch.rope_fraction)
         if not is_moe_layer(arch, i):
             layer += [_Tensor(p + "ffn_gate.weight", fd, e, True, s_e), _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
                       _Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd))]
         else:
-            layer.append(router_weight(p + "ffn_gate_inp.weight", spec, i, e))
+            layer.append(router_weight(p + "ffn_gate_inp.weight", spec, i, e, n))
             if arch.router_bias == "exp_probs_b":
-                layer.append(router_bias(p + "exp_probs_b.bias", spec, i))
+                layer.append(router_bias(p + "exp_probs_b.bias", spec, i, n))
             elif arch.router_bias == "gate_inp":
-                layer.append(router_bias(p + "ffn_gate_inp.bias", spec, i))
+                layer.append(router_bias(p + "ffn_gate_inp.bias", spec, i, n))
             layer += [_Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
                       _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
                       _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,

@@ -18,6 +18,10 @@ deepseek3; ``MoeSpec.arch``) are rows of ``synth_arch_specs``, written by the mo
 (``_writer``); ``defaults_for`` gives a row's real expert counts, ``validate_spec`` refuses what
 llama.cpp would not load before anything is written.
 
+
+Routing: ``routing="real"`` (the default) writes a router, layer 0's attention and the
+embedding so that llama.cpp's picks have real routing's reuse and popularity
+(engine/synth/synth_router.py); ``"uniform"`` keeps random router rows.
 Routing skew: random routers pick experts almost uniformly, the worst case for any
 expert cache; real routers favour some experts. ``routing_skew`` S scales the router
 rows of the first ``max(2, n_expert // 8)`` experts of each layer (rotated per layer) by
@@ -37,7 +41,8 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import router_scale, router_weight
+from shardscope.engine.synth.synth_router_seam import context_attention, embedding, router_scale, router_weight
+from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
@@ -51,6 +56,8 @@ class MoeSpec:
     experts_used: int = 8
     shared_experts: int = 0
     routing_skew: float = 0.0
+    # "real": a router with real routing's structure (engine.synth.synth_router); "uniform": random rows
+    routing: str = "real"
     # "" picks llama (no shared experts) or qwen2moe; the others are rows of synth_arch_specs
     arch: str = ""
     quant: str = ""  # "" = the arch's default (q8_0; mxfp4 for gpt-oss); q4_k_m, mxfp4
@@ -101,6 +108,8 @@ def validate_spec(spec: MoeSpec, where: str) -> MoeSpec:
     elif spec.quant not in ("", "q8_0"):
         raise ShardscopeError(f"{where}: quant {spec.quant} is written for the archs of real files "
                               f"({', '.join(ARCH_SPECS)}); arch {architecture(spec)} is written as q8_0 only")
+    if spec.routing not in synth_router.MODES:
+        raise ShardscopeError(f"{where}: routing must be one of {', '.join(synth_router.MODES)}, got {spec.routing!r}")
     skew = spec.routing_skew
     if isinstance(skew, bool) or not isinstance(skew, numbers.Real) or not math.isfinite(skew) or skew < 0:
         raise ShardscopeError(f"{where}: routing_skew must be a finite number ≥ 0, got {skew!r}")
@@ -232,11 +241,11 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
     head, tail = edge_tensors(n_vocab, e)
-    out = list(head)
+    out = [embedding(head[0], spec)]
     for i in range(n):
         p = f"blk.{i}."
-        out += attention_tensors(p, e, kv, n) + [
-            router_weight(p + "ffn_gate_inp.weight", spec, i, e),
+        out += context_attention(attention_tensors(p, e, kv, n), spec, shape, i) + [
+            router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
         ]
         if spec.shared_experts:
             s = spec.shared_experts * f

@@ -1,25 +1,52 @@
-"""The three weights that decide routing, as every synthetic MoE writer obtains them.
+"""The weights that decide routing, as every synthetic MoE writer obtains them.
 
 Which experts a token picks depends on a layer's router, its router bias (where the arch has one)
-and, through the hidden state, on the attention output projection. Every arch writer (synth_moe,
-synth_deepseek2, synth_gqa_moe) asks these three functions for those tensors and nothing else, so
-a different router (issue #26's engine/synth/synth_router.py) is wired in here, in one place,
-for every arch at once.
+and, through the hidden state, on the token embedding and the attention that writes into it.
+Every arch writer (synth_moe, synth_deepseek2, synth_gqa_moe, synth_gemma4, synth_qwen3next) asks
+these functions for those tensors, so the choice of router is made here, once, for every arch:
 
-Today: random F32 router rows (optionally skewed per ``MoeSpec.routing_skew``), a small random
-bias, and a random projection scaled down so depth cannot blow up the residual stream.
+- ``spec.routing == "real"`` (the default): engine/synth/synth_router.py's router (popularity
+  growing with depth, a recency-weighted context written by layer 0's attention head 0, a token
+  part); its module docstring is the contract.
+- ``"uniform"``: random F32 router rows (optionally skewed per ``MoeSpec.routing_skew``), a small
+  random bias, random attention.
+
+Where the context head goes, per attention kind (``context_attention`` / ``context_mla``):
+- standard GQA (llama, qwen2moe, qwen3moe, gpt-oss, glm4moe, llama4, gemma4): layer 0's q/k/v/o.
+  Q/K norms (qwen3moe, gemma4) leave the head's query and key the same constant vectors, only
+  the kernel's scale changes; gemma4 scores without 1/sqrt(head_dim), which its writer undoes in
+  layer 0's Q/K norm weights (``QK_NORM_GEMMA4``); its graph also scales embeddings by
+  sqrt(n_embd) and RMS-normalises every attention and FFN output before the residual add
+  (``embedding(scale=)``, ``post_norm_gemma4``). Sliding windows (gpt-oss 128, gemma4 1024) only
+  cut the tail of a recency average. glm4moe's half-rotary head reads the constant block in its
+  rotated dims only (``context_attention(rope_fraction=)``).
+- MLA (kimi-k2, deepseek3, deepseek2): layer 0's MLA head in the same form (synth_router.context_mla).
+- qwen3next: none. Its layer 0 is linear attention (a gated delta net, no softmax over positions)
+  and its first full-attention layer (3) would leave layers 0–2's routers without a context and
+  gate the head's output by a random sigmoid; routing there is popularity + token part only.
 """
 
 from __future__ import annotations
 
-from shardscope.engine.synth.synth_shapes import _Tensor
+from dataclasses import replace
+
+from shardscope.engine.synth import synth_router
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Tensor
 
 BIAS_SIGMA = 0.02  # a router bias: small next to the unit-scale logits, as a trained one is
+# gemma4 scores q·k without 1/sqrt(head_dim) and RMS-normalises q and k per head: layer 0's Q/K
+# norm weight w makes the context head's per-pair score 2·w², so w = sqrt(KERNEL_S / 2) gives the
+# kernel synth_router is calibrated for.
+QK_NORM_GEMMA4 = (synth_router.KERNEL_S / 2.0) ** 0.5
+
+
+def is_real(spec) -> bool:
+    return getattr(spec, "routing", "real") == "real"
 
 
 def router_scale(spec, layer: int) -> tuple[float, ...]:
     """Per-expert router row scales: the first max(2, n/8) experts (rotated per layer) win more
-    often by up to 1 + routing_skew; () leaves the router uniform."""
+    often by up to 1 + routing_skew; () leaves the rows as they are."""
     if spec.routing_skew <= 0:
         return ()
     n_hot = max(2, spec.experts // 8)
@@ -29,21 +56,102 @@ def router_scale(spec, layer: int) -> tuple[float, ...]:
     return tuple(scale)
 
 
-def router_weight(name: str, spec, layer: int, n_embd: int) -> _Tensor:
-    """The router ``ffn_gate_inp.weight`` (F32, ne [n_embd, n_expert]): logits of unit scale, so
-    picks depend on the token, not on noise."""
-    return _Tensor(name, spec.experts, n_embd, False, n_embd ** -0.5, random_f32=True,
-                   row_scale=router_scale(spec, layer))
+def embedding(t: _Tensor, spec, scale: float = 1.0) -> _Tensor:
+    """``token_embd``: with the constant block (popularity) and an empty context block under real.
+    ``scale``: gemma4's graph multiplies embeddings by sqrt(n_embd); its writer passes the inverse so
+    the residual stream holds the blocks at the scales synth_router is calibrated for."""
+    if not is_real(spec):
+        return t
+    real = synth_router.real_embedding(t)
+    if scale == 1.0:
+        return real
+    return replace(real, fill=lambda rng: real.fill(rng) * scale)
 
 
-def router_bias(name: str, spec, layer: int) -> _Tensor:
-    """A per-expert F32 bias (``exp_probs_b.bias`` or ``ffn_gate_inp.bias``)."""
-    return _Tensor(name, 1, spec.experts, False, BIAS_SIGMA, random_f32=True)
+def router_weight(name: str, spec, layer: int, n_embd: int, n_layers: int) -> _Tensor:
+    """The router ``ffn_gate_inp.weight`` (F32, ne [n_embd, n_expert]). uniform: logits of unit
+    scale, so picks depend on the token, not on noise; the skew's row scales apply to both."""
+    t = _Tensor(name, spec.experts, n_embd, False, n_embd ** -0.5, random_f32=True,
+                row_scale=router_scale(spec, layer))
+    return synth_router.real_router(t, layer, n_layers) if is_real(spec) else t
+
+
+def router_bias(name: str, spec, layer: int, n_layers: int) -> _Tensor:
+    """A per-expert F32 bias (``exp_probs_b.bias`` or ``ffn_gate_inp.bias``); under real it grows with depth."""
+    t = _Tensor(name, 1, spec.experts, False, BIAS_SIGMA, random_f32=True)
+    return synth_router.real_router_bias(t, layer, n_layers) if is_real(spec) else t
 
 
 def attention_output(name: str, n_embd: int, n_in: int, sigma: float) -> _Tensor:
-    """``attn_output.weight`` (Q8_0, ne [n_in, n_embd]) of standard deviation ``sigma``."""
+    """``attn_output.weight`` (Q8_0, ne [n_in, n_embd]) of standard deviation ``sigma`` (layers
+    other than the context head's; ``context_attention`` replaces layer 0's)."""
     return _Tensor(name, n_embd, n_in, True, sigma)
 
 
-__all__ = ["router_weight", "router_bias", "attention_output", "router_scale"]
+def context_attention(tensors: list[_Tensor], spec, shape, layer: int, rope_fraction: float = 1.0) -> list[_Tensor]:
+    """A GQA layer's tensors with layer 0's attn_q/k/v/output made the context head under real;
+    any other layer, or uniform, unchanged. Order is kept (writers sort by name).
+
+    ``rope_fraction`` < 1 (glm4moe's half-rotary heads): the unrotated dims would only add a
+    constant score (softmax ignores it) while the rotated ones alone give a kernel half as tall,
+    an average over many more tokens (measured: lag-1 − lag-8 2.6 points instead of ≥ 4); head 0's
+    query and key then read the constant block in the rotated dims only, scaled to the full
+    head's peak score."""
+    if layer != 0 or not is_real(spec):
+        return tensors
+    weights = [t for t in tensors if t.name.endswith(".weight")]  # biases (gpt-oss, glm4moe) stay random
+    real = synth_router.real_context_attention(weights, shape)
+    if rope_fraction < 1.0:
+        real = [_rotated_only(t, rope_fraction) if t.name.endswith(("attn_q.weight", "attn_k.weight")) else t
+                for t in real]
+    done = dict(zip((t.name for t in weights), real))
+    return [done.get(t.name, t) for t in tensors]
+
+
+def _rotated_only(t: _Tensor, fraction: float) -> _Tensor:
+    head_dim = HEAD_DIM
+    n_rot = int(head_dim * fraction)
+    inner = t.fill
+
+    def fill(rng):
+        w = inner(rng)
+        w[n_rot:head_dim] = 0.0
+        w[:n_rot] *= (head_dim / n_rot) ** 0.5  # q·k over the rotated dims: the full head's peak
+        return w
+
+    return replace(t, fill=fill)
+
+
+def context_mla(tensors: list[_Tensor], spec, dims: tuple, layer: int) -> list[_Tensor]:
+    """The same for an MLA layer (deepseek2 family); ``dims`` as synth_router.context_mla's."""
+    if layer != 0 or not is_real(spec):
+        return tensors
+    return synth_router.real_context_mla(tensors, dims)
+
+
+def qk_norm_gemma4(t: _Tensor, spec, layer: int) -> _Tensor:
+    """gemma4 layer 0's attn_q_norm / attn_k_norm: constant QK_NORM_GEMMA4 under real, ones otherwise."""
+    if layer != 0 or not is_real(spec):
+        return t
+    return replace(t, fill=lambda rng: _constant(t.cols, QK_NORM_GEMMA4))
+
+
+def post_norm_gemma4(t: _Tensor, spec, layer: int, n_layers: int) -> _Tensor:
+    """gemma4's post_attention_norm (layers after 0) and post_ffw_norm under real: 1/sqrt(2 n_layers)
+    instead of ones. Those norms give every layer's attention and FFN output unit RMS, two unit
+    vectors a layer into the residual stream (other archs add about 1/sqrt(2 n_layers) each), which
+    buried the constant block: measured with ones, hottest-8 share 23.3 → 28.0 % first → last third,
+    105 of 128 distinct. Layer 0's post_attention_norm stays 1: its output is the context block."""
+    if not is_real(spec) or (layer == 0 and "post_attention_norm" in t.name):
+        return t
+    return replace(t, fill=lambda rng: _constant(t.cols, (2.0 * n_layers) ** -0.5))
+
+
+def _constant(n: int, value: float):
+    import numpy as np
+
+    return np.full((1, n), value, dtype=np.float32)
+
+
+__all__ = ["router_weight", "router_bias", "attention_output", "router_scale", "embedding", "context_attention",
+           "context_mla", "qk_norm_gemma4", "post_norm_gemma4", "is_real", "QK_NORM_GEMMA4"]

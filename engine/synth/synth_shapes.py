@@ -63,6 +63,9 @@ class _Tensor:
     random_f32: bool = False
     row_scale: tuple[float, ...] = ()
     qtype: QuantType = Q8_0  # the block format of a quantized tensor
+    # Weights with a structure (engine.synth.synth_router): fill(rng) gives the float matrix
+    # [n_expert * rows, cols]; written as F32, or as Q8_0 when ``quantized``.
+    fill: object = None
 
     @property
     def nbytes(self) -> int:

@@ -1,0 +1,232 @@
+"""A router that routes like a trained one, written into the weights of a synthetic MoE.
+
+A random router picks experts almost uniformly and independently token to token (lag-1
+reuse ≈ k / n_expert), so every cache figure measured on it is its worst case; real
+routers (Qwen3-30B-A3B, Gemma-4, gpt-oss traces) reuse 18–38 % of the previous token's
+picks, keep a working set for many tokens, and favour a few experts more in deep layers.
+llama.cpp still picks the experts here (top-k of the router logits, no hook): the
+structure is in what the router reads. Router logits of layer L for expert x are
+
+    logit = β_L · b_x            popularity: b_x ~ N(0, 1) per (layer, expert), β_L
+                                 growing with depth (real: hottest-8 share rises)
+          + γ · g_x · context    a slowly varying summary of the recent tokens
+          + τ · z_x · token      the current token and whatever the layers made of it
+
+in units of one residual dimension. Three blocks of the residual stream carry them:
+
+- dims [0, CONST_DIMS): every token embedding holds EMBED_CONST there (a constant
+  direction, so ``W·norm(h)`` over it is a fixed per-expert bias after the RMS norm);
+- dims [CONST_DIMS, CONST_DIMS + head_dim): the *context* block, written only by
+  layer 0's attention head 0. That head's query and key read the constant block, so
+  they are the same vector at every position; RoPE then makes the score of a key Δ
+  tokens back s·Σ_i cos(Δ·θ_i), which falls like -ln Δ: attention weight ∝ Δ^-α, a
+  recency-weighted average of the tokens' values (weight about 0.32 on the current
+  token, 0.18 on the previous one, 0.11 two back, a long tail). Its value reads the token part of the
+  embedding; its output goes, through ``attn_output``, into the context block only;
+- the remaining dims: the token-specific part (random embeddings, as before).
+
+Contract (arch-agnostic, shapes in, float32 arrays out, deterministic for a given
+``numpy.random.Generator``; matrices are [rows = output features, cols = n_embd inputs]
+as GGUF stores them, i.e. ``W @ x``):
+
+- ``token_embedding(n_vocab, n_embd, rng)`` → [n_vocab, n_embd]
+- ``context_attention(n_embd, n_head, n_head_kv, head_dim, n_layers, rng)`` → dict of
+  ``q``, ``k``, ``v``, ``o`` for a standard (GQA) attention layer, to be used as layer 0's;
+  needs RoPE of the NORM or NEOX kind over the whole head (the score kernel is the same);
+- ``router_weights(layer, n_layers, n_expert, n_embd, rng)`` → [n_expert, n_embd];
+- ``router_bias(layer, n_layers, n_expert, rng)`` → [n_expert], for archs with
+  ``exp_probs_b`` (deepseek2 / Kimi): a per-expert bias growing with depth (sigmoid
+  routers add it to the scores before top-k), small next to the logits like a trained one;
+- ``context_mla(n_embd, n_head, q_lora, kv_lora, nope, rope, v_head, n_layers, rng)`` →
+  ``q_a``, ``q_b``, ``kv_a``, ``v_b``, ``o``: the same head for MLA attention (deepseek2).
+
+The ``real_*`` functions at the end are the writers' glue: a synth_shapes tensor given its
+weights from the above. Calibration and measurements: docs/synthetic-routing.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+
+MODES = ("real", "uniform")
+CONST_DIMS = 16
+EMBED_CONST = 4.0
+CONTEXT_GAIN = 2.0  # per-dim scale of the context block (other layers add noise of about 1 there)
+# Attention score per RoPE pair between the constant query and key: s = q·k / sqrt(head_dim) per pair.
+KERNEL_S = 0.3
+# Logit scales in units of one residual dimension (calibrated: docs/synthetic-routing.md).
+POPULARITY = (0.5, 1.8)  # β at the first and the last layer, linear in between
+CONTEXT = 1.2  # γ
+TOKEN = 0.8  # τ
+
+
+def context_dims(n_embd: int, head_dim: int) -> slice:
+    return slice(CONST_DIMS, CONST_DIMS + min(head_dim, n_embd - CONST_DIMS))
+
+
+def _token_dims(n_embd: int, head_dim: int) -> np.ndarray:
+    mask = np.ones(n_embd, dtype=bool)
+    mask[:context_dims(n_embd, head_dim).stop] = False
+    return mask
+
+
+def token_embedding(n_vocab: int, n_embd: int, rng: np.random.Generator, head_dim: int = 64) -> np.ndarray:
+    """Random unit-scale embeddings with the constant block set and the context block empty."""
+    emb = rng.standard_normal((n_vocab, n_embd), dtype=np.float32)
+    emb[:, :CONST_DIMS] = EMBED_CONST
+    emb[:, context_dims(n_embd, head_dim)] = 0.0
+    return emb
+
+
+def _const_rms(n_embd: int, head_dim: int = HEAD_DIM) -> float:
+    """RMS of an embedding (constant block, empty context block, unit-scale rest): what layer 0's norm divides by."""
+    return math.sqrt((CONST_DIMS * EMBED_CONST ** 2 + int(_token_dims(n_embd, head_dim).sum())) / n_embd)
+
+
+def context_attention(n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_layers: int,
+                      rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Layer 0's attention: head 0 averages the recent tokens into the context block."""
+    s_e, s_res = 1.0 / math.sqrt(n_embd), 1.0 / math.sqrt(2.0 * n_layers)
+    kv = n_head_kv * head_dim
+    q = rng.standard_normal((n_head * head_dim, n_embd), dtype=np.float32) * s_e
+    k = rng.standard_normal((kv, n_embd), dtype=np.float32) * s_e
+    v = rng.standard_normal((kv, n_embd), dtype=np.float32) * s_e
+    o = rng.standard_normal((n_embd, n_head * head_dim), dtype=np.float32) * (s_e * s_res)
+    # Head 0's query and key: the first of each RoPE pair reads the constant block, so
+    # q·k per pair is s·sqrt(head_dim) whatever the token. (NORM RoPE pairs (2i, 2i+1),
+    # NEOX pairs (i, i + head_dim/2): both rotate dims 0..head_dim/2-1 by distinct θ_i
+    # when every even dim, resp. the first half, holds the same value: fill both.)
+    const_seen = CONST_DIMS * EMBED_CONST / _const_rms(n_embd)  # Σ over the block of norm(x)
+    per_dim = math.sqrt(KERNEL_S * math.sqrt(head_dim)) / const_seen
+    for w in (q, k):
+        w[:head_dim] = 0.0
+        # Every even dim: the first of each NORM pair (2i, 2i+1), all head_dim/2 frequencies;
+        # under NEOX pairs (i, i + head_dim/2) it fills both dims of every other pair, the
+        # same falling kernel from half the frequencies at twice the weight.
+        w[0:head_dim:2, :CONST_DIMS] = per_dim
+    ctx = context_dims(n_embd, head_dim)
+    tok = _token_dims(n_embd, head_dim)
+    v[:head_dim] = 0.0
+    v[:head_dim, tok] = rng.standard_normal((head_dim, int(tok.sum())), dtype=np.float32) * (
+        _const_rms(n_embd) / math.sqrt(tok.sum()))
+    width = ctx.stop - ctx.start
+    o[ctx, :] = 0.0  # only head 0 writes the context block ...
+    o[:, :head_dim] = 0.0  # ... and head 0 writes nothing else
+    # An average of unit vectors with these weights has per-dim std ≈ 0.45: scale it to CONTEXT_GAIN.
+    o[ctx, :width] = np.eye(width, dtype=np.float32) * (CONTEXT_GAIN / 0.45)
+    return {"q": q, "k": k, "v": v, "o": o}
+
+
+def context_mla(n_embd: int, n_head: int, q_lora: int, kv_lora: int, nope: int, rope: int, v_head: int,
+                n_layers: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The same context head for MLA attention (deepseek2: Kimi, DeepSeek-V3), layer 0's.
+
+    Head 0 scores only by its RoPE part: q_a's first row reads the constant block (so
+    q_a_norm's output holds a near-constant there), head 0's rope rows of q_b read only that
+    dim, the shared rope key (the last ``rope`` rows of kv_a_mqa) reads the constant block;
+    head 0's nope rows are zero. The values are the normalised latent (kv_a's first
+    ``kv_lora`` rows, reading the token dims only), head 0's v_b maps it to ``v_head`` dims
+    and attn_output writes those into the context block, and nothing else there.
+    Returns ``q_a`` [q_lora, n_embd], ``q_b`` [n_head·(nope+rope), q_lora], ``kv_a``
+    [kv_lora+rope, n_embd], ``v_b`` [n_head·v_head, kv_lora], ``o`` [n_embd, n_head·v_head].
+    """
+    s_e, s_res = 1.0 / math.sqrt(n_embd), 1.0 / math.sqrt(2.0 * n_layers)
+    tok = _token_dims(n_embd, v_head)
+    q_a = rng.standard_normal((q_lora, n_embd), dtype=np.float32) * s_e
+    q_b = rng.standard_normal((n_head * (nope + rope), q_lora), dtype=np.float32) / math.sqrt(q_lora)
+    kv_a = rng.standard_normal((kv_lora + rope, n_embd), dtype=np.float32) * s_e
+    v_b = rng.standard_normal((n_head * v_head, kv_lora), dtype=np.float32) / math.sqrt(kv_lora)
+    o = rng.standard_normal((n_embd, n_head * v_head), dtype=np.float32) * (s_res / math.sqrt(n_head * v_head))
+    const_seen = CONST_DIMS * EMBED_CONST / _const_rms(n_embd)
+    # Per RoPE pair q·k = s·sqrt(nope + rope): llama.cpp scales deepseek2 scores by 1/sqrt(nope + rope).
+    pair = math.sqrt(KERNEL_S * math.sqrt(nope + rope))
+    lead = 4.0  # q_a's constant dim, before q_a_norm; the other q_lora - 1 dims are about unit scale
+    q_a[0] = 0.0
+    q_a[0, :CONST_DIMS] = lead / const_seen
+    after_norm = lead / math.sqrt((lead ** 2 + q_lora - 1) / q_lora)
+    q_b[:nope + rope] = 0.0
+    q_b[nope:nope + rope:2, 0] = pair / after_norm
+    kv_a[kv_lora:] = 0.0
+    kv_a[kv_lora::2, :CONST_DIMS] = pair / const_seen
+    kv_a[:kv_lora, ~tok] = 0.0  # the latent (the values) reads the token dims only
+    ctx = context_dims(n_embd, v_head)
+    width = ctx.stop - ctx.start
+    o[ctx, :] = 0.0
+    o[:, :v_head] = 0.0
+    o[ctx, :width] = np.eye(width, dtype=np.float32) * (CONTEXT_GAIN / 0.45)
+    return {"q_a": q_a, "q_b": q_b, "kv_a": kv_a, "v_b": v_b, "o": o}
+
+
+def popularity(layer: int, n_layers: int) -> float:
+    lo, hi = POPULARITY
+    return lo + (hi - lo) * (layer / max(1, n_layers - 1))
+
+
+def router_weights(layer: int, n_layers: int, n_expert: int, n_embd: int, rng: np.random.Generator,
+                   head_dim: int = 64) -> np.ndarray:
+    """[n_expert, n_embd]: popularity over the constant block, context and token parts."""
+    ctx = context_dims(n_embd, head_dim)
+    tok = _token_dims(n_embd, head_dim)
+    w = np.zeros((n_expert, n_embd), dtype=np.float32)
+    b = rng.standard_normal(n_expert).astype(np.float32)
+    w[:, :CONST_DIMS] = (popularity(layer, n_layers) * b / (CONST_DIMS * EMBED_CONST))[:, None]
+    width = ctx.stop - ctx.start
+    w[:, ctx] = rng.standard_normal((n_expert, width), dtype=np.float32) * (CONTEXT / (CONTEXT_GAIN * math.sqrt(width)))
+    w[:, tok] = rng.standard_normal((n_expert, int(tok.sum())), dtype=np.float32) * (TOKEN / math.sqrt(tok.sum()))
+    return w
+
+
+def router_bias(layer: int, n_layers: int, n_expert: int, rng: np.random.Generator, sigma: float = 0.02) -> np.ndarray:
+    """A per-expert bias for ``exp_probs_b``, larger with depth (sigma at the first layer, 3× at the last)."""
+    scale = sigma * (1.0 + 2.0 * layer / max(1, n_layers - 1))
+    return (rng.standard_normal(n_expert) * scale).astype(np.float32)
+
+
+# The writers' glue: a tensor of engine.synth.synth_shapes given its weights from the above.
+
+
+def real_embedding(t: _Tensor) -> _Tensor:
+    """token_embd with the constant and context blocks the router reads."""
+    return replace(t, fill=partial(token_embedding, t.rows, t.cols, head_dim=HEAD_DIM))
+
+
+def _attention_part(name: str, shape: _Shape, rng: np.random.Generator) -> np.ndarray:
+    return context_attention(shape.n_embd, shape.n_head, shape.n_head_kv, HEAD_DIM, shape.n_layers, rng)[name]
+
+
+def real_context_attention(attention: list[_Tensor], shape: _Shape) -> list[_Tensor]:
+    """Layer 0's attn_q/k/v/output (of synth_shapes.attention_tensors) from context_attention."""
+    names = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o"}
+    return [replace(t, fill=partial(_attention_part, names[key], shape)) if (key := t.name.split(".")[-2]) in names
+            else t for t in attention]
+
+
+def _mla_part(name: str, dims: tuple, rng: np.random.Generator) -> np.ndarray:
+    return context_mla(*dims, rng)[name]
+
+
+def real_context_mla(attention: list[_Tensor], dims: tuple) -> list[_Tensor]:
+    """Layer 0's attn_q_a/q_b/kv_a_mqa/v_b/output of a deepseek2 writer from context_mla;
+    ``dims``: context_mla's arguments before ``rng``."""
+    names = {"attn_q_a": "q_a", "attn_q_b": "q_b", "attn_kv_a_mqa": "kv_a", "attn_v_b": "v_b", "attn_output": "o"}
+    return [replace(t, fill=partial(_mla_part, names[key], dims)) if (key := t.name.split(".")[-2]) in names
+            else t for t in attention]
+
+
+def real_router(t: _Tensor, layer: int, n_layers: int) -> _Tensor:
+    """ffn_gate_inp ([n_expert, n_embd]) from router_weights; its row_scale (routing skew) still applies."""
+    return replace(t, fill=partial(router_weights, layer, n_layers, t.rows, t.cols, head_dim=HEAD_DIM))
+
+
+def real_router_bias(t: _Tensor, layer: int, n_layers: int) -> _Tensor:
+    """exp_probs_b ([n_expert]) from router_bias, at the tensor's sigma for the first layer."""
+    return replace(t, fill=lambda rng: router_bias(layer, n_layers, t.cols, rng, t.sigma))
+
+
+__all__ = ["real_embedding", "real_context_attention", "real_context_mla", "context_mla", "real_router", "real_router_bias", "MODES", "token_embedding", "context_attention", "router_weights", "router_bias", "popularity"]
