@@ -101,7 +101,7 @@ def test_knob_ranges_print_as_ordinary_numbers():
         validate(RunSettings(n_ctx=8))
     assert "16 to 1,048,576" in str(err.value) and "e+" not in str(err.value)
     with pytest.raises(ShardscopeError) as err:
-        parse_knob("--budget-mb", "4", "budget_mb")
+        parse_knob("--budget-mb", "0", "budget_mb")  # the floor is 1 MiB (issue 23)
     assert "e+" not in str(err.value) and "1,048,576" in str(err.value)
 
 
