@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from shardscope.engine.experts.expert_io import resident_dense_bytes
-from shardscope.engine.experts.expert_streaming import min_cache_bytes
+from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from shardscope.app.expert_panel import ExpertPanel
+from shardscope.app.experts.expert_panel import ExpertPanel
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceRecord
 
 
