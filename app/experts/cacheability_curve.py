@@ -70,8 +70,11 @@ def compute(source, policies: tuple[str, ...] = REPLAY_POLICIES) -> Cacheability
     # from one layer's picks to every expert, and one and two tokens' picks (where real
     # routers' caches are compared, docs/real-traces.md) when they lie in between
     used_bytes = header.n_expert_used * sum(header.unit_bytes.values())
+    # whole MiB, so a size is added only where its floor still holds a layer's picks (a tiny trace's
+    # token rounds down to 0 MiB)
+    tokens_mib = {float(math.floor(m * used_bytes / MIB)) for m in (1, 2)}
     sizes = sorted(set(cache_sizes(min_cache_bytes(trace), full))
-                   | {float(math.floor(m * used_bytes / MIB)) for m in (1, 2) if min_cache_bytes(trace) <= m * used_bytes < full})
+                   | {mib for mib in tokens_mib if min_cache_bytes(trace) <= mib * MIB < full})
     curves = cacheability(trace, sizes, list(policies))
     used = header.n_expert_used * sum(header.unit_bytes.values()) / MIB
     return CacheabilityResult({p: [(float(x), float(y)) for x, y in pts] for p, pts in curves.items()},

@@ -180,8 +180,11 @@ class MetricsSampler:
         slots, mapping = getattr(self.streamer, "slots", None), self.mapping
         if slots is None or mapping is None or not hasattr(slots, "own_bytes"):
             return None
-        cached = memory_calls.cached_file_bytes(self._model_fd(mapping), mapping.file_offset,
-                                                mapping.end - mapping.start)
+        try:
+            fd = self._model_fd(mapping)
+        except OSError:  # the model file was deleted or replaced under the run: the guard reports it
+            return None
+        cached = memory_calls.cached_file_bytes(fd, mapping.file_offset, mapping.end - mapping.start)
         return None if cached is None else slots.own_bytes + cached
 
     def _model_fd(self, mapping) -> int:
