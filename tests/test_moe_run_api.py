@@ -131,7 +131,7 @@ def test_session_trace_gives_the_same_curve_as_shardscope_replay(small_moe, tmp_
     curve = cacheability(records, sizes, policies)
     assert curve == cacheability(trace, sizes, policies)  # in memory = the file --trace wrote
     # At the run's own size and policy the curve gives the run's hit rate (no speculation).
-    at_run = cacheability(records, [summary.expert_cache_mb], ["lru"])["lru"][0][1]
+    at_run = cacheability(records, [summary.expert_cache_mb], [summary.expert_policy])[summary.expert_policy][0][1]
     assert at_run == pytest.approx(summary.expert_hit_rate, abs=0.02)
     assert main(["replay", str(trace), "--cache-mb", "34,48,90", "--policy", "lru,lfu,hot"]) == 0
     printed = {}

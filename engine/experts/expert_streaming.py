@@ -83,7 +83,8 @@ class ExpertStreamer:
         # The cache books a unit with the pages its slices may share with neighbours (read with it,
         # see _edge_pages), so what mincore finds resident stays within the budget.
         edge = {layer: edge_bytes(moe, layer) if slots else 0 for layer in moe.layers}
-        self.cache = ExpertCache(policy, cache_bytes, {layer: b + edge[layer] for layer, b in self.unit_bytes.items()})
+        self.cache = ExpertCache(policy, cache_bytes, {layer: b + edge[layer] for layer, b in self.unit_bytes.items()},
+                                 moe.n_expert_used)  # as replay does: decay reads a prompt pass as shares of its tokens
         self.counters = ExpertCounters()
         # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
         self.limiter = SsdRateLimiter(ssd_mb_s)
