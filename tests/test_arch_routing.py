@@ -46,7 +46,7 @@ def _tensors(path: str) -> dict[str, np.ndarray]:
 
     out = {}
     for t in gguf.GGUFReader(path).tensors:
-        if t.name == "token_embd.weight" or t.name.startswith("blk.0.") or "ffn_gate_inp.weight" in t.name:
+        if t.name == "token_embd.weight" or t.name.startswith(("blk.0.", "blk.3.attn")) or "ffn_gate_inp.weight" in t.name:
             out[t.name] = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
     return out
 
@@ -65,8 +65,12 @@ def test_real_routing_structure_is_in_every_arch_file_and_uniform_is_not(tmp_pat
     w = real[router]
     assert np.allclose(w[:, :CONST], w[:, :1])  # the same weight over the constant block: a popularity
     assert w[:, 0].std() > 0 and not np.allclose(uniform[router][:, :CONST], uniform[router][:, :1])
-    if arch == "qwen3next":  # layer 0 is linear attention: no context head (the seam says why)
+    if arch == "qwen3next":  # layer 0 is linear attention: the head is layer 3's, rows [query 64, gate 64] per head
+        q, k = real["blk.3.attn_q.weight"], real["blk.3.attn_k.weight"]
         assert "blk.0.attn_q.weight" not in real
+        assert not q[:64, CONST:].any() and q[:16:2, :CONST].all() and not q[16:128].any()  # quarter-rotary, gate 0
+        assert q[128:].any() and not k[16:64].any() and k[:16:2, :CONST].all()
+        assert uniform["blk.3.attn_q.weight"][:64, CONST:].any()
     elif ARCH_SPECS[arch].mla:  # head 0's query comes from q_a's first row, which reads the constant block only
         assert real["blk.0.attn_q_a.weight"][0, CONST:].any() == False  # noqa: E712
         assert uniform["blk.0.attn_q_a.weight"][0, CONST:].any()
@@ -109,7 +113,8 @@ def _lag1(trace) -> tuple[float, float]:
 
 @pytest.mark.parametrize("arch", ["gpt-oss", "gemma4", "qwen3next"])
 def test_llama_cpp_picks_on_a_real_routed_file_reuse_experts(tmp_path, arch):
-    """Three archs the context head meets differently (sinks + window, scale-free Q/K norms, none)."""
+    """Three archs the context head meets differently (sinks + window, scale-free Q/K norms and
+    post-norms, a gated quarter-rotary head after three linear-attention layers)."""
     path = _write(tmp_path, arch, "real")
     moe = read_moe_layout(read_layout(path))  # the engine's floor and half a layer more: experts stream
     budget = math.ceil((resident_dense_bytes(moe) + min_cache_bytes(moe, False)

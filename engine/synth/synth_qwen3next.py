@@ -18,7 +18,8 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import attention_output, embedding, router_weight
+from shardscope.engine.synth.synth_router_seam import (
+    attention_output, context_attention_gated, embedding, router_weight)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
 
 FULL_ATTENTION_INTERVAL = 4  # layers 3, 7, … attend fully (Qwen3-Next's full_attention_interval)
@@ -43,7 +44,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     key, value = n_k * HEAD_DIM, n_v * HEAD_DIM
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
     head, tail = edge_tensors(n_vocab, e)
-    out = [embedding(head[0], spec)]  # no context head: synth_router_seam says why
+    out = [embedding(head[0], spec)]
     for i in range(n):
         p = f"blk.{i}."
 
@@ -65,6 +66,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                       _Tensor(p + "attn_v.weight", kv, e, True, s_e),
                       attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
                       vec("attn_q_norm.weight", HEAD_DIM), vec("attn_k_norm.weight", HEAD_DIM)]
+        layer = context_attention_gated(layer, spec, shape, i, FULL_ATTENTION_INTERVAL - 1, arch.rope_fraction)
         layer += [router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
                   _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
                   _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),

@@ -21,14 +21,17 @@ Where the context head goes, per attention kind (``context_attention`` / ``conte
   cut the tail of a recency average. glm4moe's half-rotary head reads the constant block in its
   rotated dims only (``context_attention(rope_fraction=)``).
 - MLA (kimi-k2, deepseek3, deepseek2): layer 0's MLA head in the same form (synth_router.context_mla).
-- qwen3next: none. Its layer 0 is linear attention (a gated delta net, no softmax over positions)
-  and its first full-attention layer (3) would leave layers 0–2's routers without a context and
-  gate the head's output by a random sigmoid; routing there is popularity + token part only.
+- qwen3next: its layer 0 is linear attention (a gated delta net, no softmax over positions), so
+  the head is its first full-attention layer's (3, ``context_attention_gated``): routers of
+  layers 0–2 get popularity + token part only.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
+
+import numpy as np
 
 from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Tensor
@@ -122,6 +125,46 @@ def _rotated_only(t: _Tensor, fraction: float) -> _Tensor:
     return replace(t, fill=fill)
 
 
+def context_attention_gated(tensors: list[_Tensor], spec, shape, layer: int, at_layer: int,
+                            rope_fraction: float) -> list[_Tensor]:
+    """qwen3next's first full-attention layer (``at_layer``) as the context head under real.
+
+    Its attn_q yields, per head, 64 query rows then 64 output-gate rows; the head's gate rows are
+    zero (sigmoid 0.5 at every token, so attn_output's context block is doubled) and its query and
+    key read the constant block in the rotated dims only (a quarter of the head). Routers of the
+    layers before it read no context."""
+    if layer != at_layer or not is_real(spec):
+        return tensors
+    weights = [t for t in tensors if t.name.endswith(".weight")]
+    real = {t.name: t for t in synth_router.real_context_attention(
+        [t for t in weights if not t.name.endswith("attn_q.weight")], shape)}
+    for t in weights:
+        if t.name.endswith("attn_q.weight"):
+            real[t.name] = replace(t, fill=partial(_query_and_gate, shape))
+        elif t.name.endswith("attn_output.weight"):
+            real[t.name] = replace(real[t.name], fill=partial(_doubled_context, real[t.name].fill, shape))
+    for name in [n for n in real if n.endswith(("attn_q.weight", "attn_k.weight"))]:
+        real[name] = _rotated_only(real[name], rope_fraction)
+    return [real.get(t.name, t) for t in tensors]
+
+
+def _query_and_gate(shape, rng) -> np.ndarray:
+    q = synth_router.context_attention(shape.n_embd, shape.n_head, shape.n_head_kv, HEAD_DIM, shape.n_layers, rng)["q"]
+    gate = rng.standard_normal(q.shape, dtype=np.float32) * shape.n_embd ** -0.5
+    gate[:HEAD_DIM] = 0.0
+    out = np.empty((2 * q.shape[0], q.shape[1]), dtype=np.float32)
+    for h in range(shape.n_head):
+        out[2 * h * HEAD_DIM:(2 * h + 1) * HEAD_DIM] = q[h * HEAD_DIM:(h + 1) * HEAD_DIM]
+        out[(2 * h + 1) * HEAD_DIM:(2 * h + 2) * HEAD_DIM] = gate[h * HEAD_DIM:(h + 1) * HEAD_DIM]
+    return out
+
+
+def _doubled_context(inner, shape, rng) -> np.ndarray:
+    o = inner(rng)
+    o[synth_router.context_dims(shape.n_embd, HEAD_DIM), :HEAD_DIM] *= 2.0  # the head's sigmoid(0) gate
+    return o
+
+
 def context_mla(tensors: list[_Tensor], spec, dims: tuple, layer: int) -> list[_Tensor]:
     """The same for an MLA layer (deepseek2 family); ``dims`` as synth_router.context_mla's."""
     if layer != 0 or not is_real(spec):
@@ -148,10 +191,8 @@ def post_norm_gemma4(t: _Tensor, spec, layer: int, n_layers: int) -> _Tensor:
 
 
 def _constant(n: int, value: float):
-    import numpy as np
-
     return np.full((1, n), value, dtype=np.float32)
 
 
 __all__ = ["router_weight", "router_bias", "attention_output", "router_scale", "embedding", "context_attention",
-           "context_mla", "qk_norm_gemma4", "post_norm_gemma4", "is_real", "QK_NORM_GEMMA4"]
+           "context_mla", "context_attention_gated", "qk_norm_gemma4", "post_norm_gemma4", "is_real", "QK_NORM_GEMMA4"]
