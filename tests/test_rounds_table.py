@@ -97,7 +97,7 @@ def test_rounds_appear_with_their_settings_pin_a_baseline_and_save_a_row(qtbot, 
         assert r.summary.n_gen == 4 and r.summary.avg_ts > 0
     # Room for what differs: the budget every round shares is listed under the table, not a column;
     # the expert knobs a dense model has no value for are hidden; threads, which differ, show.
-    assert "budget_mb" in table.hidden() and "budget 1024 MB" in table.note.text()
+    assert "budget_mb" in table.hidden() and "budget 1024 MiB" in table.note.text()
     assert "expert_cache_mb" in table.hidden() and "threads" not in table.hidden()
     # The window projects onto its device (iPhone 16 Pro by default): every row says so.
     assert all(table.value(r.number, "device") for r in w.rounds)

@@ -45,7 +45,7 @@ def test_expert_knobs_come_back_for_an_moe_model(window):
     from shardscope.engine.knobs.knobs import KNOBS
 
     window.show_experts(types.SimpleNamespace(layers=[0, 1], n_expert=8, n_expert_used=2,
-                                              dense_bytes=2**20, expert_bytes=8 * 2**20))
+                                              dense_bytes=2**20, expert_bytes=8 * 2**20, total_bytes=2**40))  # larger than any budget: it streams
     c = window.controls
     assert c.combos["expert_policy"].isEnabled() and c.checks["expert_speculation"].isEnabled()
     assert c.combos["expert_policy"].toolTip() == KNOBS["expert_policy"].tip

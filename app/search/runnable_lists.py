@@ -69,7 +69,7 @@ def runnable_grid(base: RunSettings, grid: dict[str, list],
             refused_cache[s] = refusal(s) is not None
         return refused_cache[s]
 
-    sizes = [k for k in grid if KNOBS[k].unit == "MB" and k != "budget_mb" and KNOBS[k].type in (int, float)]
+    sizes = [k for k in grid if KNOBS[k].unit in ("MB", "MiB") and k != "budget_mb" and KNOBS[k].type in (int, float)]
     step = grid
     while True:
         if not any(refused(s) for s in combinations(base, step)):

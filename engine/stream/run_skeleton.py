@@ -291,7 +291,7 @@ class RunSkeleton:
         marks: dict = {}
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
-            now = time.perf_counter()
+            now = marks["last_t"] = time.perf_counter()
             self._token_done(index, proc)
             if index == 0:
                 self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
@@ -370,7 +370,10 @@ class RunSkeleton:
             streamed_mb_per_token=round(d.loaded_bytes / MIB / per_tok, 3),
             # Over wall time, not decode time: a budget cut replays the context between
             # tokens, and its reads must not be divided by time that leaves it out.
-            ssd_mb_s=round(mb_per_s(read, end_t - t_first), 1),
+            # ... from the first token to the last (not to the round's end: closing the round,
+            # stopping the sampler among it, is no reading time; --verify's outside clock runs
+            # between the same two tokens)
+            ssd_mb_s=round(mb_per_s(read, marks.get("last_t", end_t) - t_first), 1),
             cache_hit_rate=share(d.hit_bytes, d.needed_bytes),
             on_time_rate=share(d.on_time_bytes, d.needed_bytes),
             cache_hits=d.cache_hits,
