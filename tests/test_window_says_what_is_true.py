@@ -44,8 +44,9 @@ def test_expert_knobs_are_disabled_for_a_dense_model_and_say_why(window):
 def test_expert_knobs_come_back_for_an_moe_model(window):
     from shardscope.engine.knobs.knobs import KNOBS
 
+    window.model_info = types.SimpleNamespace(path="/models/moe.gguf", moe=True)  # an MoE file is open
     window.show_experts(types.SimpleNamespace(layers=[0, 1], n_expert=8, n_expert_used=2,
-                                              dense_bytes=2**20, expert_bytes=8 * 2**20, total_bytes=2**40))  # larger than any budget: it streams
+                                              dense_bytes=2**20, expert_bytes=8 * 2**20, total_bytes=9 * 2**20))
     c = window.controls
     assert c.combos["expert_policy"].isEnabled() and c.checks["expert_speculation"].isEnabled()
     assert c.combos["expert_policy"].toolTip() == KNOBS["expert_policy"].tip
