@@ -50,9 +50,11 @@ def slow_moe_model(tmp_path_factory) -> str:
 
 def bench_on_a_terminal(model: str, csv: str, env: dict, args=ARGS) -> tuple[subprocess.Popen, int]:
     master, slave = pty.openpty()
+    # Ctrl-C's default disposition in the child, as on a user's terminal: a suite started in the
+    # background (`make test &`) ignores SIGINT, and a child would inherit that and never stop.
     child = subprocess.Popen([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--model", model, *args,
                               "--csv", csv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=slave, env=env)
+                             stderr=slave, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     return child, master
 
