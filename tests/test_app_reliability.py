@@ -146,10 +146,13 @@ def test_stop_run_stop_in_quick_succession_leaves_nothing_behind(qtbot, window, 
 def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(STREAMING)
-    window.start_run()
     # Close once the worker says it is loading (llama.cpp mapping the file), not before
-    # the run even started: that is the moment a hang would come from.
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("loading"), timeout=20_000)
+    # the run even started: that is the moment a hang would come from. Every message is
+    # kept: a fast load replaces "loading" before a poll of the current one could see it.
+    said: list[str] = []
+    window.statusBar().messageChanged.connect(said.append)
+    window.start_run()
+    qtbot.waitUntil(lambda: any(m.startswith("loading") for m in said), timeout=20_000)
     started = time.perf_counter()
     window.close()  # the run is still loading the model
     assert time.perf_counter() - started < 5.0

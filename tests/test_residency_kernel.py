@@ -44,6 +44,7 @@ class KernelWatch:
         self.cache_hits = self.on_time = self.accesses = 0
         self.peak_weights = 0
         self.layer_starts = 0
+        self.current_resident: dict[int, bool] = {}
 
     def _resident(self, index: int) -> bool:
         m = self.run.mapping
@@ -55,32 +56,56 @@ class KernelWatch:
                 found += memory_calls.resident_bytes(*span)
         return found >= RESIDENT_PAGES * total
 
+    def _wrap_book(self) -> None:
+        """Read the computing layer's shards inside the book's ``access``, under the controller's lock.
+
+        The loader flips a shard to resident under that lock after its read finished, so at
+        this moment the kernel and the engine look at the same state: read earlier, a
+        shard landing in between (the loader always is about to land the next one when
+        lru thrashes) counted as late for the watch and on time for the engine.
+        """
+        book = self.run.controller._book
+        if getattr(book.access, "kernel_watch", False):
+            return
+        real = book.access
+
+        def access(layer_pos: int) -> list[int]:
+            self.current_resident = {i: self._resident(i) for i in self.plan.layer_shards[layer_pos]}
+            return real(layer_pos)
+
+        access.kernel_watch = True
+        book.access = access
+
     def __call__(self, layer_number: int) -> bool:
-        if self.run.controller is not None:
-            # Residency is tracked from the prompt pass on; accesses count from the
-            # first decoded token, like the engine's steady-state figures.
-            counting = self.run.clock.phase == "generating"
-            pos = self.run._layer_pos.get(layer_number, layer_number)
-            # The computing layer's shards are read last, right before the engine's own check:
-            # a shard landing during the scan of the others must count as it does for the engine.
-            current = set(self.plan.layer_shards[pos])
-            resident = [False] * len(self.plan.shards)
-            for index in [i for i in range(len(resident)) if i not in current] + sorted(current):
+        if self.run.controller is None:
+            return self.forward(layer_number)
+        self._wrap_book()
+        # Residency is tracked from the prompt pass on; accesses count from the
+        # first decoded token, like the engine's steady-state figures.
+        counting = self.run.clock.phase == "generating"
+        pos = self.run._layer_pos.get(layer_number, layer_number)
+        current = set(self.plan.layer_shards[pos])
+        resident = [False] * len(self.plan.shards)
+        for index in range(len(resident)):
+            if index not in current:
                 resident[index] = self._resident(index)
+        if counting:
+            m = self.run.mapping
+            self.peak_weights = max(self.peak_weights, memory_calls.resident_bytes(m.start, m.end))
+            self.layer_starts += 1
+        self.current_resident = {}
+        ok = self.forward(layer_number)
+        for index in self.plan.layer_shards[pos]:
+            resident[index] = self.current_resident.get(index, False)
             if counting:
-                m = self.run.mapping
-                self.peak_weights = max(self.peak_weights, memory_calls.resident_bytes(m.start, m.end))
-                self.layer_starts += 1
-            for index in self.plan.layer_shards[pos]:
-                if counting:
-                    self.accesses += 1
-                    self.on_time += resident[index]
-                    self.cache_hits += resident[index] and not self.dropped[index]
-                self.dropped[index] = False
-            for index, here in enumerate(resident):
-                if not here:
-                    self.dropped[index] = True
-        return self.forward(layer_number)
+                self.accesses += 1
+                self.on_time += resident[index]
+                self.cache_hits += resident[index] and not self.dropped[index]
+            self.dropped[index] = False
+        for index, here in enumerate(resident):
+            if not here:
+                self.dropped[index] = True
+        return ok
 
     @property
     def cache_hit_rate(self) -> float:
