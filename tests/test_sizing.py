@@ -228,6 +228,14 @@ def test_worked_example_numbers_in_docs():
     assert r.streamed_bytes_per_token == pytest.approx(45.61e9, rel=1e-3)
     assert r.s_per_token == pytest.approx(53.03, rel=1e-3)
     assert r.bound == "ssd"
+    # The request latency the docs quote (issue #28 item 10): with 32 requests of 512 KiB in
+    # flight a request's 150 µs wait overlaps ~20 ms of transfers ahead of it, so each of the 61
+    # layers exposes its first request's wait only: 61 x 150 µs, not one wait per 32 requests.
+    assert r.projection.ssd_latency_s == pytest.approx(61 * 150e-6, rel=1e-3)
+    docs = (Path(__file__).parents[1] / "docs")
+    for page in ("sizing-example.md", "iphone-16-pro.md"):
+        text = (docs / page).read_text()
+        assert "9.15 ms of request latency" in text and "one batch per layer" not in text, page
     laptop = size_from_numbers(inp, "laptop-16gb")
     assert laptop.s_per_token == pytest.approx(15.14, rel=1e-3)
     # The expert cache is the budget less the dense bytes (what the run uses), and the prompt

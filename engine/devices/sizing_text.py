@@ -77,7 +77,8 @@ def format_sizing(result: SizingResult) -> str:
         f"    ssd       {seconds_text(p.terms['ssd'])} = {bytes_text(r.streamed_bytes_per_token)} / "
         f"{r.ssd_mb_s / 1000:g} GB/s"
         + (f" + {seconds_text(p.ssd_latency_s)} of request latency the queue depth does not hide "
-           f"({r.ssd_latency_us:g} µs each, {r.ssd_queue_depth} in flight, one batch per layer)"
+           f"({r.ssd_latency_us:g} µs each, {r.ssd_queue_depth} in flight: a request waits while those ahead "
+           f"transfer, so only each layer's first request waits in full, after its router picks)"
            if p.ssd_latency_s > 0 else "")
     )
     lines.append(
