@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from shardscope.engine.experts.trace_stats import trace_stats
+
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.foreign_traces import load_trace
@@ -84,6 +86,26 @@ def test_plain_csv_is_read(tmp_path):
     assert trace.n_decoded == 2 and not any(r.prompt for r in trace.records)
 
 
+def test_route_trace_turns_extra_columns_and_row_sizes(tmp_path):
+    """Another engine's route_trace v1: a second turn whose steps start again at 0, a column
+    this reader does not know, and no '# layer=' lines (the sizes come from the rows)."""
+    rows = ["turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,latency_us"]
+    for turn in (0, 1):
+        rows += [f"{turn},0,0,0,0,{turn + 1},0.5,0,0,9", f"{turn},0,0,1,0,{turn + 2},0.5,0,0,9"]
+        for step in (1, 2):
+            for layer in (0, 1):
+                rows.append(f"{turn},1,{step},{layer},0,{(step + layer + turn) % 4},0.7,0,{100 + layer},9")
+    path = tmp_path / "turns.csv"
+    path.write_text("# route_trace v1\n# model=m n_expert=4 n_expert_used=1\n" + "\n".join(rows) + "\n")
+    trace = load_trace(path)
+    assert trace.header.unit_bytes == {0: 100, 1: 101}
+    decoded = [r for r in trace.records if not r.prompt]
+    assert len(decoded) == 8 and len({(r.token, r.layer) for r in decoded}) == 8  # turn 1's step 1 is not turn 0's
+    assert [r.experts for r in decoded if r.layer == 0] == [(1,), (2,), (2,), (3,)]
+    assert sum(r.prompt for r in trace.records) == 4  # one prompt pass per turn, a record per layer
+    assert trace_stats(trace).layers[0].tokens == 4
+
+
 def test_shardscope_json_lines_still_read(tmp_path):
     path = tmp_path / "own.jsonl"
     path.write_text('{"shardscope_routing_trace": 1, "model": "m", "n_expert": 4, "n_expert_used": 1, '
@@ -98,8 +120,8 @@ def test_shardscope_json_lines_still_read(tmp_path):
     ("# route_trace v1\n# layer=0 expert_bytes=10\nturn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"
      "0,2,0,0,0,3,0.5,0,10\n", "line 4: phase must be 0 (prefill) or 1 (decode), got 2"),
     ("# route_trace v1\n# layer=0 expert_bytes=10\nturn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"
-     "0,1,0,1,0,3,0.5,0,10\n", "line 4: layer 1 has no expert size"),
-    ("# route_trace v1\nturn,phase,step,layer,slot,expert\n", "line 2: expected the column header"),
+     "0,1,0,1,0,3,0.5,0,0\n", "line 4: layer 1 has no expert size"),
+    ("# route_trace v1\nturn,step,layer,slot,expert\n", "line 2: expected the column header"),
     ("token,layer,expert\n# expert_bytes=10\n0,0,x\n", "line 3: 'expert' must be a whole number, got 'x'"),
     ("token,layer,expert,weight\n# expert_bytes=10\n0,0,1,nan\n", "line 3: 'weight' must be a finite number"),
     ("token,layer,expert\n# expert_bytes=10\n0,0,1\n0,0,1\n", "line 4: expert 1 picked twice by token 0 in layer 0"),

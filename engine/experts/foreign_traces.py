@@ -27,6 +27,7 @@ from shardscope.engine.experts.routing_trace import (RoutingTrace, TraceHeader, 
 
 ROUTE_TRACE_V1 = "# route_trace v1"
 ROUTE_TRACE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes")
+ROUTE_TRACE_REQUIRED = ("turn", "phase", "step", "layer", "expert")  # the rest are optional, found by name
 PLAIN_REQUIRED = ("token", "layer", "expert")
 PLAIN_OPTIONAL = ("weight", "prompt")
 
@@ -159,24 +160,50 @@ class _CsvDialect:
 
 
 class _RouteTraceV1(_CsvDialect):
+    """Columns are found by name, so a later version's extra columns are read past; the
+    required ones are ``ROUTE_TRACE_REQUIRED``. A (turn, step) pair becomes one running token
+    number: a second turn's steps may start again at 0, and its tokens still come after the
+    first turn's. A layer without a ``# layer=`` line takes its expert size from the rows'
+    ``expert_bytes`` (the first one above 0)."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self._tokens: dict[tuple[int, int], int] = {}
+        self._row_bytes: dict[int, int] = {}
+        self._at: dict[str, int] = {}
+
     def header(self, cells, where):
-        if tuple(c.strip() for c in cells) != ROUTE_TRACE_COLUMNS:
-            raise ShardscopeError(f"{where}: expected the column header '{','.join(ROUTE_TRACE_COLUMNS)}'")
-        self.columns = list(ROUTE_TRACE_COLUMNS)
+        names = [c.strip().lower() for c in cells]
+        missing = [n for n in ROUTE_TRACE_REQUIRED if n not in names]
+        if missing or len(set(names)) != len(names):
+            raise ShardscopeError(f"{where}: expected the column header '{','.join(ROUTE_TRACE_COLUMNS)}'"
+                                  + (f" (missing {', '.join(missing)})" if missing else " (a column named twice)"))
+        self.columns = names
+        self._at = {n: i for i, n in enumerate(names)}
 
     def row(self, cells, passes, where):
-        if len(cells) != len(ROUTE_TRACE_COLUMNS):
-            raise ShardscopeError(f"{where}: {len(cells)} fields, expected {len(ROUTE_TRACE_COLUMNS)}")
-        turn, phase, step, layer, _slot, expert = (_whole(c, n, where) for c, n in zip(cells[:6], ROUTE_TRACE_COLUMNS))
-        weight = _number(cells[6], "weight", where)
+        if len(cells) != len(self.columns):
+            raise ShardscopeError(f"{where}: {len(cells)} fields, expected {len(self.columns)}")
+        turn, phase, step, layer, expert = (_whole(cells[self._at[n]], n, where) for n in ROUTE_TRACE_REQUIRED)
+        weight = _number(cells[self._at["weight"]], "weight", where) if "weight" in self._at else None
+        if "expert_bytes" in self._at and layer not in self._row_bytes:
+            n_bytes = _whole(cells[self._at["expert_bytes"]], "expert_bytes", where)
+            if n_bytes > 0:  # prefill rows of some traces carry 0
+                self._row_bytes[layer] = n_bytes
         if phase not in (0, 1):
             raise ShardscopeError(f"{where}: phase must be 0 (prefill) or 1 (decode), got {phase}")
+        token = self._tokens.setdefault((turn, step), len(self._tokens))
         if phase == 0:
-            passes.prompt_pick(step, layer, expert)
+            passes.prompt_pick(token, layer, expert)  # a new turn's prefill rows open a new prompt pass
         else:
-            passes.decode_pick(step, layer, expert, weight, where)
-        del turn  # a new turn starts with its own prefill rows, which open a new prompt pass
+            passes.decode_pick(token, layer, expert, weight, where)
         return layer, expert
+
+    def sizes(self, layers, where):
+        for layer in layers:
+            if layer not in self.unit_bytes and layer in self._row_bytes:
+                self.unit_bytes[layer] = self._row_bytes[layer]
+        return super().sizes(layers, where)
 
 
 class _PlainCsv(_CsvDialect):
