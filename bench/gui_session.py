@@ -83,6 +83,28 @@ def open_window(model: str, settings: RunSettings):
     return app, window
 
 
+def window_for_screenshot(model: str | None, size=(1600, 960), profile: str | None = None):
+    """The window on ``model`` (None: the bundled one) with a fresh config, shown at ``size``,
+    once the model is open; error messages are kept in ``last_error`` (printed by the
+    caller) rather than drawn as a modal box over the picture. Returns (app, window), or
+    (app, None) after printing why the model did not open."""
+    from shardscope.app.window.main_window import MainWindow
+
+    app = application()
+    path = str(Path(model).resolve()) if model else None
+    window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=path,
+                        profile_name=profile)
+    window.message_hook = lambda message: None
+    window.resize(*size)
+    window.show()
+    pump(app, 600, until=lambda: window.last_error is not None or (
+        window.model_info is not None and (path is None or window.model_info.path == path)))
+    if window.model_info is None:
+        print(f"error: {window.last_error}")
+        return app, None
+    return app, window
+
+
 def stop(app: QApplication, window) -> None:
     window.stop_run()
     pump(app, 30, until=lambda: not window.is_running())

@@ -71,9 +71,7 @@ def main() -> int:
     args = parser.parse_args()
     print(start_display())
 
-    from PySide6.QtWidgets import QApplication
-
-    from bench.gui_session import pump
+    from bench.gui_session import pump, window_for_screenshot
     from shardscope.engine.layout.gguf_layout import read_layout
     from shardscope.engine.layout.moe_layout import read_moe_layout
     from shardscope.engine.synth.synth import write_synthetic_model
@@ -91,13 +89,9 @@ def main() -> int:
     moe = read_moe_layout(read_layout(model))
     budget = int((moe.dense_bytes + args.cache_share * moe.expert_bytes) / MIB) + 1
 
-    app = QApplication.instance() or QApplication([])
-    from shardscope.app.window.main_window import MainWindow
-
-    window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=str(model))
-    window.resize(1600, 960)
-    window.show()
-    pump(app, 60, until=lambda: window.model_info is not None and window.model_info.path == str(model))
+    app, window = window_for_screenshot(str(model))
+    if window is None:
+        return 1
     window.apply_settings(window.current_settings().with_changes(
         budget_mb=budget, ssd_mb_s=0.0, n_gen=24, n_ctx=128, threads=2, expert_policy="lru"))
     window.start_run()

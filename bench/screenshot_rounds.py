@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,27 +39,17 @@ def main() -> int:
     from bench.virtual_display import start_display
 
     print(start_display())
-    from PySide6.QtWidgets import QApplication
+    from bench.gui_session import pump, window_for_screenshot
 
-    from bench.gui_session import pump
-
-    app = QApplication.instance() or QApplication([])
-    from shardscope.app.window.main_window import MainWindow
+    app, window = window_for_screenshot(args.model, size=(1600, 1000))
+    if window is None:
+        return 1
 
     def knob(text: str) -> dict:
         key, value = text.split("=", 1)
         kind = type(getattr(window.current_settings(), key))
         return {key: kind(float(value)) if kind in (int, float) else kind(value)}
 
-    model = str(Path(args.model).resolve()) if args.model else None
-    window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=model)
-    window.message_hook = lambda message: None  # printed below, not a modal box over the picture
-    window.resize(1600, 1000)
-    window.show()
-    pump(app, 600, until=lambda: window.model_info is not None or window.last_error is not None)
-    if window.model_info is None:
-        print(f"error: {window.last_error}")
-        return 1
     window.apply_settings(window.current_settings().with_changes(
         n_gen=args.tokens, threads=args.threads, budget_mb=args.budget_mb, ssd_mb_s=args.ssd_mb_s,
         **knob(args.first)))

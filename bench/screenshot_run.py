@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,22 +37,10 @@ def main() -> int:
     from bench.virtual_display import start_display
 
     print(start_display())
-    from PySide6.QtWidgets import QApplication
+    from bench.gui_session import pump, window_for_screenshot
 
-    from bench.gui_session import pump
-
-    app = QApplication.instance() or QApplication([])
-    from shardscope.app.window.main_window import MainWindow
-
-    model = str(Path(args.model).resolve())
-    window = MainWindow(config_dir=Path(tempfile.mkdtemp(prefix="shardscope-shot-")), model_path=model,
-                        profile_name=args.profile)
-    window.message_hook = lambda message: None  # an error is printed below, not a modal box over the picture
-    window.resize(1600, 960)
-    window.show()
-    pump(app, 600, until=lambda: window.model_info is not None or window.last_error is not None)
-    if window.model_info is None:
-        print(f"error: {window.last_error}")
+    app, window = window_for_screenshot(args.model, profile=args.profile)
+    if window is None:
         return 1
     changes = dict(n_gen=args.tokens, threads=args.threads, ssd_mb_s=args.ssd_mb_s)
     if args.budget_mb is not None:

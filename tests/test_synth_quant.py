@@ -53,3 +53,50 @@ def test_q4_k_m_qwen3moe_experts_read_back_as_q4_k_and_q6_k(tmp_path):
 
     with LlamaSession(info.path, n_threads=2, n_ctx=128) as session:
         assert len(session.generate("The printing press", 4).tokens) == 4
+
+
+@pytest.mark.parametrize("arch, size_mb", [("kimi-k2", 240), ("deepseek2", 100)])
+def test_q4_k_m_reaches_the_mla_archs(tmp_path, arch, size_mb):
+    """--quant q4_k_m on the deepseek2 family wrote Q8_0 experts under a Q4_K_M file type; now the
+    gguf package reads its experts as Q4_K / Q6_K, and expert streaming gives llama.cpp's own tokens."""
+    import gguf
+
+    from shardscope.engine.experts.expert_run import ExpertRun
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.stream.llama_session import LlamaSession
+    from shardscope.engine.synth.synth_moe import defaults_for
+
+    path = tmp_path / f"{arch}.gguf"
+    spec = defaults_for(arch)
+    info = write_synthetic_model(path, size_mb, moe=MoeSpec(spec.experts, spec.experts_used, spec.shared_experts,
+                                                            arch=arch, quant="q4_k_m"))
+    reader = gguf.GGUFReader(path)
+    kinds = {(t.name.split(".")[2], t.tensor_type.name) for t in reader.tensors if "_exps" in t.name}
+    assert kinds == {("ffn_gate_exps", "Q4_K"), ("ffn_up_exps", "Q4_K"), ("ffn_down_exps", "Q6_K")}
+    assert reader.fields["general.file_type"].contents() == 15
+    with LlamaSession(info.path, n_threads=2, n_ctx=128) as session:
+        expected = session.generate("The printing press", 6).tokens
+    budget = int(info.size_bytes / 2**20 * 0.45)
+    with ExpertRun(RunSettings(model_path=info.path, prompt="The printing press", n_gen=6, n_ctx=128,
+                               budget_mb=budget)) as run:
+        summary = run.run()
+        assert run.tokens == expected
+    assert summary.expert_misses > 0  # it streamed
+
+
+def test_a_default_depth_without_a_shape_moves_to_a_neighbour(tmp_path):
+    """Q4_K/Q6_K widths come in steps of 256: deepseek3 at 200 MiB has no shape within 5 % at its
+    default 8 layers; without --layers synth takes the nearest depth that has one, with --layers
+    it refuses in one line."""
+    from shardscope.engine.base.errors import ShardscopeError
+    from shardscope.engine.synth.synth_moe import default_n_layers, defaults_for
+
+    d = defaults_for("deepseek3")
+    spec = MoeSpec(d.experts, d.experts_used, d.shared_experts, arch="deepseek3", quant="q4_k_m")
+    default = default_n_layers(200, spec)
+    with pytest.raises(ShardscopeError, match="cannot make a 200 MB deepseek3 model"):
+        write_synthetic_model(tmp_path / "fixed.gguf", 200, n_layers=default, moe=spec)
+    assert not (tmp_path / "fixed.gguf").exists()
+    info = write_synthetic_model(tmp_path / "near.gguf", 200, moe=spec)
+    assert info.n_layers != default and abs(info.n_layers - default) <= 4
+    assert abs(info.size_bytes - 200 * 2**20) <= 0.05 * 200 * 2**20

@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--experts", type=positive_int, default=None, help="experts per layer (default 64)")
     synth.add_argument("--experts-used", type=positive_int, default=None, help="experts per token (default 8)")
     synth.add_argument("--shared-experts", type=non_negative_int, default=None,
-                       help="always-used experts per layer (arch qwen2moe; default 0)")
+                       help="always-used experts per layer (default: the arch's own, e.g. 0 for llama, 1 for qwen2moe and kimi-k2)")
     synth.add_argument("--routing-skew", type=non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
     synth.add_argument("--routing", choices=("real", "uniform"), default=None,

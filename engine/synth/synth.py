@@ -216,10 +216,15 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     if moe is not None:
         from shardscope.engine.synth import synth_moe
 
+        layers_given = n_layers is not None
         size_mb, n_layers = _validate(size_mb, n_layers or synth_moe.default_n_layers(size_mb, moe),
                                      str(target))
         moe = synth_moe.validate_spec(moe, str(target))
-        shape = synth_moe.plan(size_mb, n_layers, moe, vocab, str(target))
+        if layers_given:
+            shape = synth_moe.plan(size_mb, n_layers, moe, vocab, str(target))
+        else:  # the default depth may have no shape within 5 % (coarse Q4_K/Q6_K widths): a neighbour may
+            shape = synth_moe.plan_near(size_mb, n_layers, moe, vocab, str(target))
+            n_layers = shape.n_layers
         tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
         header = _header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
         arch = synth_moe.architecture(moe)

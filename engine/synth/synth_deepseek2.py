@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, embedding, router_bias, router_weight
 from shardscope.engine.synth.synth_shapes import (
     MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
@@ -76,20 +77,37 @@ def _attention_bytes(e: int) -> int:
             + _pad(_q8(kv + ROPE, e)) + _pad(4 * h * kv * NOPE) + _pad(4 * h * kv * V_HEAD) + _pad(_q8(e, h * V_HEAD)))
 
 
+def _expert_types(spec):
+    """(gate/up, down) block formats of the routed experts: --quant's scheme (q8_0 unless told)."""
+    return SCHEMES[spec.quant or "q8_0"]
+
+
 def _moe_layer_bytes(e: int, f: int, spec) -> int:
     x, s = spec.experts, spec.shared_experts * f
+    gate_q, down_q = _expert_types(spec)
     shared = 3 * _pad(_q8(s, e)) if s else 0
-    return _attention_bytes(e) + _pad(4 * x * e) + _pad(4 * x) + shared + 3 * _pad(x * _q8(f, e))
+    routed = 2 * _pad(x * f * gate_q.row_bytes(e)) + _pad(x * e * down_q.row_bytes(f))
+    return _attention_bytes(e) + _pad(4 * x * e) + _pad(4 * x) + shared + routed
 
 
 def _dense_layer_bytes(e: int, row) -> int:
     return _attention_bytes(e) + 3 * _pad(_q8(dense_ff(e, row), e))
 
 
-def _ff_step(e: int) -> int:
-    """Smallest n_ff step that keeps one expert's Q8_0 slice whole 4 KiB pages."""
-    row = e // _Q8_BLOCK * _Q8_BYTES
-    return math.lcm(_Q8_BLOCK, _PAGE // math.gcd(_PAGE, row))
+def _ff_base(spec) -> int:
+    """n_ff steps every format takes: Q8_0's 32 (shared experts) and the down experts' block."""
+    return math.lcm(_Q8_BLOCK, _expert_types(spec)[1].block)
+
+
+def _ff_step(e: int, spec) -> int:
+    """Smallest n_ff step that keeps one expert's gate/up and down slices whole 4 KiB pages."""
+    gate_q, down_q = _expert_types(spec)
+    base = _ff_base(spec)
+    for k in range(1, _PAGE + 1):
+        f = k * base
+        if (f * gate_q.row_bytes(e)) % _PAGE == 0 and (e * down_q.row_bytes(f)) % _PAGE == 0:
+            return f
+    return base
 
 
 def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
@@ -104,13 +122,16 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
     target = int(size_mb * MIB)
     fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
     best, best_key = None, None
+    gate_q, down_q = _expert_types(spec)
+    e_step = math.lcm(64, gate_q.block)  # gate/up blocks run along n_embd
     for aligned in (True, False):
-        for e in range(128, 8192 + 1, 64):
+        for e in range(max(128, e_step), 8192 + 1, e_step):
             base = fixed + _global_bytes(e, vocab.n_vocab) + lead * _dense_layer_bytes(e, row)
             n_moe = n_layers - lead
-            per_f = (3 * spec.experts + 3 * spec.shared_experts) * e * _Q8_BYTES / _Q8_BLOCK
+            per_f = (3 * spec.shared_experts * _Q8_BYTES / _Q8_BLOCK + spec.experts * (
+                2 * gate_q.bytes / gate_q.block + down_q.bytes / down_q.block)) * e
             f_lin = ((target - base) / n_moe - _moe_layer_bytes(e, 0, spec)) / per_f
-            step = _ff_step(e) if aligned else _Q8_BLOCK
+            step = _ff_step(e, spec) if aligned else _ff_base(spec)
             f = max(step, int(round(f_lin / step)) * step)
             total = base + n_moe * _moe_layer_bytes(e, f, spec)
             if abs(total - target) > SIZE_TOLERANCE * target:
@@ -169,11 +190,12 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
                 _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s)),
             ]
         # The routed output is scaled by weights_scale after the normalised weights: undo it here.
+        gate_q, down_q = _expert_types(spec)
         out += [
-            _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x),
-            _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
+            _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+            _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
             _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / row.weights_scale,
-                    n_expert=x),
+                    n_expert=x, qtype=down_q),
         ]
     return out + tail
 

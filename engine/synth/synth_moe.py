@@ -77,6 +77,8 @@ def defaults_for(arch: str | None) -> MoeSpec:
     if arch in NOT_WRITTEN:
         raise ShardscopeError(f"--arch {arch}: {NOT_WRITTEN[arch]}")
     row = ARCH_SPECS.get(arch or "")
+    if arch == "qwen2moe":  # llama.cpp's qwen2moe reads ffn_*_shexp: one shared expert unless told
+        return MoeSpec(shared_experts=1, arch=arch)
     if row is None:
         return MoeSpec(arch=arch or "")
     return MoeSpec(experts=row.experts, experts_used=row.experts_used, shared_experts=row.shared_experts, arch=row.name)
@@ -211,6 +213,21 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
             f"{where}: cannot make a {size_mb:g} MB model with {n_layers} layers of {spec.experts} experts "
             f"within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
     return best
+
+
+def plan_near(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Shape:
+    """``plan`` at the default depth ``n_layers``, else at the nearest depth (±4 layers) that has
+    a shape within the size tolerance; the default's refusal when none has."""
+    try:
+        return plan(size_mb, n_layers, spec, vocab, where)
+    except ShardscopeError as first:
+        for delta in (-1, 1, -2, 2, -3, 3, -4, 4):
+            if 2 <= n_layers + delta <= 64:
+                try:
+                    return plan(size_mb, n_layers + delta, spec, vocab, where)
+                except ShardscopeError:
+                    continue
+        raise first
 
 
 def _search(target: int, fixed: int, n_layers: int, spec: MoeSpec, vocab, ratio: float, aligned: bool):
