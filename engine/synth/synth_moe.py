@@ -227,7 +227,8 @@ def plan_near(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -
                     return plan(size_mb, n_layers + delta, spec, vocab, where)
                 except ShardscopeError:
                     continue
-        raise first
+        low, high = max(2, n_layers - 4), min(64, n_layers + 4)
+        raise ShardscopeError(f"{first} (nor at {low} to {high} layers)") from None
 
 
 def _search(target: int, fixed: int, n_layers: int, spec: MoeSpec, vocab, ratio: float, aligned: bool):
