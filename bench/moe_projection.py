@@ -66,10 +66,10 @@ def model_path(size_mb: int, like: str = "") -> str:
     from shardscope.engine.synth.synth_moe import MoeSpec, like_kimi_k2
 
     if like == "kimi-k2":  # 5 layers: 1 dense + 4 of 384 page-aligned experts at 300 MB
-        path = cache_dir() / "bench" / f"kimi-k2-shape-{size_mb}mb-real-routing.gguf"
+        path = cache_dir() / "bench" / f"kimi-k2-shape-{size_mb}mb-routing-v2.gguf"
         spec, layers = like_kimi_k2(routing_skew=1.0), 5
     else:
-        path = cache_dir() / "bench" / f"moe-{N_EXPERT}x{N_USED}-shexp{N_SHARED}-{size_mb}mb-real-routing.gguf"
+        path = cache_dir() / "bench" / f"moe-{N_EXPERT}x{N_USED}-shexp{N_SHARED}-{size_mb}mb-routing-v2.gguf"
         spec, layers = MoeSpec(N_EXPERT, N_USED, shared_experts=N_SHARED, routing_skew=1.0), None
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

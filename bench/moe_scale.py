@@ -98,7 +98,7 @@ def scale_model(skew: float | None) -> str:
 
     # synth lands within ±5 % of the size asked for (whole layers): ask for 1.21 × RAM to get ≥ 1.15 ×.
     size_mb = math.ceil(1.21 * mem_total_bytes() / MIB)
-    name = f"dense-scale-{size_mb}mb.gguf" if skew is None else f"moe-scale-64x8-{size_mb}mb-skew{skew:g}-real-routing.gguf"
+    name = f"dense-scale-{size_mb}mb.gguf" if skew is None else f"moe-scale-64x8-{size_mb}mb-skew{skew:g}-routing-v2.gguf"
     path = cache_dir() / "bench" / name
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

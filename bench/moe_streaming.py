@@ -42,7 +42,7 @@ def moe_model(size_mb: int, skew: float) -> str:
     from shardscope.engine.synth.synth import write_synthetic_model
     from shardscope.engine.synth.synth_moe import MoeSpec
 
-    path = cache_dir() / "bench" / f"moe-64x8-{size_mb}mb-skew{skew:g}-real-routing.gguf"
+    path = cache_dir() / "bench" / f"moe-64x8-{size_mb}mb-skew{skew:g}-routing-v2.gguf"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_synthetic_model(path, size_mb, moe=MoeSpec(64, 8, routing_skew=skew), seed=11)

@@ -50,7 +50,7 @@ def model_path(size_mb: int) -> str:
     from shardscope.engine.synth.synth import write_synthetic_model
     from shardscope.engine.synth.synth_moe import like_kimi_k2
 
-    path = cache_dir() / "bench" / f"kimi-k2-shape-{size_mb}mb-4layers-real-routing.gguf"
+    path = cache_dir() / "bench" / f"kimi-k2-shape-{size_mb}mb-4layers-routing-v2.gguf"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_synthetic_model(path, size_mb, n_layers=4, moe=like_kimi_k2(), seed=23)

@@ -25,7 +25,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-SHARDSCOPE = str(Path(sys.executable).with_name("shardscope"))
+SHARDSCOPE = [sys.executable, "-m", "shardscope.engine.cli.cli"]  # the CLI, wherever the package is
 TARGETS = (  # (name, test, wording) over the all-layer means
     ("lag-1", lambda s: s["lag1"] >= 0.28, "≥ 28 %"),
     ("lag-8", lambda s: s["lag8"] >= 0.18, "≥ 18 %"),
@@ -101,7 +101,7 @@ def report(s: dict) -> bool:
 
 def bench_text(model: str, budget_mb: int, tokens: int, trace: str | None) -> str:
     # not --quiet: that would drop the "text" line
-    cmd = [SHARDSCOPE, "bench", "--model", model, "--budget-mb", str(budget_mb), "--tokens", str(tokens)]
+    cmd = [*SHARDSCOPE, "bench", "--model", model, "--budget-mb", str(budget_mb), "--tokens", str(tokens)]
     if trace:
         cmd += ["--trace", trace]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -130,7 +130,7 @@ def main() -> int:
         where.mkdir(parents=True, exist_ok=True)
         model, trace = str(where / f"synth-moe-{args.arch or '128x8'}.gguf"), str(where / "t.jsonl")
         shape = ["--arch", args.arch] if args.arch else ["--experts", "128", "--experts-used", "8", "--layers", "8"]
-        cmd = [SHARDSCOPE, "synth", "--moe", *shape,
+        cmd = [*SHARDSCOPE, "synth", "--moe", *shape,
                "--size-mb", str(args.size_mb), "--seed", str(args.seed), "--out", model, "--quiet"]
         if args.routing:
             cmd += ["--routing", args.routing]

@@ -120,3 +120,54 @@ def test_same_seed_same_bytes(tmp_path):
     b = write_synthetic_model(tmp_path / "b.gguf", 24, n_layers=2, moe=MoeSpec(16, 2), seed=9)
     digest = [hashlib.sha256(open(x.path, "rb").read()).hexdigest() for x in (a, b)]
     assert digest[0] == digest[1]
+
+
+def test_successors_are_one_cycle_through_the_ordinary_tokens():
+    nxt = synth_router.successors(807)
+    assert (nxt[:3] == -1).all()  # unk, bos, eos: on no cycle, nobody's successor
+    seen, token = [], 3
+    for _ in range(804):
+        seen.append(token)
+        token = int(nxt[token])
+    assert token == 3 and sorted(seen) == list(range(3, 807))
+
+
+def test_output_head_pulls_to_the_successor_and_holds_recent_tokens_back():
+    """From the arrays alone: with a residual holding the current token's embedding, the head's
+    top logit is the token's successor by about SUCCESSOR; a token held in the context block at
+    weight w loses about RECENT x w."""
+    n_vocab, n_embd, rng = 807, 512, np.random.default_rng(3)
+    emb = synth_router.token_embedding(n_vocab, n_embd, rng)
+    plain = synth_router.output_head(n_vocab, n_embd, 0.0, rng)  # the structured terms alone
+    nxt = synth_router.successors(n_vocab)
+    ctx = synth_router.context_dims(n_embd, 64)
+    code = synth_router.code_dims(n_embd, 64)
+    rms0 = np.sqrt((emb ** 2).mean())  # what the head's scale assumes the residual's RMS is
+    for cur in (5, 100, 806):
+        h = emb[cur].copy()
+        rms = np.sqrt((h ** 2).mean())
+        logits = plain @ (h / rms)
+        assert int(np.argmax(logits)) == nxt[cur]
+        norm2 = (emb[cur, code] ** 2).sum() / (code.stop - code.start)  # this code's length² per dim, ~1
+        assert logits[nxt[cur]] == pytest.approx(synth_router.SUCCESSOR * norm2 * rms0 / rms, rel=0.1)
+        # the context head wrote token 42's code at weight 0.3 (its value is the code, its output
+        # CONTEXT_GAIN / 0.45 per dim): token 42's logit falls by about RECENT x 0.3
+        held = h.copy()
+        held[ctx] = 0.3 * emb[42, code][: ctx.stop - ctx.start] * synth_router.CONTEXT_GAIN / 0.45
+        rms = np.sqrt((held ** 2).mean())
+        drop = (plain @ (held / rms) - plain @ (h / rms))[42]
+        norm2 = (emb[42, code] ** 2).sum() / (code.stop - code.start)
+        assert -drop == pytest.approx(0.3 * synth_router.RECENT * norm2 * rms0 / rms, rel=0.1)
+
+
+def test_greedy_text_does_not_fall_into_a_short_loop(tmp_path):
+    """A default-shaped 128x8 synth whose random head looped (120 MB, seed 2: '…i�les|i�les|…'
+    and lag-8 reuse above lag-1) now writes 64 tokens with no loop of period 1 to 8 at the end."""
+    from shardscope.engine.stream.llama_session import LlamaSession
+
+    info = write_synthetic_model(tmp_path / "m.gguf", 120, n_layers=8, moe=MoeSpec(128, 8), seed=2)
+    with LlamaSession(info.path, n_threads=2, n_ctx=160) as session:
+        tokens = list(session.generate(PROMPT, 64).tokens)
+    tail = tokens[-24:]
+    for period in range(1, 9):
+        assert tail[period:] != tail[:-period], f"the text loops with period {period}: {tail}"

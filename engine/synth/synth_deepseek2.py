@@ -37,7 +37,7 @@ import math
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, embedding, router_bias, router_weight
+from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, embedding, output_head, router_bias, router_weight
 from shardscope.engine.synth.synth_shapes import (
     MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
 
@@ -197,7 +197,7 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
             _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / row.weights_scale,
                     n_expert=x, qtype=down_q),
         ]
-    return out + tail
+    return out + output_head(tail, spec)
 
 
 def add_metadata(writer, shape: _Shape, spec, row) -> None:

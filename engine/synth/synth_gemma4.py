@@ -19,7 +19,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, embedding, post_norm_gemma4, qk_norm_gemma4, router_weight)
+    attention_output, context_attention, embedding, output_head, post_norm_gemma4, qk_norm_gemma4, router_weight)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
 
 SWA_PERIOD = 6  # five sliding-window layers, then one full-attention layer
@@ -69,7 +69,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                  _Tensor(p + "ffn_down_exps.weight", e, f, True, s_res / math.sqrt(f), n_expert=x, qtype=down_q),
                  norm("ffn_down_exps.scale", x)]
         out += sorted(context_attention(layer, spec, shape, i), key=lambda t: t.name)
-    return out + tail
+    return out + output_head(tail, spec)
 
 
 def default_n_layers(size_mb: float, arch: ArchSpec) -> int:

@@ -16,7 +16,7 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import FILE_TYPES, Q8_0, SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, embedding, router_bias, router_weight)
+    attention_output, context_attention, embedding, output_head, router_bias, router_weight)
 from shardscope.engine.synth.synth_shapes import (
     HEAD_DIM, MIB, SIZE_TOLERANCE, _Shape, _Tensor, _header_bytes, edge_tensors)
 
@@ -99,7 +99,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                           _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
                           _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
-    return out + tail
+    return out + output_head(tail, spec)
 
 
 def _total(shape: _Shape, spec, arch: ArchSpec, vocab, build=None) -> int:

@@ -41,7 +41,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import context_attention, embedding, router_scale, router_weight
+from shardscope.engine.synth.synth_router_seam import context_attention, embedding, output_head, router_scale, router_weight
 from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
@@ -278,7 +278,7 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
             _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
             _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_f * s_res, n_expert=x),
         ]
-    return out + tail
+    return out + output_head(tail, spec)
 
 
 def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:

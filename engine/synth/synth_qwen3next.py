@@ -19,7 +19,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention_gated, embedding, router_weight)
+    attention_output, context_attention_gated, embedding, output_head, router_weight)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
 
 FULL_ATTENTION_INTERVAL = 4  # layers 3, 7, … attend fully (Qwen3-Next's full_attention_interval)
@@ -77,7 +77,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                   _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
                   _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
-    return out + tail
+    return out + output_head(tail, spec)
 
 
 def default_n_layers(size_mb: float, arch: ArchSpec) -> int:

@@ -71,6 +71,14 @@ def embedding(t: _Tensor, spec, scale: float = 1.0) -> _Tensor:
     return replace(real, fill=lambda rng: real.fill(rng) * scale)
 
 
+def output_head(tail: list[_Tensor], spec) -> list[_Tensor]:
+    """The globals after the last layer, ``output.weight`` with the successor pull under real
+    routing (the text does not fall into short loops that would make routing periodic)."""
+    if not is_real(spec):
+        return tail
+    return [synth_router.real_output(t) if t.name == "output.weight" else t for t in tail]
+
+
 def router_weight(name: str, spec, layer: int, n_embd: int, n_layers: int) -> _Tensor:
     """The router ``ffn_gate_inp.weight`` (F32, ne [n_embd, n_expert]). uniform: logits of unit
     scale, so picks depend on the token, not on noise; the skew's row scales apply to both."""
