@@ -171,3 +171,16 @@ def test_greedy_text_does_not_fall_into_a_short_loop(tmp_path):
     tail = tokens[-24:]
     for period in range(1, 9):
         assert tail[period:] != tail[:-period], f"the text loops with period {period}: {tail}"
+
+
+def test_a_model_too_narrow_for_a_token_part_still_writes_and_loads(tmp_path):
+    """n_embd 64 holds the constant block and a 48-dim context block only (found by
+    bench/synth_fuzz.py: the router divided by the empty token part's width and synth crashed)."""
+    from shardscope.engine.stream.llama_session import LlamaSession
+
+    w = synth_router.router_weights(0, 4, 256, 64, np.random.default_rng(0))
+    assert np.isfinite(w).all() and not w[:, 64:].any()
+    info = write_synthetic_model(tmp_path / "narrow.gguf", 24, moe=MoeSpec(256, 8, 1, arch="llama4"))
+    assert info.n_embd == 64
+    with LlamaSession(info.path, n_threads=2, n_ctx=64) as session:
+        assert len(session.generate(PROMPT, 3).tokens) == 3

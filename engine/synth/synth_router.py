@@ -251,8 +251,12 @@ def router_weights(layer: int, n_layers: int, n_expert: int, n_embd: int, rng: n
     b = rng.standard_normal(n_expert).astype(np.float32)
     w[:, :CONST_DIMS] = (popularity(layer, n_layers) * b / (CONST_DIMS * EMBED_CONST))[:, None]
     width = ctx.stop - ctx.start
-    w[:, ctx] = rng.standard_normal((n_expert, width), dtype=np.float32) * (CONTEXT / (CONTEXT_GAIN * math.sqrt(width)))
-    w[:, tok] = rng.standard_normal((n_expert, int(tok.sum())), dtype=np.float32) * (TOKEN / math.sqrt(tok.sum()))
+    # A model narrower than the constant and context blocks (n_embd ≤ 80, tiny files of many
+    # experts) has no token part, and one of n_embd ≤ 16 no context block: those parts are left out.
+    if width > 0:
+        w[:, ctx] = rng.standard_normal((n_expert, width), dtype=np.float32) * (CONTEXT / (CONTEXT_GAIN * math.sqrt(width)))
+    if tok.any():
+        w[:, tok] = rng.standard_normal((n_expert, int(tok.sum())), dtype=np.float32) * (TOKEN / math.sqrt(tok.sum()))
     return w
 
 

@@ -1,0 +1,70 @@
+"""Every file synth writes loads: random synth --moe flag combinations, each written and then
+loaded by llama.cpp in a child process (an abort there kills only the child).
+
+    python bench/synth_fuzz.py --cases 150 --seed 1
+
+A case ends as one of: refused (synth exit 2 with one line, nothing written), loads (llama.cpp
+generated 2 tokens), or BROKEN (synth exit 0 but the file does not load, or synth crashed, or a
+refusal left a file behind). Exit 1 if any case is BROKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ARCHS = ["", "llama", "qwen2moe", "deepseek2", "qwen3moe", "gpt-oss", "glm4moe", "llama4", "kimi-k2", "deepseek3",
+         "gemma4", "qwen3next"]
+LOAD = ("import sys; from llama_cpp import Llama; m = Llama(sys.argv[1], n_ctx=64, verbose=False); "
+        "out = m.create_completion('The press', max_tokens=2, temperature=0); print(repr(out['choices'][0]['text']))")
+
+
+def case(rng: random.Random) -> list[str]:
+    flags = ["--moe", "--size-mb", str(rng.choice([24, 40, 64, 100]))]
+    arch = rng.choice(ARCHS)
+    if arch:
+        flags += ["--arch", arch]
+    for flag, values in (("--layers", [1, 2, 3, 4, 5, 8]), ("--experts", [2, 4, 8, 16, 32, 64, 256]),
+                         ("--experts-used", [1, 2, 4, 8]), ("--shared-experts", [0, 1, 2]),
+                         ("--quant", ["q8_0", "q4_k_m", "mxfp4"]), ("--routing", ["real", "uniform"])):
+        if rng.random() < 0.4:
+            flags += [flag, str(rng.choice(values))]
+    return flags
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    rng = random.Random(args.seed)
+    counts = {"refused": 0, "loads": 0, "BROKEN": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.cases):
+            out = Path(tmp) / f"c{i}.gguf"
+            flags = case(rng)
+            done = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "synth", *flags,
+                                   "--out", str(out), "--quiet"], capture_output=True, text=True)
+            said = (done.stderr + done.stdout).strip()
+            if done.returncode == 2 and len(said.splitlines()) == 1 and not out.exists():
+                verdict = "refused"
+            elif done.returncode != 0:
+                verdict = "BROKEN"
+            else:
+                load = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True, text=True)
+                verdict = "loads" if load.returncode == 0 else "BROKEN"
+                said = said if load.returncode == 0 else (load.stderr.strip().splitlines() or ["?"])[-1]
+            counts[verdict] += 1
+            if verdict != "loads":
+                print(f"{verdict:8} synth {' '.join(flags)}: {said[:200]}", flush=True)
+            out.unlink(missing_ok=True)
+    print(counts)
+    return 1 if counts["BROKEN"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
