@@ -104,6 +104,13 @@ def test_route_trace_turns_extra_columns_and_row_sizes(tmp_path):
     assert [r.experts for r in decoded if r.layer == 0] == [(1,), (2,), (2,), (3,)]
     assert sum(r.prompt for r in trace.records) == 4  # one prompt pass per turn, a record per layer
     assert trace_stats(trace).layers[0].tokens == 4
+    worded = tmp_path / "worded.csv"  # the phase as a word, as another writer may put it
+    lines = [line.split(",") for line in path.read_text().splitlines()]
+    for cells in lines:
+        if len(cells) > 1 and cells[1] in ("0", "1"):
+            cells[1] = {"0": "prefill", "1": "Decode"}[cells[1]]
+    worded.write_text("\n".join(",".join(cells) for cells in lines) + "\n")
+    assert load_trace(worded) == trace
 
 
 def test_shardscope_json_lines_still_read(tmp_path):

@@ -27,6 +27,7 @@ from shardscope.engine.experts.routing_trace import (RoutingTrace, TraceHeader, 
 
 ROUTE_TRACE_V1 = "# route_trace v1"
 ROUTE_TRACE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes")
+_PHASE_WORDS = {"prefill": "0", "prompt": "0", "decode": "1"}
 ROUTE_TRACE_REQUIRED = ("turn", "phase", "step", "layer", "expert")  # the rest are optional, found by name
 PLAIN_REQUIRED = ("token", "layer", "expert")
 PLAIN_OPTIONAL = ("weight", "prompt")
@@ -184,6 +185,9 @@ class _RouteTraceV1(_CsvDialect):
     def row(self, cells, passes, where):
         if len(cells) != len(self.columns):
             raise ShardscopeError(f"{where}: {len(cells)} fields, expected {len(self.columns)}")
+        cells = list(cells)
+        phase_text = cells[self._at["phase"]].strip().lower()
+        cells[self._at["phase"]] = _PHASE_WORDS.get(phase_text, phase_text)  # "prefill"/"decode" as 0/1
         turn, phase, step, layer, expert = (_whole(cells[self._at[n]], n, where) for n in ROUTE_TRACE_REQUIRED)
         weight = _number(cells[self._at["weight"]], "weight", where) if "weight" in self._at else None
         if "expert_bytes" in self._at and layer not in self._row_bytes:
