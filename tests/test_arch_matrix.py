@@ -169,7 +169,7 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
 
 @pytest.mark.parametrize("argv, words", [
     (["--arch", "qwen3next", "--layers", "3"], "at least 4 layers"),  # llama.cpp aborts on such a file
-    (["--arch", "deepseek2", "--shared-experts", "0"], "needs shared_experts ≥ 1"),
+    (["--arch", "deepseek2", "--shared-experts", "0"], "needs --shared-experts ≥ 1"),
     (["--arch", "qwen3moe", "--shared-experts", "1"], "has no shared experts"),
     (["--arch", "llama", "--quant", "q4_k_m"], "q8_0 only"),
     (["--arch", "glm4moe", "--quant", "mxfp4"], "not mxfp4"),

@@ -73,7 +73,9 @@ def test_bad_moe_spec(tmp_path, spec, words):
 
 @pytest.mark.parametrize("argv, words", [
     (["--experts", "8"], "--experts needs --moe"),
-    (["--moe", "--experts", "8", "--experts-used", "9"], "experts_used must be"),
+    (["--moe", "--experts", "8", "--experts-used", "9"], "--experts-used must be 1 to --experts (8), got 9"),
+    # a value the user did not give is named as the flag's default (qwen3moe uses 8 experts a token)
+    (["--moe", "--arch", "qwen3moe", "--experts", "4"], "--experts-used (default) must be 1 to --experts (4)"),
     (["--moe", "--routing-skew", "-1"], "--routing-skew"),
 ])
 def test_cli_refusals(tmp_path, capsys, argv, words):

@@ -169,6 +169,8 @@ def cmd_synth(args) -> int:
     try:
         info = write_synthetic_model(args.out, args.size_mb, n_layers=args.layers, seed=args.seed,
                                      progress=progress, moe=moe)
+    except ShardscopeError as exc:
+        raise ShardscopeError(_synth_flags_named(str(exc), args)) from None
     finally:
         line.close()
     experts = (f", {info.n_expert} experts (top-{info.n_expert_used}"
@@ -205,6 +207,26 @@ def _moe_spec(args):
     d = PRESETS[args.like]() if args.like else defaults_for(args.arch)
     return MoeSpec(**{key: getattr(d, key) if getattr(args, key) is None else getattr(args, key)
                       for key in _MOE_FLAGS if key != "like"})
+
+
+# The MoE shape's field names in synth's refusals, as the flags that set them (the Python API
+# keeps the field names); a value the user did not give is the arch's default and is said so.
+_SYNTH_FIELD_WORDS = (("experts_used", "experts_used"), ("shared_experts", "shared_experts"),
+                      ("routing_skew", "routing_skew"), ("experts", "experts"))
+
+
+def _synth_flags_named(message: str, args) -> str:
+    import re
+
+    for key, _ in _SYNTH_FIELD_WORDS:
+        flag = _MOE_FLAGS[key]
+        given = getattr(args, key, None) is not None
+        # "experts_used must …", "to experts (4)", "shared_experts ≥ 1"
+        pattern = re.compile(rf"(?<![\w-]){key}(?= must| \(| ≥)")  # the field, not the word in prose
+        if pattern.search(message):
+            message = pattern.sub(flag if given or not args.moe else f"{flag} (default)", message, count=1)
+            message = pattern.sub(flag, message)
+    return message
 
 
 # what synth --arch offers; qwen3next is refused with the reason (not written yet)
