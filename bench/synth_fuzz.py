@@ -2,6 +2,10 @@
 loaded by llama.cpp in a child process (an abort there kills only the child).
 
     python bench/synth_fuzz.py --cases 150 --seed 1
+    python bench/synth_fuzz.py --cases 60 --seed 3 --stream   # and each file that loads streams
+
+With --stream every file that loads is also benched (`bench --tokens 6`) unconstrained and at
+60 % of its size: the greedy text must be the same (a budget the engine refuses is reported).
 
 A case ends as one of: refused (synth exit 2 with one line, nothing written), loads (llama.cpp
 generated 2 tokens), or BROKEN (synth exit 0 but the file does not load, or synth crashed, or a
@@ -36,13 +40,32 @@ def case(rng: random.Random) -> list[str]:
     return flags
 
 
+def streams(path: Path) -> tuple[str, str]:
+    """("streams", text) when bench at 60 % of the file gives the unconstrained run's text."""
+    budget = max(1, int(path.stat().st_size / 2**20 * 0.6))
+    texts = []
+    for extra in ([], ["--budget-mb", str(budget)]):
+        done = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--model", str(path),
+                               "--tokens", "6", *extra], capture_output=True, text=True)
+        if done.returncode == 2 and extra:
+            return "budget refused", (done.stderr.strip().splitlines() or ["?"])[-1]
+        if done.returncode != 0:
+            return "BROKEN", f"bench {' '.join(extra)} exit {done.returncode}: " + (
+                (done.stderr.strip().splitlines() or ["?"])[-1])
+        texts.append(next((line for line in done.stdout.splitlines() if line.startswith("text")), ""))
+    if texts[0] != texts[1]:
+        return "BROKEN", f"text differs at --budget-mb {budget}: {texts[0][:60]!r} vs {texts[1][:60]!r}"
+    return "streams", texts[1][:60]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stream", action="store_true", help="bench each file that loads at 60 %% of its size too")
     args = p.parse_args()
     rng = random.Random(args.seed)
-    counts = {"refused": 0, "loads": 0, "BROKEN": 0}
+    counts = {"refused": 0, "loads": 0, "BROKEN": 0, "streams": 0, "budget refused": 0}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.cases):
             out = Path(tmp) / f"c{i}.gguf"
@@ -58,8 +81,10 @@ def main() -> int:
                 load = subprocess.run([sys.executable, "-c", LOAD, str(out)], capture_output=True, text=True)
                 verdict = "loads" if load.returncode == 0 else "BROKEN"
                 said = said if load.returncode == 0 else (load.stderr.strip().splitlines() or ["?"])[-1]
+                if verdict == "loads" and args.stream:
+                    verdict, said = streams(out)
             counts[verdict] += 1
-            if verdict != "loads":
+            if verdict not in ("loads", "streams"):
                 print(f"{verdict:8} synth {' '.join(flags)}: {said[:200]}", flush=True)
             out.unlink(missing_ok=True)
     print(counts)

@@ -46,6 +46,9 @@ class ArchSpec:
     quant: str = "q8_0"  # the --quant a file gets unless told
     quants: tuple[str, ...] = ("q8_0", "q4_k_m")
     family: str = "gqa"  # the writer module: gqa (synth_gqa_moe), mla (synth_deepseek2), gemma4, qwen3next
+    # Fewer layers make a file llama.cpp 0.3.36 aborts on (bench/synth_fuzz.py found them), and why.
+    min_layers: int = 1
+    min_layers_why: str = ""
 
     @property
     def mla(self) -> bool:
@@ -71,12 +74,16 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
     # Llama-4-Maverick-17B-128E: n_embd 5120, MoE on every 2nd layer (128 experts top-1 of 8192
     # + 1 shared of the same width), dense FFN 16384 between, 40 heads × 128 over 8, sigmoid
     ArchSpec("llama4", "llama4", "Llama-4-Maverick-17B-128E", 128, 1, shared_experts=1, moe_step=2,
-             expert_ff_ratio=8192 / 5120, dense_ff_ratio=16384 / 5120, q_ratio=1.0, kv_group=5),
+             expert_ff_ratio=8192 / 5120, dense_ff_ratio=16384 / 5120, q_ratio=1.0, kv_group=5, min_layers=4,
+             min_layers_why="every 4th layer is a no-RoPE one; with 2 or 3 llama.cpp aborts: "
+                            "GGML_ASSERT(buf != NULL && \"tensor buffer not set\")"),
     # Gemma-4-26B-A4B: n_embd 2816, every layer a dense GELU FFN (2112) beside 128 experts top-8 of
     # 704, 16 heads over 8, 5 sliding-window layers to 1 full; the router reads its own scaled norm
     ArchSpec("gemma4", "gemma4", "Gemma-4-26B-A4B", 128, 8, expert_ff_ratio=704 / 2816,
              dense_ff_ratio=2112 / 2816, q_ratio=16 * 256 / 2816, kv_group=2, qk_norm=True, post_attn_norm=True,
-             sliding_window=1024, family="gemma4"),
+             sliding_window=1024, family="gemma4", min_layers=2,
+             min_layers_why="a sliding-window layer and the full-attention one; with 1 llama.cpp aborts: "
+                            "GGML_ASSERT(hparams.is_swa_any())"),
     # Qwen3-Next-80B-A3B: n_embd 2048, linear attention (gated delta net) on 3 of 4 layers, 512
     # experts top-10 of 512 + 1 shared of 512 on every layer, 16 heads × 256 over 2, quarter-rotary
     ArchSpec("qwen3next", "qwen3next", "Qwen3-Next-80B-A3B", 512, 10, shared_experts=1,

@@ -18,7 +18,6 @@ import math
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_router_seam import (
     attention_output, context_attention, embedding, output_head, post_norm_gemma4, qk_norm_gemma4, router_weight)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
@@ -78,11 +77,6 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
 
 
 def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
-    # One layer is the full-attention one and none slides: llama.cpp's gemma4 loader then aborts
-    # (GGML_ASSERT(hparams.is_swa_any()), found by bench/synth_fuzz.py), so refuse it first.
-    if n_layers < 2:
-        raise ShardscopeError(f"{where}: a gemma4 model needs at least 2 layers (a sliding-window one and the "
-                              f"full-attention one llama.cpp requires), got {n_layers}")
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 

@@ -110,6 +110,9 @@ def _total(shape: _Shape, spec, arch: ArchSpec, vocab, build=None) -> int:
 def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str, build=None) -> _Shape:
     """n_embd and the expert width that hit the size, the width nearest the real model's ratio.
     ``build``: the arch's tensor list (default this module's; synth_gemma4 passes its own)."""
+    if n_layers < arch.min_layers:
+        raise ShardscopeError(f"{where}: a {arch.name} model needs at least {arch.min_layers} layers "
+                              f"({arch.min_layers_why}), got {n_layers}")
     if n_layers <= arch.dense_lead or not any(is_moe_layer(arch, i) for i in range(n_layers)):
         raise ShardscopeError(f"{where}: a {arch.name} model of {n_layers} layers has no MoE layer "
                               f"(the first {arch.dense_lead} are dense, then every {arch.moe_step}. is MoE)")
