@@ -92,6 +92,18 @@ def test_plural_and_ordinary_numbers():
     assert number_text(1_048_576) == "1,048,576" and number_text(16) == "16" and number_text(0.5) == "0.5"
 
 
+def test_the_budget_refusal_counts_one_expert_as_one(tmp_path, capsys):
+    """llama4 picks one expert a token: the refusal said "2 layers' picks of 1 experts"."""
+    from shardscope.engine.cli.cli import main
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import defaults_for
+
+    info = write_synthetic_model(tmp_path / "l4.gguf", 40, moe=defaults_for("llama4"))
+    assert main(["bench", "--model", info.path, "--budget-mb", "1", "--tokens", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "2 layers' picks of 1 expert," in err and "1 experts" not in err
+
+
 def test_knob_ranges_print_as_ordinary_numbers():
     from shardscope.engine.base.errors import ShardscopeError
     from shardscope.engine.knobs.knob_ranges import parse_knob

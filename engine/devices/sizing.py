@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from shardscope.engine.devices.devices import MIB, Device, get_device, weight_budget_mb
 from shardscope.engine.stream.ssd_rate_limiter import REQUEST_BYTES
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.base.quantity_text import bytes_text, mib_text, seconds_text
+from shardscope.engine.base.quantity_text import bytes_text, mib_text, seconds_text, plural
 from shardscope.engine.base.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
 from shardscope.engine.layout.budget_minimum import STEP_LAYERS, min_cache_for, whole_mb
 from shardscope.engine.devices.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
@@ -405,4 +405,4 @@ def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[
             f"{cache / MIB:.2f} MiB, below the {floor / MIB:.2f} MiB one layer's picks need there (trace a "
             "model with smaller experts, or pass --expert-hit-rate)")
     row = replay_one(trace, policy, cache)
-    return row.expert_hit_rate, f"replayed from the trace of {header.model or 'a run'}, {policy}, {row.n_tokens} tokens"
+    return row.expert_hit_rate, f"replayed from the trace of {header.model or 'a run'}, {policy}, {plural(row.n_tokens, 'token')}"

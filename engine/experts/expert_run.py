@@ -20,6 +20,7 @@ import psutil
 
 from shardscope.engine.base.bundled_model import resolve_model_path
 from shardscope.engine.knobs.knob_refusal import KnobRefusal
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_cache import cache_advice
@@ -98,7 +99,7 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     name = Path(moe.path).name
     spec = settings.expert_speculation
     floor = min_expert_cache_bytes(moe, spec)
-    step = f"{'3' if spec else '2'} layers' picks of {moe.n_expert_used} experts"
+    step = f"{'3' if spec else '2'} layers' picks of {plural(moe.n_expert_used, 'expert')}"
     if settings.n_gpu_layers:
         raise KnobRefusal(f"expert streaming of {name} runs on the CPU only", "n_gpu_layers", 0, "",
                           given=settings.n_gpu_layers)

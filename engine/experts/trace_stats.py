@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.experts.routing_trace import RoutingTrace
 
@@ -105,7 +106,7 @@ def _pct(x: float) -> str:
 def format_stats(stats: TraceStats, name: str) -> str:
     """A markdown table, one row per layer and an ``all`` row (means; distinct as mean (min–max))."""
     head = ["layer", "tokens", "lag-1", "lag-8", "static top-k", "distinct", "hottest-8"]
-    lines = [f"{name}: {stats.tokens} decoded tokens, {stats.n_expert} experts, top-{stats.n_expert_used} "
+    lines = [f"{name}: {plural(stats.tokens, 'decoded token')}, {stats.n_expert} experts, top-{stats.n_expert_used} "
              f"(random reuse {_pct(stats.random)})",
              "| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for r in stats.layers:

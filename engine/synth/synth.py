@@ -36,6 +36,7 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import is_finite_number
 from shardscope.engine.synth.synth_shapes import (
@@ -86,7 +87,7 @@ def _plan(size_mb: float, n_layers: int, vocab: SynthVocab, where: str) -> _Shap
     if abs(total - target) > SIZE_TOLERANCE * target:
         smallest = (fixed + _global_bytes(64, vocab.n_vocab) + n_layers * _layer_bytes(64, 32, 64)) / MIB
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB model with {n_layers} layers "
+            f"{where}: cannot make a {size_mb:g} MB model with {plural(n_layers, 'layer')} "
             f"(that many layers need at least {smallest:.1f} MB); ask for fewer layers or a larger size")
     return best
 

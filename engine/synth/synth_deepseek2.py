@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, embedding, output_head, router_bias, router_weight
@@ -143,7 +144,7 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
                 best, best_key = _Shape(n_layers, e, f, h, 1), key
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB {row.name} model with {n_layers} layers of {spec.experts} "
+            f"{where}: cannot make a {size_mb:g} MB {row.name} model with {plural(n_layers, 'layer')} of {spec.experts} "
             f"experts within {SIZE_TOLERANCE:.0%}; ask for a larger size or fewer layers")
     return best
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import FILE_TYPES, Q8_0, SCHEMES
@@ -114,7 +115,7 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str,
         raise ShardscopeError(f"{where}: a {arch.name} model needs at least {arch.min_layers} layers "
                               f"({arch.min_layers_why}), got {n_layers}")
     if n_layers <= arch.dense_lead or not any(is_moe_layer(arch, i) for i in range(n_layers)):
-        raise ShardscopeError(f"{where}: a {arch.name} model of {n_layers} layers has no MoE layer "
+        raise ShardscopeError(f"{where}: a {arch.name} model of {plural(n_layers, 'layer')} has no MoE layer "
                               f"(the first {arch.dense_lead} are dense, then every {arch.moe_step}. is MoE)")
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     e_step = math.lcm(64, gate_q.block, Q8_0.block)
@@ -136,7 +137,7 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str,
             best, best_key = shape, key
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB {arch.name} model with {n_layers} layers of {spec.experts} "
+            f"{where}: cannot make a {size_mb:g} MB {arch.name} model with {plural(n_layers, 'layer')} of {spec.experts} "
             f"experts within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
     return best
 

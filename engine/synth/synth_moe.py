@@ -34,6 +34,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
 from shardscope.engine.synth import synth_gemma4 as gemma4
@@ -210,7 +211,7 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     best = aligned if aligned is not None and aligned_key <= loose_key + math.log(2) else loose
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB model with {n_layers} layers of {spec.experts} experts "
+            f"{where}: cannot make a {size_mb:g} MB model with {plural(n_layers, 'layer')} of {plural(spec.experts, 'expert')} "
             f"within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
     return best
 
