@@ -182,3 +182,12 @@ def test_md_shows_no_spread_for_one_repetition_and_no_unknown_size_class():
     assert "?B" not in one and "llama 310.00M Q8_0" in one
     assert "tg31 @ d11" in one and "decoded after the prompt" in one
     assert "27.56 ± 0.00" in _rows(2)  # two equal repetitions: a real spread of 0 between them
+
+
+def test_an_automatic_expert_cache_reads_auto_not_0_mib():
+    """The rounds table's "same in every round" note said "expert cache 0 MiB" beside a slider
+    reading "auto 72 MiB": 0 means the budget's remainder, and every text of the knob says so."""
+    from shardscope.engine.knobs.knobs import KNOBS
+
+    spec = KNOBS["expert_cache_mb"]
+    assert spec.text(0) == "auto" and spec.text(64) == "64 MiB"

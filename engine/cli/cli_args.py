@@ -88,7 +88,7 @@ def metavar(key: str) -> str:
 def list_help(key: str, what: str = "values") -> str:
     """Help for a knob taking a list (sweep, tune): its label, unit and an example."""
     spec = KNOBS[key]
-    unit = f" ({spec.unit}{'; 0 = off' if spec.off else ''})" if spec.unit else ""
+    unit = f" ({spec.unit}{'; 0 = ' + spec.off if spec.off else ''})" if spec.unit else ""
     example = spec.propose or spec.tune or ",".join(spec.choices) or _example(spec)
     return f"{spec.label.lower()} {what}{unit}, e.g. {example}"
 

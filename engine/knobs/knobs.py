@@ -28,7 +28,7 @@ class Knob:
     low: float | None = None  # inclusive range; None: not a number
     high: float | None = None
     choices: tuple[str, ...] = ()
-    off: str = ""  # how 0 reads when 0 means "off"
+    off: str = ""  # how 0 reads when 0 means something else ("off"; "auto" for the expert cache)
     tip: str = ""
     flag: str | None = None  # the bench CLI flag; None: no flag
     help: str | None = None
@@ -117,7 +117,8 @@ class RunSettings:
     # MoE expert streaming (engine.expert_run): read only the experts the router picks.
     # Dense models ignore them (a sweep or tune varies them only for MoE models); all three are live.
     expert_cache_mb: int = knob(
-        0, label="Expert cache", short="expert cache", unit="MiB", low=0, high=1_048_576, flag="--expert-cache-mb",
+        0, label="Expert cache", short="expert cache", unit="MiB", off="auto", low=0, high=1_048_576,
+        flag="--expert-cache-mb",
         sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, setter="set_expert_cache_mb", slider=(0, 4096, 1),
         streams="experts",
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
