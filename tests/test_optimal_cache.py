@@ -137,7 +137,7 @@ def test_the_plot_draws_the_optimum_as_the_limit_with_the_gap(qtbot):
     QApplication.processEvents()
     at, points = plot.gap()
     assert at == 200 and points == pytest.approx(25.0)
-    assert "decay 25.0 points below" in plot._gap_text.toPlainText() and plot._gap_text.isVisible()
+    assert "decay 25.0 points\nbelow the optimum" in plot._gap_text.toPlainText() and plot._gap_text.isVisible()
     names = [label.text for _, label in plot.legend.items]
     assert "optimal (limit)" in names
     plot.set_policy("lru")

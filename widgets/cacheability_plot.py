@@ -115,8 +115,25 @@ class CacheabilityPlot(pg.PlotWidget):
         at, points = where
         y = 100 * dict(self._points[LIMIT])[at]
         # three short lines: the plot is often a narrow column of the window
-        self._gap_text.setText(f"{self._policy} {points:.1f} points below\nthe optimum at {at:,.0f} MiB")
-        self._gap_text.setPos(at, min(y + 6, 99))
+        self._gap_text.setText(f"{self._policy} {points:.1f} points\nbelow the optimum\nat {at:,.0f} MiB")
+        # Inside the plot whatever its size: near the top the lines went past 100 % and were cut
+        # (hang them below the line); beside the line on the side with room, else from the left edge.
+        vb = self.item.getViewBox()
+        (x_low, x_high), _ = vb.viewRange()
+        per_px = vb.viewPixelSize()[0] or 1.0
+        wide = self._gap_text.boundingRect().width() * 1.06 * per_px  # in cache MiB
+        if x_high - at >= wide:
+            x, side = at, -0.03
+        elif at - x_low >= wide:
+            x, side = at, 1.03
+        else:
+            x, side = x_low + 4 * per_px, 0.0
+        if y > 70:
+            self._gap_text.setAnchor((side, 0))
+            self._gap_text.setPos(x, y - 4)
+        else:
+            self._gap_text.setAnchor((side, 1))
+            self._gap_text.setPos(x, y + 6)
         self._gap_text.show()
 
     def set_projected(self, points: Sequence[tuple[float, float]], device: str) -> None:

@@ -41,6 +41,16 @@ def delta_text(value: object, baseline: object) -> str:
 
 
 class NumbersPanel(QWidget):
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """A wrapped label keeps the height of its lines: the layouts above size this panel from
+        one-line labels, and a narrow column overprinted "weights resident" with the next row."""
+        super().resizeEvent(event)
+        for name in self._names.values():
+            if name.width() > 0:
+                needed = name.heightForWidth(name.width())
+                if needed > 0 and name.minimumHeight() != needed:
+                    name.setMinimumHeight(needed)
+
     def __init__(self, fields: list[tuple[str, str, str]], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._values: dict[str, QLabel] = {}

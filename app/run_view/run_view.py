@@ -59,7 +59,8 @@ class RunView(QWidget):
         self.text_view.setMaximumBlockCount(2000)
         self.text_view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         # Two lines at the least: the projection caption above took the room, and the
-        # window's minimum height (about 610 px) should stay what a small laptop screen shows.
+        # window's minimum height (about 665 px since the numbers keep their wrapped labels' lines)
+        # should stay what a small laptop screen shows.
         self.text_view.setMinimumHeight(2 * self.text_view.fontMetrics().lineSpacing() + 8)
         tl.addWidget(self.text_view)
         layout.addWidget(text_box, 1)
