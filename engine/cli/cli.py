@@ -211,14 +211,13 @@ def _moe_spec(args):
 
 # The MoE shape's field names in synth's refusals, as the flags that set them (the Python API
 # keeps the field names); a value the user did not give is the arch's default and is said so.
-_SYNTH_FIELD_WORDS = (("experts_used", "experts_used"), ("shared_experts", "shared_experts"),
-                      ("routing_skew", "routing_skew"), ("experts", "experts"))
+_SYNTH_FIELDS = ("experts_used", "shared_experts", "routing_skew", "experts")  # longest first: "experts" last
 
 
 def _synth_flags_named(message: str, args) -> str:
     import re
 
-    for key, _ in _SYNTH_FIELD_WORDS:
+    for key in _SYNTH_FIELDS:
         flag = _MOE_FLAGS[key]
         given = getattr(args, key, None) is not None
         # "experts_used must …", "to experts (4)", "shared_experts ≥ 1"

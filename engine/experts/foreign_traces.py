@@ -185,10 +185,10 @@ class _RouteTraceV1(_CsvDialect):
     def row(self, cells, passes, where):
         if len(cells) != len(self.columns):
             raise ShardscopeError(f"{where}: {len(cells)} fields, expected {len(self.columns)}")
-        cells = list(cells)
+        turn = _whole(cells[self._at["turn"]], "turn", where)
         phase_text = cells[self._at["phase"]].strip().lower()
-        cells[self._at["phase"]] = _PHASE_WORDS.get(phase_text, phase_text)  # "prefill"/"decode" as 0/1
-        turn, phase, step, layer, expert = (_whole(cells[self._at[n]], n, where) for n in ROUTE_TRACE_REQUIRED)
+        phase = _whole(_PHASE_WORDS.get(phase_text, phase_text), "phase", where)  # "prefill"/"decode" as 0/1
+        step, layer, expert = (_whole(cells[self._at[n]], n, where) for n in ("step", "layer", "expert"))
         weight = _number(cells[self._at["weight"]], "weight", where) if "weight" in self._at else None
         if "expert_bytes" in self._at and layer not in self._row_bytes:
             n_bytes = _whole(cells[self._at["expert_bytes"]], "expert_bytes", where)

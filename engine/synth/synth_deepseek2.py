@@ -38,9 +38,9 @@ import math
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, embedding, output_head, router_bias, router_weight
+from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, edge_globals, router_bias, router_weight
 from shardscope.engine.synth.synth_shapes import (
-    MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8, edge_tensors)
+    MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8)
 
 ARCH = "deepseek2"
 GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
@@ -154,8 +154,7 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
     h, q, kv = mla_dims(e)
     fd = dense_ff(e, row)
     s_e, s_res = 1.0 / math.sqrt(e), 1.0 / math.sqrt(2.0 * n)
-    head, tail = edge_tensors(n_vocab, e)
-    out = [embedding(head[0], spec)]
+    out, tail = edge_globals(n_vocab, e, spec)
     for i in range(n):
         p = f"blk.{i}."
         attention = [
@@ -198,7 +197,7 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
             _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / row.weights_scale,
                     n_expert=x, qtype=down_q),
         ]
-    return out + output_head(tail, spec)
+    return out + tail
 
 
 def add_metadata(writer, shape: _Shape, spec, row) -> None:

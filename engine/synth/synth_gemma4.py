@@ -19,8 +19,8 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, embedding, output_head, post_norm_gemma4, qk_norm_gemma4, router_weight)
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
+    attention_output, context_attention, edge_globals, post_norm_gemma4, qk_norm_gemma4, router_weight)
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
 
 SWA_PERIOD = 6  # five sliding-window layers, then one full-attention layer
 
@@ -36,10 +36,10 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     q, kv, fd = shape.n_head * HEAD_DIM, shape.n_head_kv * HEAD_DIM, gqa.dense_ff(arch, e)
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
-    head, tail = edge_tensors(n_vocab, e)
-    # one rope_freqs for all full-attention layers (llama.cpp duplicates the first one's)
     # the graph multiplies embeddings by sqrt(n_embd): written 1/sqrt(n_embd) smaller under real routing
-    out = [embedding(head[0], spec, scale=e ** -0.5)] + [_Tensor("rope_freqs.weight", 1, HEAD_DIM // 2, False, 0.0)]
+    out, tail = edge_globals(n_vocab, e, spec, embed_scale=e ** -0.5)
+    # one rope_freqs for all full-attention layers (llama.cpp duplicates the first one's)
+    out += [_Tensor("rope_freqs.weight", 1, HEAD_DIM // 2, False, 0.0)]
     for i in range(n):
         p = f"blk.{i}."
 
@@ -69,7 +69,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                  _Tensor(p + "ffn_down_exps.weight", e, f, True, s_res / math.sqrt(f), n_expert=x, qtype=down_q),
                  norm("ffn_down_exps.scale", x)]
         out += sorted(context_attention(layer, spec, shape, i), key=lambda t: t.name)
-    return out + output_head(tail, spec)
+    return out + tail
 
 
 def default_n_layers(size_mb: float, arch: ArchSpec) -> int:

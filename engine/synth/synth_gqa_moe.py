@@ -17,9 +17,9 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import FILE_TYPES, Q8_0, SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, embedding, output_head, router_bias, router_weight)
+    attention_output, context_attention, edge_globals, router_bias, router_weight)
 from shardscope.engine.synth.synth_shapes import (
-    HEAD_DIM, MIB, SIZE_TOLERANCE, _Shape, _Tensor, _header_bytes, edge_tensors)
+    HEAD_DIM, MIB, SIZE_TOLERANCE, _Shape, _Tensor, _header_bytes)
 
 ALIGNMENT = 32  # GGUF's default, what real files use
 TENSORS_PER_LAYER = 24  # an upper bound, for the header estimate
@@ -55,8 +55,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     q, kv = shape.n_head * HEAD_DIM, shape.n_head_kv * HEAD_DIM
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
     fd, s = dense_ff(arch, e), spec.shared_experts * f
-    head, tail = edge_tensors(n_vocab, e)
-    out = [embedding(head[0], spec)]
+    out, tail = edge_globals(n_vocab, e, spec)
     for i in range(n):
         p = f"blk.{i}."
 
@@ -100,7 +99,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                           _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
                           _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
-    return out + output_head(tail, spec)
+    return out + tail
 
 
 def _total(shape: _Shape, spec, arch: ArchSpec, vocab, build=None) -> int:

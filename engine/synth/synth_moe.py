@@ -42,9 +42,9 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import context_attention, embedding, output_head, router_scale, router_weight
+from shardscope.engine.synth.synth_router_seam import context_attention, edge_globals, router_scale, router_weight
 from shardscope.engine.synth import synth_router
-from shardscope.engine.synth.synth_shapes import (attention_tensors, edge_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
+from shardscope.engine.synth.synth_shapes import (attention_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
 MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS
@@ -259,8 +259,7 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
     e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
-    head, tail = edge_tensors(n_vocab, e)
-    out = [embedding(head[0], spec)]
+    out, tail = edge_globals(n_vocab, e, spec)
     for i in range(n):
         p = f"blk.{i}."
         out += context_attention(attention_tensors(p, e, kv, n), spec, shape, i) + [
@@ -279,7 +278,7 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
             _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
             _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_f * s_res, n_expert=x),
         ]
-    return out + output_head(tail, spec)
+    return out + tail
 
 
 def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:

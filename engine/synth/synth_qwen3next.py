@@ -19,8 +19,8 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention_gated, embedding, output_head, router_weight)
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor, edge_tensors
+    attention_output, context_attention_gated, edge_globals, router_weight)
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
 
 FULL_ATTENTION_INTERVAL = 4  # layers 3, 7, … attend fully (Qwen3-Next's full_attention_interval)
 CONV_KERNEL = 4
@@ -43,8 +43,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     n_k, n_v = delta_net_heads(e)
     key, value = n_k * HEAD_DIM, n_v * HEAD_DIM
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
-    head, tail = edge_tensors(n_vocab, e)
-    out = [embedding(head[0], spec)]
+    out, tail = edge_globals(n_vocab, e, spec)
     for i in range(n):
         p = f"blk.{i}."
 
@@ -77,7 +76,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                   _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
                   _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
-    return out + output_head(tail, spec)
+    return out + tail
 
 
 def default_n_layers(size_mb: float, arch: ArchSpec) -> int:

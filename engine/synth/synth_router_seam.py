@@ -34,7 +34,7 @@ from functools import partial
 import numpy as np
 
 from shardscope.engine.synth import synth_router
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Tensor, edge_tensors
 
 BIAS_SIGMA = 0.02  # a router bias: small next to the unit-scale logits, as a trained one is
 # gemma4 scores q·k without 1/sqrt(head_dim) and RMS-normalises q and k per head: layer 0's Q/K
@@ -69,6 +69,14 @@ def embedding(t: _Tensor, spec, scale: float = 1.0) -> _Tensor:
     if scale == 1.0:
         return real
     return replace(real, fill=lambda rng: real.fill(rng) * scale)
+
+
+def edge_globals(n_vocab: int, n_embd: int, spec, embed_scale: float = 1.0) -> tuple[list[_Tensor], list[_Tensor]]:
+    """The globals before the first layer and after the last (synth_shapes.edge_tensors) as every
+    MoE writer needs them: the token embedding and the output head of ``embedding`` and
+    ``output_head`` (real routing's blocks and the successor head, or random ones)."""
+    head, tail = edge_tensors(n_vocab, n_embd)
+    return [embedding(head[0], spec, scale=embed_scale)], output_head(tail, spec)
 
 
 def output_head(tail: list[_Tensor], spec) -> list[_Tensor]:
