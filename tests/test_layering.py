@@ -79,14 +79,19 @@ def test_engine_rooms_are_the_ranked_list():
     assert rooms == set(RANK)
 
 
-@pytest.mark.parametrize("room", sorted(RANK))
-def test_engine_room_imports_only_lower_rooms(room):
+def _upward_imports(tree: str, rank: dict[str, int], room: str) -> dict[str, list[str]]:
+    """Each module of ``tree``/``room`` that imports a room of ``tree`` ranked as high or higher."""
     offenders = {}
-    for path in (ROOT / "engine" / room).glob("*.py"):
-        higher = {r for r in _rooms_imported(path, "engine", RANK) if r != room and RANK[r] >= RANK[room]}
+    for path in (ROOT / tree / room).glob("*.py"):
+        higher = {r for r in _rooms_imported(path, tree, rank) if r != room and rank[r] >= rank[room]}
         if higher:
             offenders[path.name] = sorted(higher)
-    assert not offenders
+    return offenders
+
+
+@pytest.mark.parametrize("room", sorted(RANK))
+def test_engine_room_imports_only_lower_rooms(room):
+    assert not _upward_imports("engine", RANK, room)
 
 
 def test_engine_is_small_modules_in_few_top_level_files():
@@ -119,12 +124,7 @@ def test_app_rooms_are_the_ranked_list():
 
 @pytest.mark.parametrize("room", sorted(APP_RANK))
 def test_app_room_imports_only_lower_rooms(room):
-    offenders = {}
-    for path in (ROOT / "app" / room).glob("*.py"):
-        higher = {r for r in _rooms_imported(path, "app", APP_RANK) if r != room and APP_RANK[r] >= APP_RANK[room]}
-        if higher:
-            offenders[path.name] = sorted(higher)
-    assert not offenders
+    assert not _upward_imports("app", APP_RANK, room)
 
 
 def test_every_room_is_an_installed_package():

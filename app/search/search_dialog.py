@@ -35,6 +35,19 @@ class SearchDialog(QDialog):
 
     close_wait_ms = 15_000
 
+    def _run_buttons(self, cancel_tip: str) -> QHBoxLayout:
+        """Start and Cancel (``start`` / ``cancel``), side by side."""
+        self.start_button = QPushButton("Start", self)
+        self.start_button.setDefault(True)
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel", self)
+        self.cancel_button.setToolTip(cancel_tip)
+        self.cancel_button.clicked.connect(self.cancel)
+        row = QHBoxLayout()
+        row.addWidget(self.start_button)
+        row.addWidget(self.cancel_button)
+        return row
+
     def _result_buttons(self, apply_text: str, apply_tip: str, on_apply: Callable[[], None],
                         on_save: Callable[[], None]) -> QHBoxLayout:
         self.apply_button = QPushButton(apply_text, self)

@@ -22,7 +22,7 @@ import time
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
-                               QProgressBar, QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget)
+                               QProgressBar, QSpinBox, QSplitter, QVBoxLayout, QWidget)
 
 from shardscope.app.devices.device_combo import DeviceCombo
 from shardscope.app.search.search_dialog import DialogHost, SearchDialog
@@ -82,15 +82,7 @@ class SweepDialog(SearchDialog):
         extra.addRow("Tokens per run", self.tokens_spin)
         extra.addRow("Project onto", self.device_combo)
 
-        self.start_button = QPushButton("Start", self)
-        self.start_button.setDefault(True)
-        self.start_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel", self)
-        self.cancel_button.setToolTip("Stop the current run at its next token; finished rows stay")
-        self.cancel_button.clicked.connect(self.cancel)
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.start_button)
-        run_row.addWidget(self.cancel_button)
+        run_row = self._run_buttons("Stop the current run at its next token; finished rows stay")
 
         inputs = QGroupBox("Knobs (lists: 16,64 — ranges: 0-4, 1-8+2, 1-16*2)", self)
         il = QVBoxLayout(inputs)

@@ -21,8 +21,8 @@ import math
 import os
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout)
+from PySide6.QtWidgets import (QFormLayout, QGroupBox, QInputDialog, QLabel,
+                               QPlainTextEdit, QProgressBar, QSpinBox, QVBoxLayout)
 
 from shardscope.app.devices.device_combo import DeviceCombo
 from shardscope.app.search.search_dialog import DialogHost, SearchDialog
@@ -126,15 +126,7 @@ class TuneDialog(SearchDialog):
         il.addWidget(self.budget_label)
         il.addWidget(self.cost_label)
 
-        self.start_button = QPushButton("Start", self)
-        self.start_button.setDefault(True)
-        self.start_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel", self)
-        self.cancel_button.setToolTip("Stop after the current run; the best so far is kept")
-        self.cancel_button.clicked.connect(self.cancel)
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.start_button)
-        run_row.addWidget(self.cancel_button)
+        run_row = self._run_buttons("Stop after the current run; the best so far is kept")
         run_row.addStretch(1)
 
         self.progress = QProgressBar(self)
