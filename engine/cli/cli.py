@@ -120,6 +120,8 @@ def cmd_bench(args) -> int:
     from shardscope.engine.stream.ssd_rate_limiter import configure_emulation
 
     _check_emulation_flags(args, settings)
+    if args.accept_unchecked and not args.verify:
+        raise ShardscopeError("--accept-unchecked: only applies with --verify; add --verify or leave it out")
     configure_emulation(args.ssd_latency_us, args.ssd_queue_depth or DEFAULT_SSD_QUEUE_DEPTH)  # the emulated SSD beyond its bandwidth
     started = utc_now()
     reports = []
@@ -140,9 +142,11 @@ def cmd_bench(args) -> int:
     if reports:  # last, so the verdict is the last line a reader sees
         from shardscope.engine.runs.verify import format_report
 
-        print("\n".join(format_report(reports[0])), file=human)
-    if reports and not reports[0].ok:
-        return 1
+        print("\n".join(format_report(reports[0], accept_unchecked=args.accept_unchecked)), file=human)
+    if reports:
+        from shardscope.engine.runs.verify import exit_code
+
+        return exit_code(reports[0], accept_unchecked=args.accept_unchecked)
     return 0
 
 
@@ -325,7 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--trace", help="MoE: write the routing trace (JSON lines) here, for shardscope replay")
     bench.add_argument("--verify", action="store_true",
                        help="print each figure next to an independent source (another process's /proc "
-                            "readings, llama.cpp's perf counters); exit 1 if one is off by > 5 %%")
+                            "readings, llama.cpp's perf counters); exit 1 if a compared pair is off by > 5 %%, "
+                            "exit 3 if a pair had nothing to compare (NOT CHECKED, e.g. nothing read while "
+                            "generating) and the rest agree")
+    bench.add_argument("--accept-unchecked", action="store_true",
+                       help="with --verify: exit 0 when the compared pairs agree even if some pair was not "
+                            "checked (the report says it was accepted)")
     bench.add_argument("--ssd-latency-us", type=non_negative_float, default=0.0,
                        help="with --ssd-mb-s: the emulated SSD's latency per request (default 0)")
     bench.add_argument("--ssd-queue-depth", type=positive_int, default=None,

@@ -127,9 +127,16 @@ class Check:
         return max(self.diffs, key=abs) if self.diffs else math.nan
 
     @property
+    def checked(self) -> bool:
+        """Whether at least one point was compared. A pair with nothing to compare (its note says
+        why) is *not checked*: never counted as agreeing, reported under its own word."""
+        return bool(self.diffs)
+
+    @property
     def ok(self) -> bool:
+        """The compared points agree (False when nothing was compared: see ``checked``)."""
         if not self.diffs:
-            return bool(self.note)  # nothing to compare is fine only when said why
+            return False
         if self.allowance_mb is None:
             return all(self._within(d) for d in self.diffs)
         return (self.single_instant or self._within(self.median)) and self.excess_mb <= self.allowance_mb
@@ -142,7 +149,23 @@ class VerifyReport:
     checks: list[Check] = field(default_factory=list)
 
     @property
+    def unchecked(self) -> list[Check]:
+        """Pairs where nothing could be compared (each with its note saying why)."""
+        return [c for c in self.checks if not c.checked]
+
+    @property
+    def disagreeing(self) -> list[Check]:
+        """Pairs that were compared and do not agree."""
+        return [c for c in self.checks if c.checked and not c.ok]
+
+    @property
+    def agreed(self) -> bool:
+        """Every pair that was compared agrees (not-checked pairs aside)."""
+        return not self.disagreeing
+
+    @property
     def ok(self) -> bool:
+        """Every pair was compared and agrees: a pair with nothing compared is no pass."""
         return all(c.ok for c in self.checks)
 
     def check(self, figure: str) -> Check:
@@ -427,22 +450,58 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     return checks
 
 
-def format_report(report: VerifyReport) -> list[str]:
-    """One line per pair: engine figure, independent value, median and worst difference."""
+EXIT_DISAGREE = 1  # a compared pair is off (bench --verify's exit code)
+EXIT_UNCHECKED = 3  # every compared pair agrees, but some had nothing to compare (2 is bad input)
+
+
+def verdict_counts(report: VerifyReport) -> str:
+    """"13 of 15 checked, 13 agree, 2 not checked: <pair> (why); …" — the one-line verdict."""
+    n, checked = len(report.checks), [c for c in report.checks if c.checked]
+    agree = sum(c.ok for c in checked)
+    text = f"{len(checked)} of {n} checked, {agree} agree within {TOLERANCE:.0%}"
+    if report.disagreeing:
+        text += f", {len(report.disagreeing)} OFF: " + "; ".join(c.figure for c in report.disagreeing)
+    if report.unchecked:
+        text += (f", {len(report.unchecked)} not checked: "
+                 + "; ".join(f"{c.figure} ({c.note or 'no reason given'})" for c in report.unchecked))
+    return text
+
+
+def exit_code(report: VerifyReport, accept_unchecked: bool = False) -> int:
+    """0: every pair compared and agreed; EXIT_DISAGREE: a compared pair is off; EXIT_UNCHECKED:
+    the compared pairs agree but some pair had nothing to compare (0 with ``accept_unchecked``)."""
+    if report.disagreeing:
+        return EXIT_DISAGREE
+    if report.unchecked and not accept_unchecked:
+        return EXIT_UNCHECKED
+    return 0
+
+
+def format_report(report: VerifyReport, accept_unchecked: bool = False) -> list[str]:
+    """One line per pair: engine figure, independent value, median and worst difference, verdict
+    (agrees / OFF / NOT CHECKED); the last line counts them."""
     lines = [f"verify     {report.label}"]
     for c in report.checks:
         rel = c.relation
-        verdict = "ok" if c.ok else f"OFF by more than {TOLERANCE:.0%}"
-        if c.ok and c.allowance_mb is not None:
-            verdict = "ok (median; every point within the allowance)"
+        if not c.checked:
+            verdict = "NOT CHECKED"
+        elif not c.ok:
+            verdict = f"OFF by more than {TOLERANCE:.0%}"
+        elif c.allowance_mb is not None:
+            verdict = "agrees (median; every point within the allowance)"
+        else:
+            verdict = "agrees"
         diff = (f"median {c.median:+.1%}, worst {c.worst:+.1%}, {c.share:.0%} of {len(c.diffs)} within"
-                if c.diffs else f"n/a ({c.note})")
+                if c.diffs else f"n/a ({c.note or 'nothing compared'})")
         lines.append(f"  {c.figure:<42} {_num(c.engine):>10} {rel} {_num(c.outside):<10} {c.unit:<16} "
                      f"{diff:<40} {verdict}   [{c.source}]")
         if c.note and c.diffs:
             lines.append(f"  {'':<42} {c.note}")
-    lines.append(f"verify     {sum(c.ok for c in report.checks)} of {len(report.checks)} pairs within "
-                 f"{TOLERANCE:.0%}")
+    if report.unchecked and accept_unchecked:
+        lines.append(f"verify     {len(report.unchecked)} not-checked "
+                     f"{'pair' if len(report.unchecked) == 1 else 'pairs'} accepted (--accept-unchecked): "
+                     "they compared nothing and count as no pass")
+    lines.append(f"verify     {verdict_counts(report)}")
     return lines
 
 
