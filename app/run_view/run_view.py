@@ -66,7 +66,8 @@ class RunView(QWidget):
         layout.addWidget(text_box, 1)
         self.setMinimumWidth(280)
 
-    def show_plan(self, plan: ShardPlan, settings: RunSettings) -> None:
+    def show_plan(self, plan: ShardPlan, settings: RunSettings, minimum_mb: float | None = None) -> None:
+        """``minimum_mb``: the file's own minimum where it is not the layered one (an MoE file's)."""
         self.plan = plan
         self.shard_map.set_shards([s.label for s in plan.shards])
         self.shard_map.show()
@@ -74,7 +75,7 @@ class RunView(QWidget):
             f"{len(plan.shards)} shards (target {plan.shard_bytes_target / MIB:,.0f} MiB), {len(plan.layers)} layers; "
             f"globals {plan.globals_bytes / MIB:,.0f} MiB stay resident; "
             f"model weights {plan.total_bytes / MIB:,.0f} MiB; "
-            f"minimum budget {min_budget_mb(plan, settings):,.0f} MiB")
+            f"minimum budget {minimum_mb if minimum_mb is not None else min_budget_mb(plan, settings):,.0f} MiB")
 
     def show_expert_streaming(self, moe) -> None:
         """An ExpertRun has no shards: dense weights stay, experts stream (the Experts column)."""
