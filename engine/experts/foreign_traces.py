@@ -5,7 +5,8 @@ Three formats, told apart by their first line (docs/trace-formats.md describes e
 - shardscope's own JSON lines (``bench --trace``): routing_trace.read_trace;
 - BigMoeOnEdge's ``# route_trace v1`` CSV: one row per (pass, layer, slot), prefill rows
   (phase 0) are the prompt, decode rows (phase 1) the decoded tokens; the bytes of one
-  expert per layer come from its ``# layer=N expert_bytes=B`` lines;
+  expert per layer come from its ``# layer=N expert_bytes=B dense_bytes=D`` lines, and so do
+  the layer's dense bytes (what ``size --trace`` sizes the model from);
 - a plain CSV any engine can write: a header ``token,layer,expert[,weight][,prompt]``, one
   row per pick, and ``# expert_bytes=B`` (every layer) or ``# layer=N expert_bytes=B`` lines.
 
@@ -123,6 +124,8 @@ class _CsvDialect:
         self.n_expert_used: int | None = None
         self.unit_bytes: dict[int, int] = {}
         self.every_layer_bytes: int | None = None
+        self.dense_bytes: dict[int, int] = {}  # '# layer=N ... dense_bytes=B'
+        self.every_layer_dense: int | None = None  # '# dense_bytes=B' (plain CSV: every layer)
         self.columns: list[str] | None = None
 
     def comment(self, text: str, where: str) -> None:
@@ -132,9 +135,13 @@ class _CsvDialect:
                 raise ShardscopeError(f"{where}: a '# layer=' line needs expert_bytes=")
             layer = _whole(fields["layer"], "layer", where)
             self.unit_bytes[layer] = _whole(fields["expert_bytes"], "expert_bytes", where, 1)
+            if "dense_bytes" in fields:
+                self.dense_bytes[layer] = _whole(fields["dense_bytes"], "dense_bytes", where)
             return
         if "expert_bytes" in fields:
             self.every_layer_bytes = _whole(fields["expert_bytes"], "expert_bytes", where, 1)
+        if "dense_bytes" in fields:
+            self.every_layer_dense = _whole(fields["dense_bytes"], "dense_bytes", where)
         if "model" in fields:
             self.model = fields["model"]
         if "n_expert" in fields:
@@ -158,6 +165,11 @@ class _CsvDialect:
                                           f"'# layer={layer} expert_bytes=N' or '# expert_bytes=N' line)")
                 sizes[layer] = self.every_layer_bytes
         return sizes
+
+    def dense(self, layers) -> dict[int, int]:
+        """Each layer's dense bytes where the header gives them (none when it gives none)."""
+        out = {layer: self.dense_bytes.get(layer, self.every_layer_dense) for layer in sorted(layers)}
+        return {layer: b for layer, b in out.items() if b is not None}
 
 
 class _RouteTraceV1(_CsvDialect):
@@ -276,7 +288,7 @@ def _read_csv(path: Path, dialect: _CsvDialect) -> RoutingTrace:
     if not decoded:
         raise ShardscopeError(f"{path}: no decoded tokens (every row is a prompt row), nothing to replay")
     used = dialect.n_expert_used or max(len(r.experts) for r in decoded)
-    header = TraceHeader(dialect.model, dialect.n_expert or top_expert + 1, used, sizes)
+    header = TraceHeader(dialect.model, dialect.n_expert or top_expert + 1, used, sizes, dialect.dense(sizes))
     return RoutingTrace(header, tuple(records))
 
 

@@ -20,7 +20,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
@@ -36,10 +36,22 @@ class TraceHeader:
     n_expert: int
     n_expert_used: int
     unit_bytes: dict[int, int]  # layer → bytes of one expert of that layer
+    # layer → bytes every token touches besides the routed experts (attention, norms, router,
+    # shared experts), where the trace's header gives them (route_trace v1's dense_bytes=); else empty
+    dense_bytes: dict[int, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {FORMAT_KEY: FORMAT_VERSION, "model": self.model, "n_expert": self.n_expert,
-                "n_expert_used": self.n_expert_used, "unit_bytes": {str(k): v for k, v in self.unit_bytes.items()}}
+        out = {FORMAT_KEY: FORMAT_VERSION, "model": self.model, "n_expert": self.n_expert,
+               "n_expert_used": self.n_expert_used, "unit_bytes": {str(k): v for k, v in self.unit_bytes.items()}}
+        if self.dense_bytes:
+            out["dense_bytes"] = {str(k): v for k, v in self.dense_bytes.items()}
+        return out
+
+    @property
+    def has_layer_bytes(self) -> bool:
+        """True when every layer with experts also has its dense bytes: the header alone then
+        gives what a token touches per layer (size --trace needs nothing else)."""
+        return bool(self.dense_bytes) and set(self.unit_bytes) <= set(self.dense_bytes)
 
 
 @dataclass(frozen=True)
@@ -131,7 +143,15 @@ def _header(obj, where: str) -> TraceHeader:
         if not str(key).isdigit():
             raise ShardscopeError(f"{where}: 'unit_bytes' has a layer {key!r} that is not a number")
         unit_bytes[int(key)] = _int(value, f"unit_bytes[{key}]", where, 1)
-    return TraceHeader(str(obj.get("model", "")), n_expert, used, unit_bytes)
+    raw_dense = obj.get("dense_bytes", {})  # optional: written by traces that know them
+    if not isinstance(raw_dense, dict):
+        raise ShardscopeError(f"{where}: 'dense_bytes' must map layers to bytes")
+    dense_bytes = {}
+    for key, value in raw_dense.items():
+        if not str(key).isdigit():
+            raise ShardscopeError(f"{where}: 'dense_bytes' has a layer {key!r} that is not a number")
+        dense_bytes[int(key)] = _int(value, f"dense_bytes[{key}]", where, 0)
+    return TraceHeader(str(obj.get("model", "")), n_expert, used, unit_bytes, dense_bytes)
 
 
 def _record(obj, header: TraceHeader, where: str) -> TraceRecord:
