@@ -455,15 +455,17 @@ EXIT_UNCHECKED = 3  # every compared pair agrees, but some had nothing to compar
 
 
 def verdict_counts(report: VerifyReport) -> str:
-    """"13 of 15 checked, 13 agree, 2 not checked: <pair> (why); …" — the one-line verdict."""
+    """"13 of 15 checked, 13 agree, 2 not checked: <pair>: <why>; …" — the one-line verdict
+    (agree: within TOLERANCE, or a level's allowance)."""
     n, checked = len(report.checks), [c for c in report.checks if c.checked]
     agree = sum(c.ok for c in checked)
-    text = f"{len(checked)} of {n} checked, {agree} agree within {TOLERANCE:.0%}"
+    text = f"{len(checked)} of {n} checked, {agree} agree"
     if report.disagreeing:
-        text += f", {len(report.disagreeing)} OFF: " + "; ".join(c.figure for c in report.disagreeing)
+        text += (f", {len(report.disagreeing)} OFF by more than {TOLERANCE:.0%}: "
+                 + "; ".join(c.figure for c in report.disagreeing))
     if report.unchecked:
         text += (f", {len(report.unchecked)} not checked: "
-                 + "; ".join(f"{c.figure} ({c.note or 'no reason given'})" for c in report.unchecked))
+                 + "; ".join(f"{c.figure}: {c.note or 'nothing compared'}" for c in report.unchecked))
     return text
 
 
