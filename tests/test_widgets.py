@@ -1,13 +1,12 @@
-"""The widgets hold their contracts with the app: bounded memory, cheap appends, no
-flood of commits from a drag, exact read-outs. Everything runs offscreen and fast."""
+"""The widgets hold their contracts with the app: bounded memory, appends that never draw, no
+flood of commits from a drag, exact read-outs. Everything runs offscreen; an append's cost is
+bench/chart_append.py's (speed goals live in bench/)."""
 
 from __future__ import annotations
 
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-import time
 
 import numpy as np
 import pytest
@@ -28,9 +27,6 @@ from shardscope.widgets import (
     ShardMap,
     format_number,
 )
-
-DEMO_PNG = "/tmp/widgets_demo.png"
-
 
 def make_chart(qtbot, capacity: int = 6000, refresh_hz: float = 50.0) -> LiveChart:
     chart = LiveChart(capacity=capacity, refresh_hz=refresh_hz)
@@ -82,16 +78,16 @@ def test_curve_added_mid_run_has_gap_history(qtbot) -> None:
     assert np.isnan(y[:10]).all() and y[10] == 5.0
 
 
-@pytest.mark.timing
-def test_append_is_cheap(qtbot) -> None:
+def test_appends_never_draw(qtbot) -> None:
+    """Appending only fills the buffers; drawing is the timer's (an append's cost, goal < 50 µs,
+    is bench/chart_append.py's ratio, not a limit here)."""
     chart = make_chart(qtbot)
     sample = {"rss": 1.0, "resident": 2.0, "read": 3.0, "tps": 4.0}
-    start = time.perf_counter()
     for i in range(20000):
         chart.append(i * 0.1, sample)
-    per_append = (time.perf_counter() - start) / 20000
-    assert per_append < 50e-6, f"append took {per_append * 1e6:.1f} µs"
-    assert chart.refresh_count == 0  # appends never draw
+    assert chart.refresh_count == 0
+    x, y = chart.curve_data("rss")
+    assert len(x) == 6000 and x[-1] == pytest.approx(19999 * 0.1)  # the capacity's newest points
 
 
 def test_redraws_on_timer_only_when_data_arrived(qtbot) -> None:
@@ -100,12 +96,12 @@ def test_redraws_on_timer_only_when_data_arrived(qtbot) -> None:
     qtbot.waitExposed(chart)
     for i in range(100):
         chart.append(i * 0.1, {"rss": 100.0 + i, "read": 50.0, "tps": 12.0})
-    qtbot.waitUntil(lambda: chart.refresh_count > 0, timeout=2000)
+    qtbot.waitUntil(lambda: chart.refresh_count > 0, timeout=10_000)
     drawn = chart.refresh_count
     qtbot.wait(100)  # several ticks with nothing new
     assert chart.refresh_count == drawn
     chart.append(10.0, {"rss": 1.0})
-    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=2000)
+    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=10_000)
     # The curve shows what the buffers hold.
     shown_x, shown_y = chart._curves["rss"].getOriginalDataset()
     assert shown_y[-1] == 1.0 and len(shown_x) == 101
@@ -118,7 +114,7 @@ def test_x_range_follows_latest_until_user_pans(qtbot) -> None:
     qtbot.waitExposed(chart)
     for i in range(1000):
         chart.append(i * 0.1, {"rss": 1.0})
-    qtbot.waitUntil(lambda: chart.refresh_count > 0, timeout=2000)
+    qtbot.waitUntil(lambda: chart.refresh_count > 0, timeout=10_000)
     for key in ("mem", "io", "speed"):  # linked: all plots show the same window
         lo, hi = chart.plot_item(key).getViewBox().viewRange()[0]
         assert lo == pytest.approx(99.9 - 30.0, abs=0.5) and hi == pytest.approx(99.9, abs=0.5)
@@ -127,11 +123,11 @@ def test_x_range_follows_latest_until_user_pans(qtbot) -> None:
     vb.setXRange(10.0, 20.0, padding=0)
     chart.append(100.0, {"rss": 1.0})
     drawn = chart.refresh_count
-    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=2000)
+    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=10_000)
     assert not chart.is_following()
     assert chart.plot_item("mem").getViewBox().viewRange()[0] == pytest.approx([10.0, 20.0])
     vb.enableAutoRange()  # the plot's "A" button
-    qtbot.waitUntil(chart.is_following, timeout=2000)
+    qtbot.waitUntil(chart.is_following, timeout=10_000)
 
 
 def test_level_lines_show_and_hide(qtbot) -> None:
@@ -221,11 +217,11 @@ def test_slider_set_value_clamps_snaps_and_stays_quiet(qtbot) -> None:
 def test_slider_keyboard_commits(qtbot) -> None:
     s = LabelledSlider("Memory budget", 100, 2000, 600, "MB", step=50)
     qtbot.addWidget(s)
-    with qtbot.waitSignal(s.valueCommitted, timeout=1000) as blocker:
+    with qtbot.waitSignal(s.valueCommitted, timeout=10_000) as blocker:
         qtbot.keyClick(s.slider, Qt.Key.Key_Right)
     assert blocker.args == [650]
     assert s.value() == 650 and s.readout() == "650 MB"
-    with qtbot.waitSignal(s.valueCommitted, timeout=1000) as blocker:
+    with qtbot.waitSignal(s.valueCommitted, timeout=10_000) as blocker:
         qtbot.keyClick(s.slider, Qt.Key.Key_End)
     assert blocker.args == [2000]
 
@@ -346,7 +342,7 @@ def test_numbers_panel(qtbot) -> None:
 
 
 # -- the picture a human looks at ----------------------------------------------------------
-def test_demo_png(qtbot) -> None:
+def test_demo_png(qtbot, tmp_path) -> None:
     window = QWidget()
     qtbot.addWidget(window)
     grid = QGridLayout(window)
@@ -400,5 +396,12 @@ def test_demo_png(qtbot) -> None:
     window.resize(1100, 640)
     window.show()
     qtbot.waitExposed(window)
-    qtbot.waitUntil(lambda: chart.refresh_count > 0, timeout=2000)
-    assert window.grab().save(DEMO_PNG, "PNG")
+    qtbot.waitUntil(lambda: chart.refresh_count > 0, timeout=10_000)
+    demo = tmp_path / "widgets_demo.png"
+    assert window.grab().save(str(demo), "PNG")
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(demo))  # read back: the file is a real picture of the window, not blank
+    assert not image.isNull() and image.width() >= window.width() and image.height() >= window.height()
+    colors = {image.pixel(x, y) for x in range(0, image.width(), 37) for y in range(0, image.height(), 29)}
+    assert len(colors) > 3
