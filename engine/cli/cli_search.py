@@ -367,9 +367,10 @@ def cmd_tune(args) -> int:
 def _register_sizing(sub) -> None:
     p = sub.add_parser(
         "size", aliases=["plan"], help="what-if: how a model (too big to run here) would stream on a device",
-        description="From a GGUF header (--gguf) or from numbers (--total-params, --active-params, --bits, "
-                    "--layers). Prints the budget, what stays resident, bytes streamed per token and the "
-                    "roofline projection.")
+        description="From a GGUF header (--gguf), from a routing trace's header (--trace alone: BigMoeOnEdge's "
+                    "route_trace v1 gives each layer's expert and dense bytes), or from numbers (--total-params, "
+                    "--active-params, --bits, --layers) as the fallback. Prints where the bytes came from, the "
+                    "budget, what stays resident, bytes streamed per token and the roofline projection.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
     p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
     p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
@@ -392,8 +393,12 @@ def _register_sizing(sub) -> None:
                    help="use the device's larger memory limit (entitlement), when it has one")
     p.add_argument("--expert-hit-rate", type=finite_float_arg, default=None,
                    help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
-    p.add_argument("--trace", help="MoE: replay this routing trace (bench --trace) for the expert hit rate, with a "
-                                   "cache of the same share of the experts as the device's")
+    p.add_argument("--trace", help="MoE: replay this routing trace for the expert hit rate, with a cache of the same "
+                                   "share of the experts as the device's; alone (no --gguf, no numbers) its header "
+                                   "is the model: each layer's expert and dense bytes (route_trace v1)")
+    p.add_argument("--experts-used", type=int, default=None, metavar="K",
+                   help="with --trace as the model: run K experts a token instead of the trace's k "
+                        "(re-scales a token's picked bytes)")
     p.add_argument("--expert-policy", default=KNOBS["expert_policy"].default, choices=KNOBS["expert_policy"].choices,
                    help=f"MoE: the expert cache policy the --trace replay uses (default {KNOBS['expert_policy'].default})")
     p.set_defaults(func=cmd_size)
@@ -427,16 +432,34 @@ def cmd_size(args) -> int:
         from shardscope.engine.experts.foreign_traces import load_trace
 
         trace = load_trace(args.trace)
+    # the model's bytes: a GGUF header, else a trace header with each layer's bytes, else parameter counts
+    trace_is_model = trace is not None and not args.gguf and trace.header.has_layer_bytes
+    model_numbers = [flag for flag in given if flag != "--globals-bytes"]
+    if trace_is_model and model_numbers:
+        raise ShardscopeError(
+            f"plan: {args.trace}'s header gives the model's bytes per layer; {model_numbers[0]} would describe "
+            "another model (drop the numbers, or give --gguf for the model and the trace for its routing)")
+    if args.experts_used is not None and not trace_is_model:
+        raise ShardscopeError("--experts-used: re-scales the k of a trace whose header is the model "
+                              "(--trace FILE with each layer's expert and dense bytes, no --gguf)")
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
                   expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
     if args.gguf:
         result = size_from_gguf_header(args.gguf, device, **common)
+    elif trace_is_model:
+        from shardscope.engine.devices.sizing_trace import size_from_trace
+
+        common.pop("expert_trace")
+        result = size_from_trace(trace, args.trace, device, experts_used=args.experts_used,
+                                 globals_bytes=args.globals_bytes, **common)
     else:
         missing = [flag for flag in ("--total-params", "--bits", "--layers") if numbers[flag] is None]
         if missing:
+            where = (f"{args.trace}'s header has no dense bytes per layer, so " if trace is not None else "")
             raise ShardscopeError(
-                f"plan: missing {', '.join(missing)} (give --gguf PATH, or --total-params, --bits and --layers)")
+                f"plan: {where}missing {', '.join(missing)} (give --gguf PATH, --trace FILE whose header has each "
+                "layer's expert and dense bytes, or --total-params, --bits and --layers)")
         result = size_from_numbers(
             SizingInput(total_params=args.total_params, active_params=args.active_params,
                       bits_per_weight=args.bits, n_layers=args.layers, globals_fraction=args.globals_fraction,

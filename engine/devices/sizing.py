@@ -1,7 +1,8 @@
 """What-if sizing: how would a model too big to run here stream on a device?
 
-It answers from a model's size alone (:func:`size_from_numbers`) or from a GGUF
-header (:func:`size_from_gguf_header`): how many bytes one token touches, how many of
+It answers from a GGUF header (:func:`size_from_gguf_header`), from a routing trace's
+header (engine/devices/sizing_trace.py: each layer's expert and dense bytes), or, as the
+fallback, from a model's parameter counts (:func:`size_from_numbers`): how many bytes one token touches, how many of
 those fit in the device's memory budget, how many must come from the SSD every
 token, and what the roofline in :mod:`engine.projection` makes of that.
 
@@ -120,6 +121,7 @@ class ModelShape:
     assumptions: tuple[str, ...] = ()
     dense_resident_bytes: float = 0.0  # MoE: G + D as expert streaming holds them (whole pages from a file)
     layer_picks_bytes: float = 0.0  # MoE: P, the most bytes one layer's k picked experts book
+    bytes_source: str = ""  # where the bytes per layer came from (GGUF header, trace header, parameter counts)
 
     @property
     def active_bytes(self) -> float:
@@ -176,6 +178,7 @@ class SizingResult:
     dense_resident_bytes: float = 0.0  # MoE: G + D, resident for the whole run
     layer_picks_bytes: float = 0.0  # MoE: P, one layer's k picked experts
     expert_cache_bytes: float = 0.0  # MoE: budget - G - D, the one expert cache of this budget
+    bytes_source: str = ""  # the model's bytes: from a GGUF header, a trace header or parameter counts
 
     @property
     def tokens_per_s(self) -> float:
@@ -379,6 +382,7 @@ def size_shape(
         dense_resident_bytes=shape.dense_resident_bytes if moe else 0.0,
         layer_picks_bytes=shape.layer_picks_bytes if moe else 0.0,
         expert_cache_bytes=expert_cache,
+        bytes_source=shape.bytes_source,
     )
 
 

@@ -104,6 +104,7 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
         n_params=float(n_params),
         bits_per_weight=8 * weight / n_params,
         assumptions=tuple(assumptions),
+        bytes_source=f"the GGUF header of {path} (tensor table: each layer's expert and dense tensors)",
         **streamed,
     )
 

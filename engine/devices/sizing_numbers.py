@@ -78,6 +78,8 @@ def _shape_from_numbers(inp: SizingInput) -> ModelShape:
         n_params=total,
         bits_per_weight=bits,
         assumptions=tuple(assumptions),
+        bytes_source=("parameter counts (total, active, bits, layers): no GGUF header or trace header with "
+                      "layer bytes was given"),
     )
 
 

@@ -18,6 +18,8 @@ def format_sizing(result: SizingResult) -> str:
         return " (unverified)" if quantity in unver else ""
 
     lines = [f"Plan: {r.model} on {r.device_name}"]
+    if r.bytes_source:
+        lines.append(f"  bytes from  {r.bytes_source}")
     lines.append(
         f"  device      SSD {r.ssd_mb_s:g} MB/s{tag('ssd_read_mb_s')}, "
         f"{r.ssd_latency_us:g} µs per request{tag('ssd_latency_us')}, queue depth {r.ssd_queue_depth}"
@@ -25,10 +27,11 @@ def format_sizing(result: SizingResult) -> str:
         f"DRAM {r.dram_mb_s:g} MB/s{tag('dram_mb_s')}"
     )
     kind = "MoE" if r.is_moe else "dense"
+    made_of = (f"{params_text(r.n_params)} params x {r.bits_per_weight:.3g} bits, {kind}" if r.n_params > 0
+               else f"{kind}, bytes as the header gives them")
     lines.append(
-        f"  weights     {bytes_text(r.weight_bytes)} ({params_text(r.n_params)} params x "
-        f"{r.bits_per_weight:.3g} bits, {kind}), {plural(r.n_layers, 'layer')} x {bytes_text(r.bytes_per_layer)}, "
-        f"globals {bytes_text(r.globals_bytes)}"
+        f"  weights     {bytes_text(r.weight_bytes)} ({made_of}), {plural(r.n_layers, 'layer')} x "
+        f"{bytes_text(r.bytes_per_layer)}, globals {bytes_text(r.globals_bytes)}"
     )
     share = r.active_bytes_per_token / r.weight_bytes
     lines.append(
