@@ -8,6 +8,9 @@ the bytes would stay cached and come back for free, faking the SSD), with
 ``MADV_PAGEOUT`` for what survives at folio edges; ``mincore`` reports what is
 really cached, the independent check. Where a call is missing (macOS has no PAGEOUT/POPULATE_READ) the
 ``mechanism`` strings say what is active instead — the GUI shows them, never pretends.
+
+What differs between Linux and macOS (finding the mapping, smaps, cachestat) lives in
+engine/base/platform_calls.py; the names here are that room's twins for this system.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ import ctypes.util
 import errno
 import mmap
 import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+from shardscope.engine.base import platform_calls
+from shardscope.engine.base.platform_calls import IS_LINUX  # noqa: F401 - re-exported
 
 PAGE = mmap.PAGESIZE
 
@@ -48,7 +53,6 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.mincore.restype = ctypes.c_int
 _libc.syscall.restype = ctypes.c_long
 _HAS_FADVISE = hasattr(os, "posix_fadvise")
-IS_LINUX = sys.platform.startswith("linux")
 
 
 @dataclass(frozen=True)
@@ -75,37 +79,13 @@ class FileMapping:
 
 
 def find_mapping(path: str) -> FileMapping | None:
-    """The largest mapping of ``path`` in this process (Linux /proc/self/maps)."""
-    if not IS_LINUX:
-        return None
-    real = os.path.realpath(path)
-    best = None
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            parts = line.split(None, 5)
-            if len(parts) < 6 or parts[5].strip() != real:
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if best is None or hi - lo > best.end - best.start:
-                best = FileMapping(real, lo, hi, int(parts[2], 16))
-    return best
+    """The largest mapping of ``path`` in this process (platform_calls: /proc/self/maps on Linux)."""
+    return platform_calls.find_mapping(path)
 
 
 def mapping_rss_bytes(mapping: FileMapping) -> int | None:
-    """Rss of the mapping's address range as the kernel accounts it (smaps): resident weight bytes,
-    summed over every VMA inside it (the expert streamer swaps anonymous pages into the range)."""
-    if not IS_LINUX:
-        return None
-    total, inside = 0, False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            first = line.split(None, 1)[0]
-            if "-" in first and not first.endswith(":"):
-                lo, hi = (int(x, 16) for x in first.split("-"))
-                inside = mapping.start <= lo and hi <= mapping.end
-            elif inside and line.startswith("Rss:"):
-                total += int(line.split()[1]) * 1024
-    return total
+    """Rss of the mapping's address range as the kernel accounts it (smaps on Linux; mincore on macOS)."""
+    return platform_calls.mapping_rss_bytes(mapping)
 
 
 class CacheReader:
@@ -224,39 +204,15 @@ def resident_bytes(start: int, end: int) -> int:
     return resident_pages(start, end) * PAGE
 
 
-class _CacheRange(ctypes.Structure):
-    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
-
-
-class _CacheStat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
-
-
-_SYS_CACHESTAT = 451  # Linux ≥ 6.5, the same number on every architecture
-
-
 def cached_file_bytes(fd: int, offset: int, length: int) -> int | None:
-    """Page-cache bytes of a file range (cachestat(2)), None where the call does not exist.
-    It walks only the cached pages, so a 30 GB file costs microseconds, where mincore over a
-    mapping of it looks each of its 7 million pages up (57 ms and more)."""
-    if not IS_LINUX:
-        return None
-    stat, rng = _CacheStat(), _CacheRange(offset, length)
-    if _libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(rng), ctypes.byref(stat), 0) != 0:
-        return None
-    return stat.cache * PAGE
+    """Page-cache bytes of a file range (cachestat on Linux), None where the call does not exist
+    (macOS: residency by mincore only)."""
+    return platform_calls.cached_file_bytes(fd, offset, length)
 
 
-def anonymous_spans(mapping: FileMapping) -> list[tuple[int, int]]:
-    """The anonymous VMAs inside the mapping's range (/proc/self/maps): own slots swapped in."""
-    spans = []
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            parts = line.split(None, 5)
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            if lo >= mapping.start and hi <= mapping.end and (len(parts) < 6 or not parts[5].strip()):
-                spans.append((lo, hi))
-    return spans
+def anonymous_spans(mapping: FileMapping) -> list[tuple[int, int]] | None:
+    """The anonymous VMAs inside the mapping's range: own slots swapped in (None where unreadable)."""
+    return platform_calls.anonymous_spans(mapping)
 
 
 def model_bytes_in_ram(mapping: FileMapping, fd: int) -> int | None:
@@ -265,8 +221,8 @@ def model_bytes_in_ram(mapping: FileMapping, fd: int) -> int | None:
     the anonymous pages swapped into the range. None where cachestat is missing, or nothing is
     swapped in (a page-cache run): then mincore over the mapping."""
     own = anonymous_spans(mapping)
-    if not own:  # a page-cache run: mincore over the mapping is the reading the checks were built on
-        return None
+    if not own:  # a page-cache run (or spans unreadable, macOS): mincore over the mapping is the reading
+        return None  # the checks were built on
     cached = cached_file_bytes(fd, mapping.file_offset, mapping.end - mapping.start)
     if cached is None:
         return None

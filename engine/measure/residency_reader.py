@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import os
 
-from shardscope.engine.base import memory_calls
+from shardscope.engine.base import memory_calls, platform_calls
 from shardscope.engine.base.units import MIB
 
 WILLNEED_CHUNK = 2 * MIB  # the kernel clips one WILLNEED to its readahead size; keep under it
 
 
 class ExactReader:
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, path: str):
+        if not hasattr(os, "posix_fadvise"):  # macOS: no fadvise, so no exact page-cache reads
+            raise OSError(95, "no posix_fadvise on this system")
         # A new open file description: the readahead mode must not change llama.cpp's or the guard's.
-        self.fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        self.fd = platform_calls.reopen(fd, path)
         try:
             os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
             self._cache = memory_calls.CacheReader(self.fd)
