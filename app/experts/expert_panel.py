@@ -28,11 +28,13 @@ POLL_MS = 100
 
 
 def routing_stats_line(records) -> str:
-    """The overall routing statistics of a RoutingTrace or a trace file, as one line ("" without decoded tokens)."""
-    from shardscope.engine.experts.routing_trace import RoutingTrace, read_trace
+    """The overall routing statistics of a RoutingTrace or a trace file, as one line ("" without decoded tokens).
+    A file is read by ``replay``'s own loader (any format it reads, its one-line errors)."""
+    from shardscope.engine.experts.foreign_traces import load_trace
+    from shardscope.engine.experts.routing_trace import RoutingTrace
     from shardscope.engine.experts.trace_stats import summary_line, trace_stats
 
-    trace = records if isinstance(records, RoutingTrace) else read_trace(records)
+    trace = records if isinstance(records, RoutingTrace) else load_trace(records)
     try:
         return summary_line(trace_stats(trace))
     except ShardscopeError:
