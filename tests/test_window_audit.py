@@ -78,3 +78,46 @@ def test_open_routing_trace_refuses_with_replays_one_line(qtbot, tmp_path, conte
         assert panel.status.text() == expected
     finally:
         window.close()
+
+
+# ------------------------------------------------------------------ smaller items
+def test_window_title_names_the_app_once(qtbot, tmp_path):
+    """Qt appends the application display name (run_gui sets "shardscope") to a title that does not
+    end with it (QPlatformWindow::formatWindowTitle): "shardscope — model — shardscope" before."""
+    from PySide6.QtGui import QGuiApplication
+
+    old = QGuiApplication.applicationDisplayName()
+    QGuiApplication.setApplicationDisplayName("shardscope")
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        title = window.windowTitle()
+        shown = title if title.endswith("shardscope") else f"{title} \u2014 shardscope"
+        assert shown.count("shardscope") == 1, shown
+        assert window.model_info.name in shown
+    finally:
+        window.close()
+        QGuiApplication.setApplicationDisplayName(old)
+
+
+def test_synthetic_dialog_suggests_a_folder_that_exists(qtbot, tmp_path, monkeypatch):
+    """A fresh account has no ~/Documents: the suggested file must still be writable as it is."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOCUMENTS_DIR", raising=False)
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window._synth_dialog_open()
+        dialog = window._synth_dialog
+        suggested = Path(dialog.path_edit.text())
+        assert suggested.parent.is_dir(), suggested
+        assert not (home / "Documents").exists()
+        # A typed path in a folder that does not exist yet: the folder is made on write.
+        target = tmp_path / "new" / "folder" / "dense.gguf"
+        dialog.size_spin.setValue(dialog.size_spin.minimum())  # (suggests a new name: before the path)
+        dialog.path_edit.setText(str(target))
+        with qtbot.waitSignal(dialog.model_written, timeout=60_000) as written:
+            dialog.start()
+        assert dialog.error is None and Path(written.args[0]) == target and target.is_file(), written.args
+    finally:
+        window.close()

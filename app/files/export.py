@@ -43,6 +43,27 @@ def export_paths(base: str | os.PathLike) -> ExportPaths:
                        b.with_name(b.name + ".png"), b.with_name(b.name + "-rounds.csv"))
 
 
+def expert_cache_as_ran(columns: Sequence[str], rows: Sequence[dict], rounds) -> tuple[list[str], list[dict]]:
+    """The rounds CSV's ``expert_cache_mb`` is the cache a round ran with (the engine's summary: an
+    "auto" knob's size, not its 0), and ``expert_cache`` says whether the size was taken from the
+    budget ("auto") or set ("set"); blank for a round that streamed layers (no expert cache)."""
+    if "expert_cache_mb" not in columns:
+        return list(columns), list(rows)
+    columns = list(columns)
+    columns.insert(columns.index("expert_cache_mb") + 1, "expert_cache")
+    by_number = {r.number: r for r in rounds}
+    out = []
+    for row in rows:
+        row = {**row, "expert_cache": ""}
+        r = by_number.get(row.get("round"))
+        ran = getattr(r.summary, "expert_cache_mb", None) if r is not None else None
+        if r is not None and row.get("expert_cache_mb") is not None and ran:
+            row["expert_cache"] = "set" if r.settings.expert_cache_mb else "auto"
+            row["expert_cache_mb"] = ran
+        out.append(row)
+    return columns, out
+
+
 def export_session(base: str | os.PathLike, summaries: Sequence[RunSummary],
                    timeline: Iterable[tuple[float, MetricsSample]],
                    save_png: Callable[[str], None],

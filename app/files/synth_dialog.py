@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog
                                QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from shardscope.app.base.background import BackgroundTask
+from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth import MIN_SIZE_MB, write_synthetic_model
 from shardscope.engine.synth.synth_moe import MoeSpec, like_kimi_k2
 
@@ -29,6 +30,16 @@ SHAPES = (
     ("Kimi K2 shape (deepseek2: 384 experts, top-8, 1 shared, dense first layer)", "kimi-k2-",
      lambda: like_kimi_k2(routing_skew=1.0)),
 )
+
+
+def _write(path: str, size_mb: int, progress, moe):
+    """The writer, into a folder made first if it is missing (a typed path, a fresh account)."""
+    folder = Path(path).expanduser().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ShardscopeError(f"{folder}: cannot create the folder ({exc.strerror or exc})") from None
+    return write_synthetic_model(Path(path).expanduser(), size_mb, progress=progress, moe=moe)
 
 
 class SynthDialog(QDialog):
@@ -107,7 +118,7 @@ class SynthDialog(QDialog):
         self.size_spin.setEnabled(False)
         self.shape_combo.setEnabled(False)
         self.path_edit.setEnabled(False)
-        self.task = BackgroundTask(lambda progress: write_synthetic_model(path, size, progress=progress, moe=moe), self)
+        self.task = BackgroundTask(lambda progress: _write(path, size, progress, moe), self)
         self.task.progressed.connect(lambda f: self.progress.setValue(int(f * 1000)))
         self.task.succeeded.connect(self._done)
         self.task.failed.connect(self._failed)

@@ -13,10 +13,22 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog
 
 from shardscope.app.base.background import BackgroundTask
-from shardscope.app.files.export import ExportPaths, base_from_chosen, export_session
+from shardscope.app.files.export import ExportPaths, base_from_chosen, expert_cache_as_ran, export_session
 from shardscope.app.rounds.rounds import rounds_csv_rows
 from shardscope.app.files.synth_dialog import SynthDialog
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.user_dirs import cache_dir
+
+
+def synth_default_dir() -> Path:
+    """Where a synthetic model goes unless the user picks a file: the Documents folder where it
+    exists, else the user cache's models folder (created here; a fresh account has no Documents)."""
+    documents = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    if documents and Path(documents).is_dir():
+        return Path(documents)
+    folder = cache_dir() / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 class WindowFiles:
@@ -27,9 +39,7 @@ class WindowFiles:
             self.open_model(path)
 
     def _synth_dialog_open(self) -> None:
-        default_dir = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) \
-            or str(Path.home())
-        dialog = SynthDialog(Path(default_dir), self)
+        dialog = SynthDialog(synth_default_dir(), self)
         dialog.model_written.connect(self.open_model)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self._synth_dialog = dialog
@@ -57,8 +67,9 @@ class WindowFiles:
         """Write <base>.csv, <base>-timeline.csv, <base>-rounds.csv and <base>.png; shows and
         returns None on refusal."""
         try:
+            rounds = expert_cache_as_ran(*rounds_csv_rows(self.rounds, self.rounds_table.baseline()), self.rounds)
             paths = export_session(base_from_chosen(base_path), self.summaries, list(self.timeline),
-                                   self.chart.export_png, rounds_csv_rows(self.rounds, self.rounds_table.baseline()))
+                                   self.chart.export_png, rounds)
         except ShardscopeError as exc:
             self.show_error(str(exc))
             return None
