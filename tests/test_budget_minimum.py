@@ -46,20 +46,40 @@ def test_minimum_is_dense_plus_two_layers_of_picks():
     assert bm.min_budget_mb(moe, False) == 16  # 10 + 6 MiB exactly: no rounding up needed
 
 
+def _pages_of_every_expert(per_expert, n_expert, n_layers, dense_bytes, base=PAGE) -> list[int]:
+    """Bytes of whole pages each (layer, expert) touches, walked expert by expert from the offsets
+    _layout lays out (not through MoeLayout or the module's edge arithmetic)."""
+    offset, out = base + dense_bytes, []
+    for _layer in range(n_layers):
+        starts = []
+        for per in per_expert:
+            starts.append((offset, per))
+            offset += per * n_expert
+        for e in range(n_expert):
+            out.append(sum((-(-(s + per * (e + 1)) // PAGE) - (s + per * e) // PAGE) * PAGE for s, per in starts))
+    return out
+
+
 def test_unaligned_slices_book_their_edge_pages_and_round_up():
     moe = _layout(per_expert=(1000, 3000, 5000), n_expert=8, k=2, dense_bytes=5000)
     # dense 5000 bytes from a page boundary: 2 pages resident.
     assert bm.resident_dense_bytes(moe) == 2 * PAGE
-    worst = bm.booked_unit_bytes(moe)
-    assert worst > 9000  # a slice straddling pages books the pages it shares
-    expected = 2 * PAGE + 2 * 2 * worst
+    worst = max(_pages_of_every_expert((1000, 3000, 5000), 8, 3, 5000))
+    expected = 2 * PAGE + 2 * 2 * worst  # dense pages + 2 layers x k = 2 picks of the worst expert
+    assert bm.booked_unit_bytes(moe) == worst
     assert bm.min_budget_bytes(moe, False) == expected
     assert bm.min_budget_mb(moe, False) == -(-expected // MIB)
+    if PAGE == 4096:
+        # By hand: experts start at 4096 + 5000 = 9096; layer 0's expert 3 has slices
+        # [12096, 13096) [26096, 29096) [56096, 61096), each across one page boundary
+        # (12288, 28672, 57344): 2 + 2 + 2 pages = 24,576 B for its 9,000 B. Minimum =
+        # 8,192 + 2 x 2 x 24,576 = 106,496 B, 1 MiB rounded up.
+        assert worst == 24_576 and bm.min_budget_bytes(moe, False) == 106_496 and bm.min_budget_mb(moe, False) == 1
 
 
 def test_prompt_batch_fits_the_cache_whatever_the_routing():
     moe = _layout()  # unit 0.75 MiB, k = 4, 16 experts: a layer's bank is 12 MiB
-    unit = bm.booked_unit_bytes(moe)
+    unit = 3 * 256 * 1024  # three page-aligned slices, no edge pages (as in the test above)
     assert bm.prompt_batch_tokens(moe, 2 * 4 * unit) == 2  # at the minimum: 2 tokens x 4 picks = the cache
     assert bm.prompt_batch_tokens(moe, 13 * unit) == 3  # 12 units used of 13
     assert bm.prompt_batch_tokens(moe, 16 * unit) == 0  # the whole bank fits: one pass
