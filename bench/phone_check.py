@@ -93,7 +93,8 @@ def verdicts(projected) -> list[str]:
                             else f"{len(below)} of {len(tok)} runs below the published by more than 10 %"))
         overlap_low = [p for p in rows if p.run.tok_s is not None and p.run.tok_s > p.overlapped_tok_s]
         if tok:
-            parts.append(f"; above the overlapped bound: {len(overlap_low)} of {len(tok)} runs")
+            parts[-1] += ";"
+            parts.append(f"above the overlapped bound 1 / max(compute, flash): {len(overlap_low)} of {len(tok)} runs")
         out.append(" ".join(parts))
     return out
 
