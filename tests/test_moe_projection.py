@@ -2,7 +2,8 @@
 (given, or replayed from a routing trace) and the model's real dense/expert split.
 
 Expected values are computed here from the GGUF's tensor table by name (not through the
-sizing module's own shape) and from replay_one, the same decisions `shardscope replay` prints.
+sizing module's own shape) and, for a replayed trace, from an LFU written in this test (sizing
+replays through the engine's own cache, so the engine's replay would be no independent source).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import pytest
 from shardscope.engine.cli.cli import main
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
-from shardscope.engine.experts.replay import replay_one
 from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
 from shardscope.engine.devices.sizing import SizingInput
 from shardscope.engine.devices.sizing_numbers import size_from_numbers
@@ -94,6 +94,34 @@ def _trace(tmp_path, n_expert=16, used=4, layers=3, unit=1 * MIB, tokens=120):
     return tmp_path / "t.jsonl"
 
 
+def _lfu_hit_rate(accesses, capacity_units: int) -> float:
+    """An independent LFU over equal-sized units (not the engine's cache): a layer's picks are hits
+    if resident; misses evict the least frequently picked unit (every pick counts, resident or
+    not), ties to the least recently used, then the earlier in router order; never a unit the
+    current layer picked."""
+    counts: dict = {}
+    resident: dict = {}  # unit -> (last tick, router-order sequence)
+    hits = misses = seq = 0
+    for tick, (layer, experts) in enumerate(accesses, 1):
+        picked = [(layer, x) for x in dict.fromkeys(experts)]
+        new = []
+        for unit in picked:
+            counts[unit] = counts.get(unit, 0) + 1
+            seq += 1
+            if unit in resident:
+                hits += 1
+                resident[unit] = (tick, seq)
+            else:
+                misses += 1
+                new.append((unit, seq))
+        while len(resident) + len(new) > capacity_units:
+            victim = min((u for u in resident if u not in picked), key=lambda u: (counts[u], *resident[u]))
+            del resident[victim]
+        for unit, s in new:
+            resident[unit] = (tick, s)
+    return hits / (hits + misses)
+
+
 def test_trace_is_replayed_at_the_same_share_of_the_experts(moe_gguf, tmp_path, capsys):
     g, d, e = _split(moe_gguf)
     f = 4 / 16
@@ -102,8 +130,10 @@ def test_trace_is_replayed_at_the_same_share_of_the_experts(moe_gguf, tmp_path, 
     path = _trace(tmp_path)
     trace = read_trace(path)
     r = size_from_gguf_header(moe_gguf, "iphone-16-pro", budget_mb=budget, expert_trace=trace, expert_policy="lfu")
-    share = (r.budget_bytes - g - d) / e  # the expert cache is the budget less the dense bytes (issue 23)
-    expected = replay_one(trace, "lfu", int(share * 16 * 3 * MIB)).expert_hit_rate
+    # The expert cache is the budget less the dense bytes (issue 23): cache_mb of the model's e
+    # expert bytes, the same share of the trace's 16 experts x 3 layers x 1 MiB.
+    units = int(cache_mb * MIB / e * 16 * 3 * MIB) // MIB
+    expected = _lfu_hit_rate([(rec.layer, rec.experts) for rec in trace.records], units)
     assert r.streamed_bytes_per_token == pytest.approx((1 - expected) * f * e, rel=1e-9)
     assert main(["plan", "--gguf", moe_gguf, "--budget-mb", f"{budget:.6f}", "--trace", str(path),
                  "--expert-policy", "lfu"]) == 0
