@@ -12,7 +12,13 @@ from shardscope.engine.knobs.settings import RunSettings
 
 
 def sample(t: float):
-    return SimpleNamespace(t_s=t)  # the session reads only the time; the rest rides along
+    """A real sample (the session keeps its numbers for export); only the time matters here."""
+    from shardscope.engine.measure.metrics import MetricsSample
+
+    return MetricsSample(t_s=t, rss_mb=1.0, resident_weights_mb=1.0, other_rss_mb=0.0, ssd_mb_s=0.0,
+                         read_mb_total=0.0, cache_hit_rate=1.0, on_time_rate=1.0, tok_s=1.0, n_tokens=1,
+                         budget_mb=100.0, accounted_weights_mb=1.0, cache_hits=0, cache_misses=0, on_time=0,
+                         stalls=0)
 
 
 def summary(stopped: bool):

@@ -145,26 +145,72 @@ def test_level_lines_show_and_hide(qtbot) -> None:
         chart.set_level("nope", 1.0)
 
 
-def test_markers_on_all_plots_and_bounded(qtbot) -> None:
+def _vertical_lines(chart, key):
+    return [it for it in chart.plot_item(key).items if getattr(it, "angle", None) == 90]
+
+
+def _redrawn(qtbot, chart) -> None:
+    drawn = chart.refresh_count
+    chart.append(chart.curve_data("rss")[0][-1] + 0.1, {"rss": 1.0})
+    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=5000)
+
+
+def test_markers_in_the_scene_only_while_in_view(qtbot) -> None:
+    """A long session's markers are history, not scene items: the repaint must cost what is
+    on screen (the old chart kept up to 200 markers x every plot in the scene)."""
     chart = make_chart(qtbot)
-    chart.max_markers = 20  # the bound, not its size, is under test; keeps the test fast
-    chart.mark_event(1.0, "budget 600\u2192400 MB")
-    assert chart.marker_count() == 1
+    chart.follow_seconds = 30.0
+    chart.show()
+    qtbot.waitExposed(chart)
+    for i in range(1000):  # 0 .. 99.9 s: the view is 69.9 .. 99.9
+        chart.append(i * 0.1, {"rss": 1.0})
+    for t in (10.0, 50.0, 80.0, 95.0):
+        chart.mark_event(t, f"budget {t:.0f}\u2192400 MB")
+    _redrawn(qtbot, chart)
+    assert chart.marker_count() == 4  # all held (export, panning back)
+    assert [t for t, _, _ in chart.markers_in_scene()] == [80.0, 95.0]
     for key in ("mem", "io", "speed"):
-        labels = [
-            it.label.toPlainText()
-            for it in chart.plot_item(key).items
-            if getattr(it, "angle", None) == 90 and getattr(it, "label", None) is not None
-        ]
-        assert labels == ["budget 600\u2192400 MB"]
-    for i in range(chart.max_markers + 50):
-        chart.mark_event(2.0 + i, f"ev {i} {{braces}}")
-    assert chart.marker_count() == chart.max_markers
-    vertical = [it for it in chart.plot_item("io").items if getattr(it, "angle", None) == 90]
-    assert len(vertical) == chart.max_markers  # the oldest were removed from the scene
+        assert sorted(line.value() for line in _vertical_lines(chart, key)) == [80.0, 95.0]
+    # The label once, on the top plot, not once per plot.
+    labelled = {key: [ln for ln in _vertical_lines(chart, key) if getattr(ln, "label", None) is not None]
+                for key in ("mem", "io", "speed")}
+    assert len(labelled["mem"]) == 2 and not labelled["io"] and not labelled["speed"]
+    # Panning back brings the older ones in and takes the newer out.
+    vb = chart.plot_item("io").getViewBox()
+    vb.sigRangeChangedManually.emit([True, False])
+    vb.setXRange(0.0, 30.0, padding=0)
+    _redrawn(qtbot, chart)
+    assert [t for t, _, _ in chart.markers_in_scene()] == [10.0]
     chart.clear()
-    assert chart.marker_count() == 0
-    assert not [it for it in chart.plot_item("io").items if getattr(it, "angle", None) == 90]
+    assert chart.marker_count() == 0 and not _vertical_lines(chart, "io")
+
+
+def test_markers_bounded_and_labels_never_overprint(qtbot) -> None:
+    chart = make_chart(qtbot)
+    chart.max_markers = 60  # the bound, not its size, is under test
+    chart.follow_seconds = 30.0
+    chart.show()
+    qtbot.waitExposed(chart)
+    for i in range(1000):
+        chart.append(i * 0.1, {"rss": 1.0})
+    for i in range(chart.max_markers + 40):  # a slider dragged for a while: markers 0.25 s apart
+        chart.mark_event(75.0 + i * 0.25, f"p t budget {244 - i}\u2192{234 - i} MiB {{braces}}")
+    _redrawn(qtbot, chart)
+    assert chart.marker_count() == chart.max_markers
+    in_scene = chart.markers_in_scene()
+    assert 0 < len(in_scene) <= chart.max_markers_in_view
+    assert len(_vertical_lines(chart, "io")) == len(in_scene)
+    shown = [ln.label for ln in _vertical_lines(chart, "mem")
+             if getattr(ln, "label", None) is not None and ln.label.isVisible()]
+    assert shown, "the newest marker keeps its label"
+    rects = [lb.sceneBoundingRect() for lb in shown]
+    for i, r in enumerate(rects):
+        for other in rects[i + 1:]:
+            assert not r.intersects(other), "two marker labels print over each other"
+    assert "{braces}" in shown[-1].toPlainText()
+    view = chart.plot_item("mem").getViewBox().sceneBoundingRect()
+    for r in rects:  # inside the plot: no fragments over the left axis
+        assert view.left() <= r.left() and r.right() <= view.right() + 1
 
 
 def test_clear_empties_buffers_and_keeps_plots(qtbot) -> None:

@@ -5,8 +5,12 @@ pyqtgraph's scrolling-plot examples do it: `append` only writes one float per
 curve into preallocated numpy buffers, and a QTimer redraws at a modest rate,
 only when something new arrived and only while the chart is on screen. Curves,
 level lines and markers are created once and then fed with `setData`/`setValue`;
-nothing is created per sample, and markers are capped so a long run cannot grow
-the scene without bound.
+nothing is created per sample. A redraw costs what is on screen, not what the
+session holds: while following the latest samples only the visible window (plus a
+margin) is handed to the curves, and change markers are kept as plain (time, text)
+history, in the scene only while they are inside the view (a long session profiled at
+minute 3 spent most of each repaint in the bounding rects of markers scrolled off long
+before; docs/decisions.md).
 
 Buffers are twice the capacity: samples are written at increasing positions and,
 once the end is reached, the newest `capacity` samples are moved back to the
@@ -36,7 +40,7 @@ __all__ = ["LiveChart"]
 _LEGEND_ALPHA = 200
 _FILL_ALPHA = 50
 _LEFT_AXIS_WIDTH = 64
-_MARKER_LABEL_POSITION = 0.92  # near the top, clear of the legend
+_MARKER_LABEL_POSITION = 0.92  # first placement; _place_markers moves it just under the legend
 
 
 @dataclass
@@ -45,6 +49,9 @@ class _Plot:
     units: str
     curve_keys: list[str] = field(default_factory=list)
     from_zero: float = 0.0  # > 0: Y runs from 0 to this many times the visible top (see scale_from_zero)
+    level_within: float = 0.0  # > 0: a level line higher than this many times the data's top is not drawn
+    title: str = ""
+    title_note: str = ""
 
 
 @dataclass
@@ -52,12 +59,15 @@ class _Level:
     plot_key: str
     line: pg.InfiniteLine
     label: str
+    shown: bool = False  # set_level gave it a value (the line may still be off-range, see level_within)
 
 
 @dataclass
 class _Marker:
     t: float
-    lines: list[tuple[pg.PlotItem, pg.InfiniteLine]]
+    text: str
+    width_px: float  # the label's width on screen, measured once
+    lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = field(default_factory=list)  # empty: not in the scene
 
 
 def _escape_format(text: str) -> str:
@@ -67,7 +77,8 @@ def _escape_format(text: str) -> str:
 
 class LiveChart(pg.GraphicsLayoutWidget):
     follow_seconds: float = 60.0
-    max_markers: int = 200
+    max_markers: int = 200  # history kept for export and panning back
+    max_markers_in_view: int = 24  # drawn at once: a slider dragged for a minute must not fill the scene
 
     def __init__(self, capacity: int = 6000, refresh_hz: float = 15.0, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -90,7 +101,9 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._curves: dict[str, pg.PlotDataItem] = {}
         self._curve_plot: dict[str, str] = {}
         self._levels: dict[str, _Level] = {}
-        self._markers: deque[_Marker] = deque()
+        self._markers: deque[_Marker] = deque()  # oldest first, times non-decreasing
+        self._view_x = (math.inf, -math.inf)  # the x range the markers in the scene were chosen for
+        self._view_listeners: list = []  # called with (x0, x1) after a redraw moved or filled the view
         self._colors: dict[str, QColor] = {}
         self._held_tops: dict[str, float] = {}  # curve key -> a value its plot's Y range must show
 
@@ -140,7 +153,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
             previous_last = list(self._plots.values())[-1].item
             previous_last.getAxis("bottom").setStyle(showValues=False)
             previous_last.getAxis("bottom").showLabel(False)
-        self._plots[key] = _Plot(item=item, units=units)
+        self._plots[key] = _Plot(item=item, units=units, title=title)
         self._style_plot(item)
 
     def add_curve(self, plot_key: str, curve_key: str, label: str, color: str, fill_to_zero: bool = False) -> None:
@@ -173,9 +186,10 @@ class LiveChart(pg.GraphicsLayoutWidget):
             movable=False,
             pen=pg.mkPen(color, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
             label="",
-            # Right-aligned at the right end, clear of the legend; below the line when
-            # it sits in the top half of the plot so the text is never cut off.
-            labelOpts={"position": 0.99, "color": color, "fill": label_bg, "anchors": [(1, 0), (1, 1)]},
+            # Left-aligned at the left end: the legend holds the top right, and the newest
+            # change markers the right; below the line when it sits in the top half of the
+            # plot so the text is never cut off.
+            labelOpts={"position": 0.01, "color": color, "fill": label_bg, "anchors": [(0, 0), (0, 1)]},
         )
         line.setZValue(5)
         line.setVisible(False)
@@ -190,16 +204,20 @@ class LiveChart(pg.GraphicsLayoutWidget):
         except KeyError:
             raise KeyError(f"LiveChart has no level line {line_key!r}; add_level_line() it first") from None
         if value is None or not math.isfinite(value):
+            level.shown = False
             level.line.setVisible(False)
+            self._dirty = True
             return
         units = self._plots[level.plot_key].units
         text = f"{level.label} {format_number(float(value))} {units}".strip()
         level.line.setValue(float(value))
         level.line.label.setFormat(_escape_format(text))
+        level.shown = True
         level.line.setVisible(True)
         level.line.label.setVisible(True)
+        self._dirty = True
 
-    def scale_from_zero(self, plot_key: str, headroom: float = 1.33) -> None:
+    def scale_from_zero(self, plot_key: str, headroom: float = 1.33, level_within: float = 0.0) -> None:
         """Y from 0 to ``headroom`` × the highest visible value (curves and shown levels).
 
         pyqtgraph's auto-range pads a flat line by ±0.5 in data units: a steady 0.01 tok/s
@@ -208,6 +226,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         """
         plot = self._plot(plot_key)
         plot.from_zero = float(headroom)
+        plot.level_within = float(level_within)
         plot.item.getViewBox().enableAutoRange(y=False)
         self._dirty = True
 
@@ -239,28 +258,32 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._dirty = True
 
     def mark_event(self, t: float, label: str) -> None:
-        marker_bg = QColor(self._bg)
-        marker_bg.setAlpha(_LEGEND_ALPHA)
-        text = _escape_format(label)
-        lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
-        for plot in self._plots.values():
-            line = pg.InfiniteLine(
-                pos=float(t),
-                angle=90,
-                movable=False,
-                pen=pg.mkPen(self._fg, width=1, style=pg.QtCore.Qt.PenStyle.DotLine),
-                label=text,
-                labelOpts={"position": _MARKER_LABEL_POSITION, "color": self._fg, "fill": marker_bg},
-            )
-            line.setZValue(4)
-            plot.item.addItem(line, ignoreBounds=True)
-            lines.append((plot.item, line))
-        self._markers.append(_Marker(t=float(t), lines=lines))
+        """A vertical marker at ``t`` on every plot, labelled once (on the top plot).
+
+        Only stored here; the next redraw puts it in the scene if it is in view."""
+        width = self.fontMetrics().horizontalAdvance(label) + 8
+        self._markers.append(_Marker(t=float(t), text=label, width_px=float(width)))
         while len(self._markers) > self.max_markers:
             self._remove_marker(self._markers.popleft())
+        self._view_x = (math.inf, -math.inf)  # re-choose the markers in the scene
+        self._dirty = True
 
     def marker_count(self) -> int:
+        """Markers held (the history), in view or not."""
         return len(self._markers)
+
+    def markers(self) -> list[tuple[float, str]]:
+        """(time, text) of every marker held, oldest first (export, tests)."""
+        return [(m.t, m.text) for m in self._markers]
+
+    def markers_in_scene(self) -> list[tuple[float, str, bool]]:
+        """(time, text, label shown) of the markers drawn now (tests, benches)."""
+        return [(m.t, m.text, m.lines[0][1].label.isVisible()) for m in self._markers if m.lines]
+
+    def on_view(self, listener) -> None:
+        """``listener(x0, x1)`` after each redraw that changed the shown time range (phase spans
+        keep only what is in view in the scene, as the markers do)."""
+        self._view_listeners.append(listener)
 
     def clear(self) -> None:
         """A new run: drop every sample and marker, keep plots, curves and level lines."""
@@ -271,6 +294,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._len = 0
         while self._markers:
             self._remove_marker(self._markers.popleft())
+        self._view_x = (math.inf, -math.inf)
         self._following = True
         self._dirty = True
 
@@ -366,31 +390,123 @@ class LiveChart(pg.GraphicsLayoutWidget):
     def _redraw(self) -> None:
         self._dirty = False
         start = self._end - self._len
+        if self._following and self._len:
+            # Only the visible window (and a tenth more on the left, so a pan that begins
+            # at once shows no hole): the curves' cost per frame is bounded by
+            # follow_seconds, not by how long the session has run.
+            newest = float(self._t[self._end - 1])
+            oldest = float(self._t[start])
+            lo = max(oldest, newest - self.follow_seconds)
+            start = start + int(np.searchsorted(self._t[start:self._end], lo - 0.1 * self.follow_seconds))
+        else:
+            lo = -math.inf
         # Copies, not views: pyqtgraph keeps the arrays it is given and may re-read them
         # on a pan, after our buffers have been shifted underneath.
         t = self._t[start : self._end].copy()
         for key, curve in self._curves.items():
             curve.setData(t, self._y[key][start : self._end].copy())
-        lo = -math.inf
         if self._following and self._len and self._plots:
-            newest = float(t[-1])
-            lo = max(float(t[0]), newest - self.follow_seconds)
             first = next(iter(self._plots.values())).item
             first.setXRange(lo, lo + self.follow_seconds, padding=0)
+            x0, x1 = lo, lo + self.follow_seconds
+        elif self._plots:
+            x0, x1 = next(iter(self._plots.values())).item.getViewBox().viewRange()[0]
+        else:
+            x0, x1 = lo, math.inf
         self._scale_from_zero(t, start, lo)
+        if (x0, x1) != self._view_x:
+            self._view_x = (x0, x1)
+            self._place_markers(x0, x1)
+            for listener in self._view_listeners:
+                listener(x0, x1)
+
+    def _place_markers(self, x0: float, x1: float) -> None:
+        """The markers inside [x0, x1] (the newest ``max_markers_in_view``) in the scene, the
+        rest out of it; a label only where it has room: within the plot and clear of the
+        next newer marker's line (a hidden label stays in the line's tooltip)."""
+        inside = [m for m in self._markers if x0 <= m.t <= x1][-self.max_markers_in_view:]
+        keep = {id(m) for m in inside}
+        for m in self._markers:
+            if m.lines and id(m) not in keep:
+                self._remove_marker(m)
+        if not inside:
+            return
+        top = next(iter(self._plots.values())).item
+        vb = top.getViewBox()
+        px_per_s = vb.width() / (x1 - x0) if x1 > x0 and math.isfinite(x1 - x0) else 0.0
+        # Just under the legend (top right, where the newest markers are), never under it.
+        legend_h = top.legend.boundingRect().height() if top.legend is not None and top.legend.items else 0.0
+        line_h = self.fontMetrics().lineSpacing() + 4
+        height = max(1.0, vb.height())
+        position = max(0.45, 1.0 - (legend_h + 6 + line_h / 2) / height)
+        # Labels end at their line (text on its left), so the newest change reads at the
+        # right edge; walking from the newest, an older label shows only where it ends
+        # left of the last shown one's start and begins inside the plot.
+        free_until = math.inf  # pixels from x0: where the last shown label begins
+        for m in reversed(inside):
+            if not m.lines:
+                self._add_marker(m)
+            at = (m.t - x0) * px_per_s
+            shown = at <= free_until - 4 and at - m.width_px >= 0
+            if shown:
+                free_until = at - m.width_px
+            label = m.lines[0][1].label
+            label.setPosition(position)
+            label.setVisible(shown)
+
+    def _add_marker(self, m: _Marker) -> None:
+        marker_bg = QColor(self._bg)
+        marker_bg.setAlpha(_LEGEND_ALPHA)
+        for n, plot in enumerate(self._plots.values()):
+            # The label once, on the top plot: four copies of it, one per plot, were
+            # four times the text to read and to draw.
+            labelled = n == 0
+            line = pg.InfiniteLine(
+                pos=m.t,
+                angle=90,
+                movable=False,
+                pen=pg.mkPen(self._fg, width=1, style=pg.QtCore.Qt.PenStyle.DotLine),
+                label=_escape_format(m.text) if labelled else None,
+                labelOpts={"position": _MARKER_LABEL_POSITION, "color": self._fg, "fill": marker_bg,
+                           "anchors": [(1, 0.5), (1, 0.5)]},
+            )
+            line.setZValue(4)
+            line.setToolTip(m.text)
+            plot.item.addItem(line, ignoreBounds=True)
+            m.lines.append((plot.item, line))
 
     def _scale_from_zero(self, t: np.ndarray, start: int, t_lo: float) -> None:
         visible = t >= t_lo
-        for plot in self._plots.values():
+        for key, plot in self._plots.items():
             if plot.from_zero <= 0:
                 continue
             tops = [np.nanmax(v) for v in (self._y[k][start : self._end][visible] for k in plot.curve_keys)
                     if v.size and not np.isnan(v).all()]
-            tops += [lv.line.value() for lv in self._levels.values()
-                     if lv.plot_key in self._plots and self._plots[lv.plot_key] is plot and lv.line.isVisible()]
             tops += [v for k, v in self._held_tops.items() if self._plots[self._curve_plot[k]] is plot]
+            data_top = max((x for x in tops if math.isfinite(x)), default=0.0)
+            above = []
+            for lv in self._levels.values():
+                if lv.plot_key != key or not lv.shown:
+                    continue
+                value = lv.line.value()
+                # A level far above the data (an 860 MB/s emulated SSD over 20 MB/s of reads)
+                # would flatten the curve: it is then named in the title instead of drawn.
+                far = plot.level_within > 0 and data_top > 0 and value > plot.level_within * data_top
+                lv.line.setVisible(not far)
+                if far:
+                    above.append(lv.line.label.toPlainText())
+                else:
+                    tops.append(value)
+            self._set_title_note(plot, f"{', '.join(above)} \u2191 above" if above else "")
             top = max((x for x in tops if math.isfinite(x)), default=0.0)
             plot.item.setYRange(0.0, top * plot.from_zero if top > 0 else 1.0, padding=0)
+
+    def _set_title_note(self, plot: _Plot, note: str) -> None:
+        if note == plot.title_note:
+            return
+        plot.title_note = note
+        text = f"{plot.title} \u2014 {note}" if note else plot.title
+        plot.item.setTitle(text, size="9pt", color=self._fg.name(), justify="left")
 
     def _on_user_moved_view(self, *_: object) -> None:
         self._following = False
@@ -398,6 +514,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
     def _remove_marker(self, marker: _Marker) -> None:
         for item, line in marker.lines:
             item.removeItem(line)
+        marker.lines.clear()
 
     def _plot(self, plot_key: str) -> _Plot:
         try:

@@ -35,6 +35,21 @@ class Round:
     start_t: float  # window time of its first sample
     end_t: float  # window time of its summary
     projection: RoundProjection | None = None
+    # The settings it began with when a knob changed live during it (its figures then mix
+    # both: a round that ran 20 s at 200 MiB and a moment at 605 is neither), else None.
+    start_settings: RunSettings | None = None
+
+    def mixed_knobs(self) -> list[str]:
+        """The swept knobs whose value changed during the round."""
+        a = self.start_settings
+        if a is None:
+            return []
+        return [k for k in SWEPT if getattr(a, k) != getattr(self.settings, k)]
+
+    def mixed_text(self) -> str:
+        """"budget 200→605 MiB, threads 2→4", or "" for a round run at one setting."""
+        return ", ".join(f"{KNOBS[k].brief} {KNOBS[k].text(getattr(self.start_settings, k))}\u2192"
+                         f"{KNOBS[k].text(getattr(self.settings, k))}" for k in self.mixed_knobs())
 
     @property
     def kind(self) -> str:
@@ -52,15 +67,23 @@ def round_columns() -> list[TableColumn]:
     return [TableColumn("round", "round", "complete rounds in the order they ended"),
             TableColumn("model", "model", "the model file"), *knobs, *figures,
             TableColumn("device", "device", "the device the round is projected onto"),
-            TableColumn("bound", "bound", "what limits the projection: ssd, dram or compute")]
+            TableColumn("bound", "bound", "what limits the projection: ssd, dram or compute"),
+            TableColumn("mixed", "mixed",
+                        "knobs changed while the round ran: its figures mix both settings (old→new)")]
 
 
 def round_values(r: Round) -> dict[str, object]:
     s = r.summary
     values: dict[str, object] = {"round": r.number, "model": s.model_filename}
+    mixed = r.mixed_knobs()
     for key in SWEPT:
         streams = KNOBS[key].streams
-        values[key] = getattr(r.settings, key) if not streams or streams == r.kind else None
+        if streams and streams != r.kind:
+            values[key] = None
+        elif key in mixed:  # both values, never the end's alone
+            values[key] = f"{KNOBS[key].text(getattr(r.start_settings, key))}\u2192{KNOBS[key].text(getattr(r.settings, key))}"
+        else:
+            values[key] = getattr(r.settings, key)
     for m in FIGURES:
         value = getattr(s, m.name, None)
         values[m.name] = None if isinstance(value, float) and math.isnan(value) else value
@@ -68,6 +91,7 @@ def round_values(r: Round) -> dict[str, object]:
     values["projected_ts"] = p.tok_s if p is not None else None
     values["device"] = p.device_name if p is not None else ""
     values["bound"] = p.bound if p is not None else ""
+    values["mixed"] = r.mixed_text()
     return values
 
 

@@ -21,6 +21,9 @@ class WindowRounds:
     def _build_rounds(self) -> RoundsTable:
         self.rounds: list[Round] = []
         self._round_start: float | None = None  # window time of the running round's first sample
+        # Live knob changes the running run took: (window time, settings before). A round
+        # that spans one is recorded as mixed, with both values (rounds.Round.start_settings).
+        self._live_changes: list[tuple[float, RunSettings]] = []
         self.rounds_table = RoundsTable(round_columns())
         self.rounds_table.setToolTip("Every complete round of this session; click a header to sort")
         self.ghosts = ChartGhosts(self.chart)
@@ -37,6 +40,11 @@ class WindowRounds:
 
     def _next_round(self) -> None:
         self._round_start = None
+        self._live_changes.clear()
+
+    def note_live_change(self, before: RunSettings) -> None:
+        """The running run took new settings at the newest sample's time."""
+        self._live_changes.append((self.runs.last_t, before))
 
     def _round_sample(self, t: float, _s) -> None:
         if self._round_start is None:
@@ -49,7 +57,13 @@ class WindowRounds:
         self._round_start = None
         if summary.stopped:
             return None
-        r = Round(len(self.rounds) + 1, self.current_settings(), summary, start, self.runs.last_t, projection)
+        end = self.runs.last_t
+        during = [before for t, before in self._live_changes if start <= t <= end]
+        self._live_changes = [(t, b) for t, b in self._live_changes if t > end]
+        r = Round(len(self.rounds) + 1, self.current_settings(), summary, start, end, projection,
+                  start_settings=during[0] if during else None)
+        if not r.mixed_knobs():
+            r.start_settings = None  # changed and changed back, or a knob the table does not show
         self.rounds.append(r)
         self.rounds_table.add_row(r.number, round_values(r), round_tips(r))
         self._fit_columns()
@@ -62,12 +76,12 @@ class WindowRounds:
         shared, hidden = [], []
         rows = [round_values(r) for r in self.rounds]
         for col in round_columns():
-            if col.key not in ("model", *SWEPT):
+            if col.key not in ("model", "mixed", *SWEPT):
                 continue
             values = [row[col.key] for row in rows]
             if all(v is None or v == "" for v in values):
                 hidden.append(col.key)
-            elif len(rows) > 1 and all(v == values[0] for v in values):
+            elif col.key != "mixed" and len(rows) > 1 and all(v == values[0] for v in values):
                 hidden.append(col.key)
                 spec = KNOBS.get(col.key)
                 shared.append(f"{spec.brief} {spec.text(values[0])}" if spec else f"{col.key} {values[0]}")

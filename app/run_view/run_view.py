@@ -18,6 +18,7 @@ from shardscope.widgets import NumbersPanel, ShardMap
 # Both panels' rows come from the metric registry; "projected" is on the chosen device (the caption names it).
 LIVE_FIELDS = panel_rows("live")
 ROUND_FIELDS = panel_rows("summary")
+ROUND_TITLE = "Last complete round (engine summary)"
 
 
 class RunView(QWidget):
@@ -30,7 +31,7 @@ class RunView(QWidget):
         live_box = QGroupBox("Live")
         QVBoxLayout(live_box).addWidget(live := NumbersPanel(LIVE_FIELDS))
         self.live_numbers = live
-        self.round_box = QGroupBox("Last complete round (engine summary)")
+        self.round_box = QGroupBox(ROUND_TITLE)
         rl = QVBoxLayout(self.round_box)
         rl.addWidget(rounds := NumbersPanel(ROUND_FIELDS))
         self.round_numbers = rounds
@@ -108,8 +109,10 @@ class RunView(QWidget):
         cursor.insertText(piece)
         self.text_view.setTextCursor(cursor)
 
-    def show_round(self, summary: RunSummary) -> None:
+    def show_round(self, summary: RunSummary, mixed: str = "") -> None:
+        """``mixed``: the knobs that changed while the round ran ("budget 200→605 MiB"), or ""."""
         self.round_numbers.set_values(summary.row())
+        self.round_box.setTitle(f"{ROUND_TITLE} \u2014 mixed: {mixed}" if mixed else ROUND_TITLE)
         self.round_box.setToolTip(f"{summary.model_filename}: {summary.n_gen} tokens, "
                                   f"budget {summary.budget_mb:,.0f} MiB, {summary.policy}")
 

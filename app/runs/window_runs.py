@@ -12,11 +12,10 @@ the previous one. The exported timeline uses the same axis.
 
 from __future__ import annotations
 
-from collections import deque
-
 from PySide6.QtCore import QObject, Signal
 
 from shardscope.app.runs.run_worker import RunThread, RunWorker
+from shardscope.app.runs.sample_history import SampleHistory
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary
@@ -39,7 +38,7 @@ class WindowRuns(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.summaries: list[RunSummary] = []
-        self.timeline: deque[tuple[float, MetricsSample]] = deque(maxlen=TIMELINE_MAX)
+        self.timeline = SampleHistory(TIMELINE_MAX)  # (time offset, sample) pairs, kept as numbers
         self.last_sample: MetricsSample | None = None
         self.last_round: RunSummary | None = None  # the last complete round
         self.last_t = 0.0

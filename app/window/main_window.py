@@ -43,10 +43,11 @@ from shardscope.app.files.window_files import WindowFiles
 from shardscope.app.profiles.window_profiles import WindowProfiles
 from shardscope.app.rounds.window_rounds import WindowRounds
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.devices import get_device
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.layout.budget_minimum import min_budget_mb
-from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.layout.moe_layout import MoeLayout, streams_experts
 from shardscope.engine.knobs.profile_file import Profile
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.shard_plan import ShardPlan
@@ -137,6 +138,12 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         self.run_view = v = RunView()
         self.live_numbers, self.round_numbers, self.projection_label = v.live_numbers, v.round_numbers, v.projection_label
         self.shard_map, self.text_view = v.shard_map, v.text_view
+        # Deltas only against a baseline of the same model file (else the panel says so).
+        self.round_numbers.set_context_key("model_filename", "model")
+        self.round_numbers.reserve_deltas()
+        # The column is never narrower than its numbers need (its own floor of 280 px was below
+        # it once the delta column showed: values printed over their units).
+        v.setMinimumWidth(max(v.minimumWidth(), v.layout().minimumSize().width()))
         experts = self._build_expert_panel()  # MoE models only: shown by show_experts
         middle = QSplitter(Qt.Orientation.Vertical, self)  # the live charts over the session's rounds
         middle.addWidget(self.chart)
@@ -210,11 +217,15 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
 
     def _push(self, new: RunSettings, text: str) -> bool:
         """Hand ``new`` to the running run and mark the chart; False (error shown) if refused."""
+        worker = self.runs.worker
+        before = worker.settings if worker is not None else None
         try:
             answer = self.runs.apply(new)
         except ShardscopeError as exc:
             self.show_error(describe_exception(exc, self.model_path))
             return False
+        if answer == "live" and before is not None:
+            self.note_live_change(before)  # the running round now mixes two settings
         self.mark(text + (" (restart)" if answer == "restart" else ""))
         return True
 
@@ -236,9 +247,33 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
             self.statusBar().showMessage(f"{describe_change(key, old, new)} (applies at the next Run)", 5000)
             if key == "shard_mb":
                 self._probe(self.model_path, quiet=True)  # redraw the shard map for the new plan
+            else:
+                self._show_idle_plan()  # the next Run's plan: no states left from the stopped run
             return
         if not self._push(self.current_settings(), describe_change(key, old, new)):
             self.controls.set_value(key, old)  # the engine kept the old value: show that
+
+    def _minimum_mb(self) -> float | None:
+        """The open file's minimum budget where it is not the layered one: an MoE file's (the budget
+        slider's floor, what ``shardscope size`` prints); None for a dense model."""
+        info = self.model_info
+        if info is None or info.moe is None:
+            return None
+        return float(min_budget_mb(info.moe, self.current_settings().expert_speculation))
+
+    def _show_idle_plan(self) -> None:
+        """Before Run (or after Stop): what the next Run streams, every shard evicted. An MoE file
+        over the budget streams its experts (no shards); its minimum is the MoE one either way."""
+        info, settings = self.model_info, self.current_settings()
+        if info is None or self.is_running():
+            return
+        minimum = self._minimum_mb()
+        if info.moe is not None and streams_experts(info.moe, settings.budget_mb):
+            self.run_view.show_expert_streaming(info.moe)
+            caption = self.run_view.shard_caption
+            caption.setText(f"{caption.text()}; minimum budget {minimum:,.0f} MiB")
+        else:
+            self.run_view.show_plan(info.plan, settings, minimum)
 
     def mark(self, label: str) -> None:
         """A vertical marker at the newest sample's time on every chart."""
@@ -253,9 +288,25 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         self.device_panel.set_device(device_id)
 
     def _on_device_chosen(self) -> None:
+        self._follow_device_ssd()
         self.projection = self.device_panel.project(self.last_round)
         self._show_projection()
         self._show_expert_cache()
+
+    def _follow_device_ssd(self) -> None:
+        """An SSD emulation that is on emulates the chosen device's disk: a new preset moves it to
+        that preset's read rate (as the user would, so a running run takes it live). Off stays off:
+        then the runs measure this machine's own disk."""
+        device_id, current = self.device_id(), self.current_settings().ssd_mb_s
+        if not device_id or not current:
+            return
+        try:
+            rate = get_device(device_id).ssd_read_mb_s
+        except ShardscopeError:
+            return
+        if rate != current:
+            self.controls.commit("ssd_mb_s", rate)
+            self.statusBar().showMessage(f"SSD emulation follows {device_id}: {rate:g} MB/s", 5000)
 
     def _show_projection(self) -> None:
         p = self.projection
@@ -299,20 +350,34 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
             self.statusBar().showMessage(f"opening {path or 'the bundled model'} …")
 
     def _on_probed(self, info: ModelInfo, quiet: bool) -> None:
-        old_path = self.model_path
+        old_path, old_file = self.model_path, self.model_info.path if self.model_info else None
         self.model_info = info
         self.model_path = info.requested
-        self.setWindowTitle(f"shardscope \u2014 {info.name}")
+        # Ends with the app's name: Qt appends the application display name (run_gui sets it) to a
+        # title that does not already end with it, which read "shardscope — model — shardscope".
+        self.setWindowTitle(f"{info.name} \u2014 shardscope")
         self.model_status.setText(info.name)
         self._fit_ranges()
         self.show_experts(info.moe)
+        if old_file is not None and old_file != info.path:
+            self._forget_shown_run()
         if not self.is_running():
-            self.run_view.show_plan(info.plan, self.current_settings())
+            self._show_idle_plan()
         elif old_path != self.model_path:
             self._push(self.current_settings(), describe_change("model_path", old_path, self.model_path))
         if not quiet:
             self.statusBar().showMessage(f"opened {info.path}", 5000)
             self.model_opened.emit(info.path)
+
+    def _forget_shown_run(self) -> None:
+        """Another model: no panel keeps the old model's figures (token count, rates, its last round,
+        its text, its projection). The rounds table keeps its rows: each names its model."""
+        self.live_numbers.clear()
+        self.round_numbers.clear()
+        self.run_view.round_box.setToolTip("")
+        self.text_view.clear()
+        self.projection = None
+        self._show_projection()
 
     # ==================================================================== runs
     def start_run(self) -> None:
@@ -337,6 +402,10 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         self.phase_bands.phase(name, self.runs.last_t)
 
     def _on_run_finished(self) -> None:
+        # The run is over: its rates and memory are no longer "now" (the tokens it decoded stay).
+        for key in self.live_numbers.keys():
+            if key != "n_tokens":
+                self.live_numbers.set_value(key, None)
         self.phase_progress.show_progress(None)
         self.phase_bands.end(self.runs.last_t)
         if not self.runs.failed_now:  # an error stays in the status bar
@@ -367,7 +436,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
             self.run_view.show_expert_streaming(streamed)
             self.show_experts(streamed)
         else:
-            self.run_view.show_plan(streamed, settings)
+            self.run_view.show_plan(streamed, settings, self._minimum_mb())
 
     def _on_sample(self, t: float, s: MetricsSample) -> None:
         """10 Hz: store and compare only; the widgets repaint on their own timers."""
@@ -393,10 +462,10 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
 
     def _on_summary(self, summary: RunSummary, shown: bool) -> None:
         projection = self.device_panel.project(summary)  # every round: the CSV gets its device columns
-        self.add_round(summary, projection)
+        r = self.add_round(summary, projection)
         if shown:
             self.projection = projection
-            self.run_view.show_round(summary)
+            self.run_view.show_round(summary, r.mixed_text() if r is not None else "")
             self._show_projection()
             self._show_expert_cache()
             self.expert_panel.show_advice(getattr(summary, "expert_advice", ""))
