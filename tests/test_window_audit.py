@@ -121,3 +121,77 @@ def test_synthetic_dialog_suggests_a_folder_that_exists(qtbot, tmp_path, monkeyp
         assert dialog.error is None and Path(written.args[0]) == target and target.is_file(), written.args
     finally:
         window.close()
+
+
+# ------------------------------------------------------------------ text over text
+@pytest.fixture(scope="module")
+def moe_file(tmp_path_factory) -> str:
+    """A small MoE file (16 experts, top-2): under a budget below its size its experts stream and
+    the window shows its expert column, which takes the room the numbers panels had."""
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
+
+    path = tmp_path_factory.mktemp("moe-audit") / "moe-120.gguf"
+    write_synthetic_model(path, 120, moe=MoeSpec(16, 2, routing_skew=2.0), seed=3)
+    return str(path)
+
+
+def _open(qtbot, window, path: str, budget_mb: int | None = None) -> None:
+    window.open_model(path)
+    qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == path, timeout=20_000)
+    if budget_mb is not None:
+        window.controls.commit("budget_mb", budget_mb)
+
+
+def _summary(model: str, scale: float = 1.0):
+    from tests.conftest import blank_summary
+
+    return blank_summary(model_filename=model, n_gen=32, budget_mb=60, policy="lru", cache_hit_rate=0.625 * scale,
+                         on_time_rate=0.987 * scale, ttft_ms=3552.0 * scale, avg_ts=8.69 * scale,
+                         peak_rss_mb=616.0 * scale, read_mb_per_token=29.8 * scale)
+
+
+def _text_rects(window, panel):
+    """Each visible label's drawn text, in window coordinates (a wrapped label's lines included)."""
+    from PySide6.QtCore import QRect, Qt
+    from PySide6.QtWidgets import QLabel
+
+    out = []
+    for label in panel.findChildren(QLabel):
+        if not label.isVisible() or not label.text():
+            continue
+        flags = int(label.alignment().value) | (int(Qt.TextFlag.TextWordWrap.value) if label.wordWrap() else 0)
+        drawn = label.fontMetrics().boundingRect(label.contentsRect(), flags, label.text()).intersected(label.rect())
+        out.append((label.text(), QRect(label.mapTo(window, drawn.topLeft()), drawn.size()), label))
+    return out
+
+
+@pytest.mark.parametrize("size", [(1600, 1000), (1280, 800)])
+def test_numbers_panels_never_print_text_over_text(qtbot, tmp_path, moe_file, size):
+    """With the expert column shown and a baseline pinned, values printed over their units
+    ("0.625f 1", "3,552hs") and "cache hit rate (from RAM)" wrapped to four lines over "on time"."""
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.resize(*size)
+        _open(qtbot, window, moe_file, budget_mb=60)
+        qtbot.waitUntil(lambda: window.expert_panel.isVisible(), timeout=5_000)
+        window._on_summary(_summary(Path(moe_file).name, 1.37), True)
+        window.pin_baseline(1)
+        window._on_summary(_summary(Path(moe_file).name), True)
+        window.live_numbers.set_values({"tok_s": 8.69, "rss_mb": 612.4, "resident_weights_mb": 253.0,
+                                        "ssd_mb_s": 55.1, "n_tokens": 12345})
+        qtbot.wait(200)
+        assert window.round_numbers.delta("cache_hit_rate") == "\u22120.231"
+        for panel in (window.live_numbers, window.round_numbers):
+            items = _text_rects(window, panel)
+            assert len(items) >= 2 * len(panel.keys())
+            for i, (text_a, a, label_a) in enumerate(items):
+                need = label_a.fontMetrics().boundingRect(label_a.contentsRect(), int(label_a.alignment().value)
+                                                          | 0x1000 * label_a.wordWrap(), text_a)
+                assert need.height() <= label_a.height() + 1, f"{text_a!r} cut: {need} in {label_a.rect()}"
+                for text_b, b, _ in items[i + 1:]:
+                    assert not a.intersects(b), f"{text_a!r} {a} overlaps {text_b!r} {b} at {size}"
+        name = window.round_numbers._names["cache_hit_rate"]
+        assert name.heightForWidth(name.width()) <= 2 * name.fontMetrics().lineSpacing() + 2
+    finally:
+        window.close()

@@ -217,14 +217,18 @@ class ExpertMap(QWidget):
         return 2 * _MARGIN + legend_height(self.fontMetrics(), self._legend_items(), self.width())
 
     def _grid_rect(self) -> QRect:
-        """Whole pixels per expert where they fit (crisp cells), else the full width."""
+        """The whole room under the legend, cells scaled to it (a 5 x 128 map in a tall panel is
+        not a strip in its corner); snapped to whole pixels per cell where that keeps 90 % of it."""
         n_layers, n_experts = self._states.shape
         width = max(1, self.width() - 2 * _MARGIN)
         height = max(1, self.height() - self._grid_top() - _MARGIN)
-        if n_experts and width >= n_experts:
-            width = width // n_experts * n_experts
-        if n_layers and height >= n_layers:
-            # Rows up to twice a cell's width, and never thinner than 16 px when room allows:
-            # a 4-layer model is a strip otherwise.
-            height = min(height // n_layers, max(16, width // max(1, n_experts) * 2)) * n_layers
-        return QRect(_MARGIN, self._grid_top(), width, height)
+        return QRect(_MARGIN, self._grid_top(), _snapped(width, n_experts), _snapped(height, n_layers))
+
+
+def _snapped(room: int, cells: int) -> int:
+    """``room`` cut to a whole number of pixels per cell when that loses under 10 % of it."""
+    if cells and room >= cells:
+        whole = room // cells * cells
+        if whole >= 0.9 * room:
+            return whole
+    return room
