@@ -1,0 +1,123 @@
+"""size --trace: the model's bytes from a routing trace's header, checked against the header read by hand.
+
+Bytes below were added up from tests/data/route-traces/qwen.route.csv's '# layer=' lines by hand
+(grep '^# layer' | awk): 24 layers of expert_bytes=3059712 / dense_bytes=11953152 and 24 layers of
+expert_bytes=2654208 / dense_bytes=11682816, n_expert=128, n_expert_used=6:
+
+    sum of expert bytes = 24 x 3,059,712 + 24 x 2,654,208 = 137,134,080
+    sum of dense bytes  = 24 x 11,953,152 + 24 x 11,682,816 = 567,263,232
+    a token's picks at k=6 = 6 x 137,134,080 = 822,804,480 bytes (823 MB); at k=8 1,097,072,640
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from shardscope.engine.cli.cli import main
+from shardscope.engine.devices.sizing_trace import size_from_trace
+from shardscope.engine.experts.foreign_traces import load_trace
+from shardscope.engine.experts.replay import replay_one
+from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
+
+TRACES = Path(__file__).parent / "data" / "route-traces"
+QWEN = TRACES / "qwen.route.csv"
+QWEN_EXPERT_SUM = 137_134_080
+QWEN_DENSE_SUM = 567_263_232
+
+
+def test_route_trace_header_gives_each_layers_dense_bytes():
+    header = load_trace(QWEN).header
+    assert len(header.dense_bytes) == 48 and header.has_layer_bytes
+    assert sum(header.dense_bytes.values()) == QWEN_DENSE_SUM
+    assert sum(header.unit_bytes.values()) == QWEN_EXPERT_SUM
+    assert header.dense_bytes[0] == 11_953_152 and header.dense_bytes[6] == 11_682_816  # lines 3 and 9 of the file
+
+
+@pytest.mark.parametrize("name", ["qwen", "gemma", "gptoss"])
+def test_size_trace_alone_streams_the_missed_share_of_the_headers_picks(name, capsys):
+    path = TRACES / f"{name}.route.csv"
+    assert main(["size", "--trace", str(path), "--expert-policy", "lru"]) == 0  # lru: the phone's policy, fast to replay
+    out = capsys.readouterr().out
+    assert f"bytes from  the trace header of {path}" in out
+    # the header's picks a token, added up here from the '# layer=' lines themselves
+    text = path.read_text()
+    k = int(re.search(r"n_expert_used=(\d+)", text).group(1))
+    picks = k * sum(int(b) for b in re.findall(r"^# layer=\d+ expert_bytes=(\d+)", text, re.M))
+    cache_mib = float(re.search(r"expert cache ([\d,.]+) MiB", out).group(1).replace(",", ""))
+    hit = float(re.search(r"expert hit rate ([\d.]+)% \(replayed", out).group(1)) / 100
+    # the same hit from a replay of the same trace at the printed cache (what `shardscope replay` prints)
+    assert replay_one(load_trace(path), "lru", int(cache_mib * 2**20)).expert_hit_rate == pytest.approx(hit, abs=0.002)
+    streamed = re.search(r"streamed    ([\d.]+) (MB|GB) per token", out)
+    streamed_bytes = float(streamed.group(1)) * (1e9 if streamed.group(2) == "GB" else 1e6)
+    assert streamed_bytes == pytest.approx((1 - hit) * picks, rel=0.05)
+
+
+def test_experts_used_rescales_the_picks_and_says_so(capsys):
+    trace = load_trace(QWEN)
+    at8 = size_from_trace(trace, str(QWEN), "oneplus-15r", budget_mb=4000, experts_used=8, expert_policy="lru")
+    hit = replay_one(trace, "lru", int(at8.expert_cache_bytes)).expert_hit_rate  # the trace's own k=6 picks
+    assert at8.streamed_bytes_per_token == pytest.approx((1 - hit) * 8 * QWEN_EXPERT_SUM, rel=1e-9)
+    assert any("k re-scaled to 8 (the trace ran 6)" in a for a in at8.assumptions)
+    assert "k = 8 (the trace ran 6)" in at8.bytes_source
+
+
+def test_globals_estimated_and_said_so_unless_given():
+    trace = load_trace(QWEN)
+    estimated = size_from_trace(trace, str(QWEN), "oneplus-15r", budget_mb=4000, expert_hit_rate=0.5)
+    given = size_from_trace(trace, str(QWEN), "oneplus-15r", budget_mb=4000, globals_bytes=436e6, expert_hit_rate=0.5)
+    assert any(a.startswith("globals (embeddings + output head) not in the trace header: estimated")
+               for a in estimated.assumptions)
+    assert not any(a.startswith("globals") for a in given.assumptions)
+    # weights = globals + dense + 128 experts of every layer, all from the header
+    assert given.weight_bytes == pytest.approx(436e6 + QWEN_DENSE_SUM + 128 * QWEN_EXPERT_SUM)
+    assert given.dense_resident_bytes == pytest.approx(436e6 + QWEN_DENSE_SUM)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--total-params", "3e10", "--bits", "4.8", "--layers", "48"], "header gives the model's bytes per layer"),
+    (["--experts-used", "200"], "--experts-used: must be a whole number from 1 to the trace's n_expert (128)"),
+])
+def test_size_trace_refusals_are_one_line(args, words, capsys):
+    assert main(["size", "--trace", str(QWEN), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and "\n" not in err and "Traceback" not in err
+
+
+def test_experts_used_without_a_trace_model_is_refused(capsys):
+    assert main(["size", "--total-params", "3e10", "--active-params", "3e9", "--bits", "4", "--layers", "48",
+                 "--experts-used", "8"]) == 2
+    assert "--experts-used: re-scales the k of a trace" in capsys.readouterr().err
+
+
+def test_json_trace_dense_bytes_round_trip_and_a_trace_without_them_asks_for_the_model(tmp_path, capsys):
+    with_dense = tmp_path / "d.jsonl"
+    w = TraceWriter(with_dense, TraceHeader("m.gguf", 8, 2, {0: 1000, 1: 1000}, {0: 5000, 1: 7000}))
+    for token in range(3):
+        for layer in (0, 1):
+            w.write(TraceRecord(token, layer, (token % 8, (token + 1) % 8)))
+    w.close()
+    assert json.loads(with_dense.read_text().splitlines()[0])["dense_bytes"] == {"0": 5000, "1": 7000}
+    assert read_trace(with_dense).header.dense_bytes == {0: 5000, 1: 7000}
+    bare = tmp_path / "bare.jsonl"
+    w = TraceWriter(bare, TraceHeader("m.gguf", 8, 2, {0: 1000, 1: 1000}))
+    w.write(TraceRecord(0, 0, (1, 2)))
+    w.close()
+    assert main(["size", "--trace", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert "header has no dense bytes per layer" in err and "--gguf" in err
+
+
+def test_plain_csv_dense_bytes_line_makes_the_trace_a_model(tmp_path, capsys):
+    path = tmp_path / "plain.csv"
+    # 2 layers x 4 experts of 1 MB, 3 MB dense a layer, k = 2: picks 2 x 2 x 1 MB = 4 MB a token
+    path.write_text("# model=tiny n_expert=4 n_expert_used=2\n# expert_bytes=1000000\n# dense_bytes=3000000\n"
+                    "token,layer,expert\n" + "".join(f"{t},{l},{(t + l) % 4}\n{t},{l},{(t + l + 1) % 4}\n"
+                                                     for t in range(4) for l in range(2)))
+    assert main(["size", "--trace", str(path), "--globals-bytes", "1e6", "--budget-mb", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "bytes from  the trace header" in out and "a token's picks 4 MB" in out
+    assert "weights     15 MB" in out  # 1 MB globals + 2 x 3 MB dense + 2 x 4 x 1 MB experts
