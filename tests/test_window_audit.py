@@ -195,3 +195,105 @@ def test_numbers_panels_never_print_text_over_text(qtbot, tmp_path, moe_file, si
         assert name.heightForWidth(name.width()) <= 2 * name.fontMetrics().lineSpacing() + 2
     finally:
         window.close()
+
+
+# ------------------------------------------------------------------ panels wrong or stale
+def _size_minimum_mib(path: str) -> int:
+    out = _cli("size", "--gguf", path)
+    assert out.returncode == 0, out.stderr
+    return int(re.search(r"minimum\s+([\d,]+) MiB", out.stdout).group(1).replace(",", ""))
+
+
+@pytest.mark.parametrize("budget_mb", [60, 4000])  # experts stream / the whole file fits (shards)
+def test_shards_panel_minimum_before_run_is_the_moe_minimum(qtbot, tmp_path, moe_file, budget_mb):
+    """It said the layered minimum (79 MiB) where the MoE minimum was 23 (the slider's floor, `size`)."""
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        _open(qtbot, window, moe_file, budget_mb=budget_mb)
+        caption = window.run_view.shard_caption.text()
+        shown = int(re.search(r"minimum budget ([\d,]+) MiB", caption).group(1).replace(",", ""))
+        assert shown == _size_minimum_mib(moe_file), caption
+        assert window.controls.sliders["budget_mb"].slider.minimum() == shown  # the Experts side's floor
+    finally:
+        window.close()
+
+
+def test_stop_another_policy_and_another_model_leave_no_stale_figures(qtbot, tmp_path, moe_file):
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.widgets.number_format import MISSING
+    from shardscope.widgets.shard_map import PINNED
+    from tests.conftest import stop_and_wait, wait_for
+
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.apply_settings(RunSettings(budget_mb=200, shard_mb=4, policy="pinned", n_gen=64, n_ctx=128))
+        window.start_run()
+        wait_for(qtbot, window, lambda: window.last_sample is not None and window.last_sample.n_tokens >= 3
+                 and window.shard_map.counts()[PINNED] > 0 and window.live_numbers.text("tok_s") != MISSING,
+                 timeout=120_000)
+        stop_and_wait(qtbot, window)
+        qtbot.wait(100)
+        # After Stop: no "tok/s now" or "SSD reads" of a run that is not running.
+        for key in ("tok_s", "ssd_mb_s"):
+            assert window.live_numbers.text(key) == MISSING, key
+        assert window.live_numbers.text("n_tokens") != MISSING  # what the stopped run decoded stays
+        # Another policy: the map shows the next Run's plan, not the stopped run's pinned shards.
+        assert window.shard_map.counts()[PINNED] > 0
+        window.controls.commit("policy", "lru")
+        assert window.shard_map.counts()[PINNED] == 0
+        # Another model: no panel keeps the old model's figures.
+        window._on_summary(_summary(window.model_info.path.split("/")[-1]), True)
+        assert window.round_numbers.text("avg_ts") != MISSING
+        _open(qtbot, window, moe_file)
+        for panel in (window.live_numbers, window.round_numbers):
+            assert all(panel.text(k) == MISSING for k in panel.keys()), panel.keys()
+        assert window.text_view.toPlainText() == ""
+    finally:
+        window.close()
+
+
+def test_baseline_from_another_model_says_so_instead_of_deltas(qtbot, tmp_path, moe_file):
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        dense = Path(window.model_info.path).name
+        window._on_summary(_summary(dense, 1.37), True)
+        window.pin_baseline(1)
+        window._on_summary(_summary(dense), True)
+        assert window.round_numbers.delta("avg_ts") == "\u22123.22"  # 8.69 - 11.9 on the same model
+        assert not window.round_numbers.baseline_note.isVisible()
+        _open(qtbot, window, moe_file)
+        window._on_summary(_summary(Path(moe_file).name), True)
+        assert all(window.round_numbers.delta(k) == "" for k in window.round_numbers.keys())
+        note = window.round_numbers.baseline_note
+        assert note.isVisible() and note.text() == f"baseline: other model ({dense}), no deltas"
+    finally:
+        window.close()
+
+
+def test_switching_device_moves_an_ssd_emulation_that_is_on_to_its_rate(qtbot, tmp_path):
+    from shardscope.engine.devices.devices import get_device
+
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.set_device("iphone-16-pro")
+        window.controls.commit("ssd_mb_s", 860)
+        window.set_device("laptop-16gb")
+        assert window.current_settings().ssd_mb_s == get_device("laptop-16gb").ssd_read_mb_s == 3000
+        window.controls.commit("ssd_mb_s", 0)  # off: the runs read this machine's disk, and stay so
+        window.set_device("iphone-16-pro")
+        assert window.current_settings().ssd_mb_s == 0
+    finally:
+        window.close()
+
+
+def test_expert_map_of_few_layers_fills_its_panel(qtbot):
+    from shardscope.widgets import ExpertMap
+
+    m = ExpertMap()
+    qtbot.addWidget(m)
+    m.resize(360, 300)
+    m.show()
+    m.set_shape(5, 128)
+    rect = m._grid_rect()
+    room_w, room_h = m.width() - rect.left() * 2, m.height() - rect.top() - rect.left()
+    assert rect.width() >= 0.9 * room_w and rect.height() >= 0.9 * room_h, (rect, m.size())
