@@ -1,0 +1,109 @@
+"""bench/phone_check.py: published phone runs projected from their traces, checked against the published figures.
+
+The published figures (tests/data/published-phone-runs.csv) are BigMoeOnEdge's own measurements on a
+OnePlus 15R; the projection never reads them except the calibration run's compute seconds.
+Hand arithmetic used below (tests/test_trace_sizing.py adds up the Qwen3 header):
+    Qwen3 picks at k=8 = 8 x 137,134,080 B = 1,097,072,640 B = 1046.25 MiB
+    flash wait of those on the oneplus-15r preset = 1,097,072,640 B / 2.579e9 B/s = 0.4254 s
+        + one 584 us request wait per layer (48, the rest hidden by 4 in flight) = 0.0280 s -> 0.453 s
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from shardscope.engine.devices.devices import get_device
+from shardscope.engine.devices.published_runs import ADDED_COLUMNS, COLUMNS, PUBLISHED_RUNS, project_runs, read_runs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _phone_check():
+    spec = importlib.util.spec_from_file_location("phone_check", REPO / "bench" / "phone_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def published():
+    runs = read_runs(PUBLISHED_RUNS)
+    projected, calibrations = project_runs(runs, get_device("oneplus-15r"))
+    return runs, projected, calibrations
+
+
+def test_the_table_holds_all_three_models_with_a_cache_off_run_each(published):
+    runs, _, calibrations = published
+    assert {r.model for r in runs} == {"Qwen3-30B-A3B", "Gemma-4-26B-A4B", "gpt-oss-120b"}
+    assert all(c.run.cache_mib == 0 for c in calibrations.values())
+    assert calibrations["Qwen3-30B-A3B"].compute_s == 0.123  # qwen_stream.log: compute 0.123 s/token
+    header = PUBLISHED_RUNS.read_text().splitlines()[0]
+    assert header == ",".join(COLUMNS)
+
+
+def test_qwen3_mib_per_token_within_10_percent_and_tok_s_never_10_percent_under(published):
+    _, projected, _ = published
+    qwen = [p for p in projected if p.run.model == "Qwen3-30B-A3B"]
+    assert {p.run.cache_mib for p in qwen} == {0, 2000, 4000}
+    for p in qwen:
+        assert abs(p.mib_per_token / p.run.mib_per_token - 1) <= 0.10, p.run.source
+        assert p.tok_s / p.run.tok_s - 1 >= -0.10, p.run.source  # a roofline is a best case
+
+
+def test_cache_off_bytes_and_flash_wait_by_hand(published):
+    _, projected, _ = published
+    off = next(p for p in projected if p.calibration and p.run.model == "Qwen3-30B-A3B")
+    assert off.mib_per_token == pytest.approx(1_097_072_640 / 2**20)
+    assert off.flash_s == pytest.approx(1_097_072_640 / 2.579e9 + 48 * 584e-6, rel=0.01)
+    assert off.run.mib_per_token == 1050.75 and off.run.flash_s == 0.462  # what the phone read and waited
+
+
+def test_hit_is_replayed_where_k_matches_the_trace(published):
+    _, projected, _ = published
+    trace_run = next(p for p in projected if p.run.model == "Qwen3-30B-A3B" and p.run.k == 6)
+    assert trace_run.hit_note == "replayed"
+    assert trace_run.hit == pytest.approx(0.803, abs=0.001)  # platforms-facts: lru 80.3 % at 4000 MiB
+    other_k = next(p for p in projected if p.run.model == "Qwen3-30B-A3B" and p.run.cache_mib == 4000 and p.run.k == 8)
+    assert other_k.hit_note == "replayed at the trace's k=6"
+
+
+def test_rows_file_prints_one_line_per_row_and_writes_the_projection_back(tmp_path, capsys):
+    rows = tmp_path / "mine.csv"
+    rows.write_text(",".join(COLUMNS) + "\n"
+                    "Qwen3-30B-A3B,qwen.route.csv,8,3000,,,,,,my phone\n"
+                    "gpt-oss-120b,gptoss.route.csv,2,2500,,,1.9,,,my phone\n")
+    out_csv = tmp_path / "out.csv"
+    assert _phone_check().main(["--rows", str(rows), "--csv", str(out_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "| Qwen3-30B-A3B | 8 | 3000 |" in out and "| gpt-oss-120b | 2 | 2500 |" in out
+    assert "from the cache-off run docs/bench-data/2026-07-12/qwen_stream.log" in out  # from the published table
+    with open(out_csv, newline="") as fh:
+        written = list(csv.DictReader(fh))
+    assert list(written[0]) == list(COLUMNS) + list(ADDED_COLUMNS)
+    assert [r["cache_mib"] for r in written] == ["3000", "2500"]
+    assert all(0 < float(r["projected_hit"]) < 1 and float(r["projected_tok_s"]) > 0 for r in written)
+    assert 0 < float(written[0]["projected_mib_per_token"]) < 1046.25  # less than every pick with a cache
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda t: t.replace(",flash_s,", ","), "missing column flash_s"),
+    (lambda t: t.replace(",8,2000,0.530,", ",8,2000,lots,", 1), "'decode_hit' must be a number, got 'lots'"),
+    (lambda t: t.replace("qwen.route.csv,8,2000", "gone.route.csv,8,2000", 1), "trace file 'gone.route.csv' not found"),
+])
+def test_bad_rows_are_one_line_and_exit_2(edit, words, tmp_path, capsys):
+    rows = tmp_path / "bad.csv"
+    rows.write_text(edit(PUBLISHED_RUNS.read_text()))
+    assert _phone_check().main(["--rows", str(rows)]) == 2
+    captured = capsys.readouterr()
+    assert words in captured.err and captured.err.count("\n") == 1 and str(rows) in captured.err
+    assert captured.out == ""
+
+
+def test_unwritable_csv_is_refused_before_any_work(tmp_path, capsys):
+    assert _phone_check().main(["--csv", str(tmp_path / "no-such-folder" / "out.csv")]) == 2
+    captured = capsys.readouterr()
+    assert "--csv" in captured.err and "does not exist" in captured.err and captured.out == ""
