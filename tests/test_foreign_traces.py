@@ -146,8 +146,13 @@ def test_a_bad_file_is_one_line_with_its_line_number(tmp_path, capsys, text, def
 
 
 def test_plan_reads_a_foreign_trace(capsys):
-    """plan --trace replays the fetched file for the expert hit rate (the default policy)."""
-    assert main(["plan", "--total-params", "30.5e9", "--active-params", "3.3e9", "--bits", "4.8", "--layers", "48",
-                 "--trace", str(TRACES / "qwen.route.csv")]) == 0
+    """plan --trace replays the fetched file for the expert hit rate (the default policy), its header the model;
+    parameter counts beside a header that has the bytes are refused (issue 33: they gave 1.63 GB of picks a token
+    where the header gives 823 MB)."""
+    assert main(["plan", "--trace", str(TRACES / "qwen.route.csv")]) == 0
     out = capsys.readouterr().out
     assert "replayed from the trace of /data/local/tmp/shardllm/Qwen3-30B-A3B-Q4_K_M.gguf, decay, 128 tokens" in out
+    assert "bytes from  the trace header of" in out and "a token's picks 823 MB" in out
+    assert main(["plan", "--total-params", "30.5e9", "--active-params", "3.3e9", "--bits", "4.8", "--layers", "48",
+                 "--trace", str(TRACES / "qwen.route.csv")]) == 2
+    assert "header gives the model's bytes per layer; --total-params would describe another model" in capsys.readouterr().err
