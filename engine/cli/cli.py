@@ -54,7 +54,7 @@ def _print_summary(summary) -> None:
     print(f"disk       {summary.read_mb_per_token:.1f} MiB read/token, {summary.ssd_mb_s:.0f} MB/s, "
           f"cache hit rate {_percent(summary.cache_hit_rate)}, on time {_percent(summary.on_time_rate)}")
     print(f"from RAM   {from_memory_line(summary.cache_hit_rate)}")
-    print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}")
+    print(f"mechanism  load {summary.load_mechanism}, evict {summary.evict_mechanism}; I/O path {summary.io_path}")
     if "SHARED with" in summary.evict_mechanism:  # engine/stream/model_lock.py
         print("warning    another run mapped this model during this one: eviction was shared, so resident "
               "weights, hit rate and bytes read include its work", file=sys.stderr)

@@ -51,6 +51,7 @@ class RunSummary:
     load_mechanism: str
     evict_mechanism: str
     stopped: bool = False
+    io_path: str = ""  # mremap / portable / page cache (engine/stream/io_path.py)
     text: str = ""
     device: str = ""
     projected_ts: float = math.nan
