@@ -71,6 +71,19 @@ def synthetic_model(tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture(params=["mremap", "portable"])
+def io_path(request, monkeypatch) -> str:
+    """Both own-slot I/O paths on Linux (engine/stream/io_path.py): a test marked with
+    ``pytest.mark.usefixtures("io_path")`` runs once with mremap slots and once with the portable
+    POSIX path (pread into anonymous memory placed with MAP_FIXED), the path macOS takes."""
+    from shardscope.engine.base import platform_calls
+
+    if request.param == "mremap" and not platform_calls.has_mremap():
+        pytest.skip(f"no mremap on {platform_calls.SYSTEM}: the portable path only")
+    monkeypatch.setenv("SHARDSCOPE_IO", request.param)
+    return request.param
+
+
 def drop_from_page_cache(path: str) -> None:
     """Our own temp model only: the next load reads it from disk, as a first run does."""
     fd = os.open(path, os.O_RDONLY)

@@ -1,5 +1,6 @@
-"""The I/O path of a model larger than RAM, on small files: own slots read with O_DIRECT, a load
-that does not read the model, and the cache advice. Each figure is checked against the kernel
+"""The I/O path of a model larger than RAM, on small files: own slots read with O_DIRECT (both
+paths: mremap and the portable MAP_FIXED one), a load that does not read the model, and the
+cache advice. Each figure is checked against the kernel
 (the file's own bytes read with plain os.pread, mincore, /proc/self/io), never the engine itself.
 """
 
@@ -17,6 +18,7 @@ from shardscope.engine.base import memory_calls
 from shardscope.engine.experts.expert_cache import cache_advice
 from shardscope.engine.stream import lazy_mapping
 from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
+from shardscope.engine.stream.portable_slots import PortableSlots
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -27,8 +29,8 @@ def _read_bytes() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
 
 
-@pytest.fixture()
-def mapped_file(tmp_path):
+@pytest.fixture(params=[DirectSlots, PortableSlots], ids=["mremap", "portable"])
+def mapped_file(tmp_path, request):
     path = tmp_path / "blob.bin"
     path.write_bytes(os.urandom(24 * MIB + 1234))  # a tail that is not a whole page
     size = path.stat().st_size
@@ -37,7 +39,7 @@ def mapped_file(tmp_path):
     os.close(fd)
     drop_from_page_cache(str(path))
     mapping = memory_calls.FileMapping(str(path), addr, addr + memory_calls.page_outward(0, size)[1], 0)
-    slots = DirectSlots.probe(str(path), mapping)
+    slots = request.param.probe(str(path), mapping)
     if isinstance(slots, str):
         pytest.skip(slots)  # e.g. a tmpfs /tmp: the run falls back to the page cache and says so
     yield str(path), mapping, slots
@@ -109,6 +111,7 @@ def test_a_streamed_model_loads_without_reading_it(synthetic_model):
         assert plain.generate(PROMPT, 4).tokens == tokens
 
 
+@pytest.mark.usefixtures("io_path")
 def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_its_first_token(tmp_path):
     from shardscope.engine.experts.expert_run import ExpertRun
     from shardscope.engine.knobs.settings import RunSettings
@@ -124,6 +127,7 @@ def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_it
     with ExpertRun(settings) as run:
         run.on_phase = lambda name: marks.setdefault(name, _read_bytes())
         run.run()
+        assert run.io_path == os.environ["SHARDSCOPE_IO"]  # the path the fixture asked for streamed it
         prompt_units = {(r.layer, e) for r in run.streamer.records if r.prompt for e in r.experts}
         needed = run.moe.dense_bytes + sum(run.moe.unit_bytes(layer) for layer, _ in prompt_units)
     before_first = marks["generating"] - marks["read0"]

@@ -3,9 +3,11 @@ streaming, apart from the decisions (engine/experts/expert_streaming.py decides 
 
 Two paths, one surface:
 
-- own slots (default where the file allows ``O_DIRECT``): each page-outward range is read with
+- own slots (default where the file allows uncached reads): each page-outward range is read with
   ``O_DIRECT`` into anonymous memory and swapped into the mapping; eviction maps the file back
-  (engine/stream/direct_slots.py). No page cache, no readahead, a fraction of the kernel CPU.
+  (engine/stream/direct_slots.py by mremap, or engine/stream/portable_slots.py by pread into
+  anonymous memory placed with MAP_FIXED: engine/stream/io_path.py chooses). No page cache, no
+  readahead, a fraction of the kernel CPU.
 - page cache (fallback, e.g. tmpfs): ``POSIX_FADV_WILLNEED`` on the exact file ranges in
   ≤ 8 MiB calls (one call reads no more), then ``MADV_POPULATE_READ``; the mapping is
   ``MADV_RANDOM`` so neither a populate nor a stray fault reads around into neighbours.
@@ -28,8 +30,8 @@ from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
 from shardscope.engine.layout.budget_minimum import dense_pages, edge_bytes, resident_dense_bytes  # noqa: F401 - one definition, re-exported
 from shardscope.engine.layout.moe_layout import MoeLayout
-from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
 from shardscope.engine.stream.direct_slots import DirectSlots, SlotsFull
+from shardscope.engine.stream.portable_slots import DROP as PORTABLE_DROP
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 WILLNEED_CHUNK = 8 * MIB  # max(read_ahead_kb, max_sectors_kb) here: one call reads no more
@@ -56,8 +58,9 @@ class ExpertIO:
         self.fd = fd
         self.slots = slots
         self.limiter = limiter
-        self.load_mechanism = DIRECT_MECHANISM if slots else PAGE_CACHE_MECHANISM
-        self.evict_mechanism = DROP_MECHANISM if slots else "MADV_DONTNEED+FADV_DONTNEED"
+        self.load_mechanism = slots.mechanism if slots else PAGE_CACHE_MECHANISM
+        self.evict_mechanism = (DROP_MECHANISM if slots.recycles else PORTABLE_DROP) if slots else \
+            "MADV_DONTNEED+FADV_DONTNEED"
         self._holders: Counter = Counter()  # edge page → resident ranges covering it
         self._cached: set[tuple[int, int]] = set()  # units read through the page cache (slots full)
         self._lock = threading.Lock()

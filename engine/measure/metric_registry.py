@@ -83,6 +83,7 @@ METRICS: tuple[Metric, ...] = (
            source="mincore over each cached expert's bytes, another process"),
     Metric("projected_ts", "tok/s", "projected", summary=True, markdown=True),
     Metric("prompt_batch_tokens", "", "prompt batch (tokens)", kind="experts"),
+    Metric("io_path", "", "I/O path", summary=True),  # a word: mremap / portable / page cache (io_path.py)
     Metric("prompt_mb_read", "MiB", "read in the prompt", kind="experts",
            source="/proc/<pid>/io read_bytes from the prompt's start to its first token"),
 )

@@ -40,6 +40,7 @@ import mmap
 import os
 import threading
 
+from shardscope.engine.base import platform_calls
 from shardscope.engine.base.memory_calls import PAGE, FileMapping
 
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
@@ -62,8 +63,9 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-_libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-_libc.mremap.restype = ctypes.c_void_p
+if platform_calls.has_mremap():  # Linux only: macOS takes the portable path (portable_slots.py)
+    _libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    _libc.mremap.restype = ctypes.c_void_p
 
 
 class SlotsFull(OSError):
@@ -71,11 +73,7 @@ class SlotsFull(OSError):
 
 
 def max_map_count(default: int = 65530) -> int:
-    try:
-        with open("/proc/sys/vm/max_map_count") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return default
+    return platform_calls.max_map_count(default)
 
 
 class OwnRanges:
@@ -125,7 +123,13 @@ def _check(result, what: str):
 
 
 class DirectSlots:
-    """Loads and drops page-aligned file ranges of one model mapping (thread-safe: no shared state)."""
+    """Loads and drops page-aligned file ranges of one model mapping (thread-safe: no shared state).
+
+    The I/O path "mremap" (Linux's default); engine/stream/portable_slots.py is the other one."""
+
+    io_path = "mremap"
+    mechanism = MECHANISM
+    recycles = True  # evicted pages go to the pool for the next load
 
     def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES, max_ranges: int | None = None):
         self.path = path
@@ -143,18 +147,21 @@ class DirectSlots:
         self.mapping = mapping
         if mapping.start % PAGE or (mapping.file_offset % PAGE):
             raise OSError(errno.EINVAL, "the model mapping is not page-aligned")
-        self._direct = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
-        if not hasattr(os, "O_DIRECT"):
-            os.close(self._direct)
-            raise OSError(errno.EOPNOTSUPP, "no O_DIRECT on this system")
+        self._direct = self._open_direct(path)
         self._plain = os.open(path, os.O_RDONLY)
         self.size = os.fstat(self._plain).st_size
 
     @staticmethod
-    def probe(path: str, mapping: FileMapping) -> "DirectSlots | str":
-        """A DirectSlots, or why this file cannot use them (the caller falls back and says so)."""
+    def _open_direct(path: str) -> int:
+        if not hasattr(os, "O_DIRECT"):
+            raise OSError(errno.EOPNOTSUPP, "no O_DIRECT on this system")
+        return os.open(path, os.O_RDONLY | os.O_DIRECT)
+
+    @classmethod
+    def probe(cls, path: str, mapping: FileMapping) -> "DirectSlots | str":
+        """Slots of this kind, or why this file cannot use them (the caller falls back and says so)."""
         try:
-            slots = DirectSlots(path, mapping)
+            slots = cls(path, mapping)
             slots.read_direct_test()
             return slots
         except OSError as exc:

@@ -13,7 +13,9 @@ every other call goes straight through to libc. The slot addresses come from the
 relocation tables of the library file itself (.rela.plt / .rela.dyn), the load base from
 /proc/self/maps. Where any of this is unavailable (not Linux/ELF x86-64 or aarch64, a
 symbol not imported) :func:`install` returns the reason and the load reads the model as
-before — the run says so; nothing else changes.
+before — the run says so; nothing else changes. On macOS llama.cpp maps without MAP_POPULATE
+(that branch is ``__linux__``), so the mapping is lazy with nothing rewritten; its
+``posix_madvise(WILLNEED)`` over the file stays there (a Mach-O rewrite is not done: docs/macos.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import os
 import struct
 import sys
 import threading
+
+from shardscope.engine.base import platform_calls
 
 MAP_POPULATE = 0x8000
 POSIX_MADV_WILLNEED = 3
@@ -157,6 +161,9 @@ def install() -> str | None:
     with _lock:
         if _state["installed"] is None:
             try:
+                if not platform_calls.LOAD_POPULATES:  # macOS: llama.cpp maps without MAP_POPULATE there
+                    _state["installed"] = True  # (its WILLNEED over the file stays: no GOT rewrite for Mach-O)
+                    return None
                 if not sys.platform.startswith("linux"):
                     raise OSError("not Linux (llama.cpp adds MAP_POPULATE only on Linux)")
                 path = libllama_path()

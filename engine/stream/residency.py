@@ -27,8 +27,8 @@ from shardscope.engine.stream.residency_decisions import (  # noqa: F401  (re-ex
 from shardscope.engine.measure.residency_reader import ExactReader
 from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.base.units import MIB
-from shardscope.engine.stream.direct_slots import MECHANISM as DIRECT_MECHANISM
 from shardscope.engine.stream.direct_slots import DirectSlots
+from shardscope.engine.stream.portable_slots import DROP as PORTABLE_DROP
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter
@@ -76,17 +76,18 @@ class ResidencyController:
         self.slots = slots
         self._reader = None if slots else self._open_reader(mapping, fd)
         self._read_spans = read_spans(plan)
-        if slots:
-            self.load_mechanism, self.evict_mechanism = DIRECT_MECHANISM, DIRECT_DROP
+        if slots:  # mremap (direct_slots.py) or portable (portable_slots.py): the same surface
+            self.load_mechanism = slots.mechanism
+            self.evict_mechanism = DIRECT_DROP if slots.recycles else PORTABLE_DROP
 
     # ----------------------------------------------------------------- set-up
     @staticmethod
     def _open_reader(mapping, fd) -> ExactReader | None:
         """The loader's own way to the disk; without one, it reads through llama.cpp's mapping."""
-        if mapping is None or fd is None or not memory_calls.IS_LINUX:
+        if mapping is None or fd is None:
             return None
         try:
-            return ExactReader(fd)
+            return ExactReader(fd, mapping.path)  # OSError where fadvise is missing (macOS)
         except OSError:
             return None
 

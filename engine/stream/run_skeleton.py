@@ -33,12 +33,14 @@ from typing import Callable
 
 import psutil
 
+from shardscope.engine.base import platform_calls
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.base.units import MIB, mb_per_s
 from shardscope.engine.knobs.knobs import KNOBS, changed
 from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.measure.phase_progress import PhaseProgress
+from shardscope.engine.stream import io_path
 from shardscope.engine.stream.file_guard import ModelFileGuard
 from shardscope.engine.stream.load_progress import LoadWatch
 
@@ -52,22 +54,13 @@ def share(part: float, whole: float) -> float:
 
 
 def reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
+    """A new peak RSS for the round where the system can reset it (Linux); macOS keeps the process's."""
+    platform_calls.reset_peak_rss()
 
 
 def peak_rss_bytes(proc: psutil.Process) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return proc.memory_info().rss
+    peak = platform_calls.peak_rss_bytes()
+    return peak if peak is not None else proc.memory_info().rss
 
 
 def start_sampling(sampler, samples, on_sample: Callable | None) -> None:
@@ -125,7 +118,8 @@ class RunSkeleton:
         self.streamer = None
         self.sampler: MetricsSampler | None = None
         self.mapping = None
-        self.slots = None  # own O_DIRECT slots of a model mapped without reading it (load)
+        self.slots = None  # own slots of a model mapped without reading it (load): mremap or portable
+        self.io_path = io_path.PAGE_CACHE  # which I/O path streams the weights (engine/stream/io_path.py)
         self.io_note = ""  # why a streamed model goes through the page cache instead, if it does
         self.guard: ModelFileGuard | None = None
         self._fd: int | None = None
@@ -234,16 +228,16 @@ class RunSkeleton:
             self._load_watch = None
         self.mapping = memory_calls.find_mapping(self.model_path)
         self.slots, self.io_note = self._own_slots()
+        self.io_path = io_path.path_of(self.slots)
         self.streamer = self._open_streamer()
 
     def _own_slots(self):
-        """(own O_DIRECT slots, "") for a model mapped without reading it, else (None, why not):
-        such a model streams through our own pages, not the page cache (direct_slots.py)."""
-        from shardscope.engine.stream.direct_slots import DirectSlots
-
+        """(own slots, "") for a model mapped without reading it, else (None, why not): such a model
+        streams through our own pages, not the page cache — by mremap (direct_slots.py) or the
+        portable path (portable_slots.py), as engine/stream/io_path.py chooses."""
         if not getattr(self.session, "lazy_load", False) or self.mapping is None:
             return None, getattr(self.session, "load_note", "")
-        slots = DirectSlots.probe(self.model_path, self.mapping)
+        slots = io_path.open_slots(self.model_path, self.mapping)
         return (None, slots) if isinstance(slots, str) else (slots, "")
 
     def _watch_file(self) -> None:
@@ -382,6 +376,7 @@ class RunSkeleton:
             wait_ms_per_token=round(d.wait_s * 1000 / per_tok, 2),
             llama_eval_ms_per_token=round(result.perf["t_eval_ms"] / max(result.perf["n_eval"], 1), 2),
             stopped=result.stopped,
+            io_path=self.io_path,
             text=result.text,
             decode_s=decode_s,  # not a column: the kinds' own per-token figures divide it
         )
