@@ -49,6 +49,7 @@ def _assert_all_pairs_agree(report, not_checked: frozenset = frozenset()) -> Non
     assert report.agreed, text
 
 
+@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
 @pytest.mark.parametrize("policy", ["lru", "pinned"])
 def test_every_figure_matches_an_independent_source(synthetic_model, policy):
     report, _ = verified_run(_settings(synthetic_model, policy=policy))

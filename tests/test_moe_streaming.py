@@ -82,6 +82,7 @@ def test_tokens_identical_at_a_third_of_the_model(moe_model, reference_tokens, t
         assert summary.spec_accuracy > 0.3 and summary.spec_hidden_share > 0
 
 
+@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
 @pytest.mark.slow
 def test_bytes_read_are_the_missed_experts_and_evicted_experts_are_gone(moe_model):
     moe = read_moe_layout(read_layout(moe_model))

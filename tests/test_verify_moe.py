@@ -74,6 +74,7 @@ def test_verify_passes_on_a_kimi_shaped_file_with_unaligned_experts(kimi_unalign
     assert s.n_layers == read_layout(kimi_unaligned).n_layers == 7  # the dense first block counts too
 
 
+@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
 @pytest.mark.slow
 def test_verify_counts_own_slot_experts_as_resident(mixtral):
     report, _moe = _verified(mixtral)
