@@ -34,6 +34,7 @@ def _mapping_mincore_mb(run: StreamingRun) -> float:
     return memory_calls.resident_bytes(m.start, m.end) / MIB
 
 
+@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
 def test_streaming_keeps_greedy_tokens_on_synthetic_model(synthetic_model):
     full, _ = _run(synthetic_model, budget_mb=4096, shard_mb=32, n_gen=10)
     size_mb = os.path.getsize(synthetic_model) / MIB
