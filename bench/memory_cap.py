@@ -36,6 +36,10 @@ def _v1_parent() -> tuple[Path | None, str]:
 
 def capped_group(cap_bytes: int) -> tuple[Path | None, str, str]:
     """(group dir, 'v2'|'v1', why not) — a new group limited to cap_bytes, swap off where settable."""
+    from shardscope.engine.base.platform_calls import linux_only
+
+    if linux_only("cgroup"):  # macOS: no cgroups, the plain-mmap comparison is skipped with this line
+        return None, "", linux_only("cgroup")
     for version, finder, limit_file, swap_file in (("v2", _v2_parent, "memory.max", "memory.swap.max"),
                                                    ("v1", _v1_parent, "memory.limit_in_bytes",
                                                     "memory.memsw.limit_in_bytes")):
