@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.platform_calls import linux_only
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS, describe
 from shardscope.engine.measure.metric_registry import BY_NAME, verify_label
 from shardscope.engine.measure.metrics import MetricsSample
@@ -260,8 +261,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     with run:
         run.load()
         m = run.mapping
-        if m is None:
-            raise ShardscopeError("--verify needs Linux: no /proc mapping of the model to check against")
+        if m is None or linux_only("outside_watch"):  # macOS: one line, no traceback (docs/macos.md)
+            raise ShardscopeError(f"--verify needs Linux: {linux_only('outside_watch') or 'no /proc mapping of the model to check against'}")
         watcher = OutsideWatcher(os.getpid(), run.model_path)
         try:
             watcher.set_mapping(m.start, m.end, m.file_offset)
