@@ -55,16 +55,24 @@ def check_writable(path: str) -> None:
         raise ShardscopeError(f"--csv {path}: not writable")
 
 
+def run_name(source: str) -> str:
+    """A run's short name: its file's stem where the source names one ('docs/.../qwen_c2000_l4.log: ...')."""
+    first = source.split(":")[0].split(" (")[0].strip()
+    if "/" not in first:
+        return source[:24] or "–"
+    return Path(first).stem + (" (trace run)" if "route-trace" in first else "")
+
+
 def table(projected) -> str:
-    head = ["model", "k", "cache MiB", "MiB/token proj.", "publ.", "error", "hit proj.", "publ.", "error",
+    head = ["model", "run", "k", "cache MiB", "MiB/token proj.", "publ.", "error", "hit proj.", "publ.", "error",
             "flash wait s proj.", "publ.", "error", "compute s proj.", "publ.", "tok/s proj.", "publ.", "error",
             "tok/s overlapped"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---:", "---:"] + ["---:"] * (len(head) - 3)) + "|"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|"]
     for p in projected:
         r = p.run
         hit_error = None if r.decode_hit is None or r.cache_mib == 0 else p.hit - r.decode_hit
         hit = "–" if r.cache_mib == 0 else f"{100 * p.hit:.1f} % ({p.hit_note})"
-        cells = [r.model + (" (calibration)" if p.calibration else ""), str(r.k), f"{r.cache_mib:g}",
+        cells = [r.model + (" (calibration)" if p.calibration else ""), run_name(r.source), str(r.k), f"{r.cache_mib:g}",
                  f"{p.mib_per_token:.1f}", _num(r.mib_per_token, ".1f"), _pct(p.error("mib_per_token")),
                  hit, "–" if r.decode_hit is None else f"{100 * r.decode_hit:.1f} %",
                  "–" if hit_error is None else f"{100 * hit_error:+.1f} pts",

@@ -79,7 +79,7 @@ def test_rows_file_prints_one_line_per_row_and_writes_the_projection_back(tmp_pa
     out_csv = tmp_path / "out.csv"
     assert _phone_check().main(["--rows", str(rows), "--csv", str(out_csv)]) == 0
     out = capsys.readouterr().out
-    assert "| Qwen3-30B-A3B | 8 | 3000 |" in out and "| gpt-oss-120b | 2 | 2500 |" in out
+    assert "| Qwen3-30B-A3B | my phone | 8 | 3000 |" in out and "| gpt-oss-120b | my phone | 2 | 2500 |" in out
     assert "from the cache-off run docs/bench-data/2026-07-12/qwen_stream.log" in out  # from the published table
     with open(out_csv, newline="") as fh:
         written = list(csv.DictReader(fh))
