@@ -177,3 +177,23 @@ def test_linux_only_things_say_why_elsewhere(monkeypatch):
     for what in pc.LINUX_ONLY:
         reason = pc.linux_only(what)
         assert reason.startswith("skipped on ") and "\n" not in reason
+
+
+@linux
+def test_huge_page_advice_lands_where_a_whole_block_fits():
+    from shardscope.engine.stream.direct_slots import MAP_ANONYMOUS, MAP_PRIVATE, PROT_WRITE, _libc
+
+    size = 8 * MIB
+    addr = _libc.mmap(None, size, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    try:
+        start = -(-addr // pc.HUGE) * pc.HUGE
+        assert not pc.linux_advise_huge(start + pc.PAGE, pc.HUGE)  # no whole aligned block inside
+        assert pc.linux_advise_huge(start, 2 * pc.HUGE)
+        with open("/proc/self/smaps") as f:  # the kernel marked that VMA for huge pages ("hg")
+            text = f.read()
+        block = text[text.index(f"{start:x}-"):]
+        flags = next(line for line in block.splitlines() if line.startswith("VmFlags:"))
+        assert " hg" in flags, flags
+        assert pc.macos_advise_huge(start, 2 * pc.HUGE) is False
+    finally:
+        _libc.munmap(addr, size)

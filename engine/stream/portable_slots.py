@@ -113,6 +113,7 @@ class PortableSlots(DirectSlots):
         length = end - address
         offset = address - self.mapping.base
         _check(_libc.mmap(address, length, PROT_READ | PROT_WRITE, _ANON, -1, 0), "mmap of anonymous memory")
+        platform_calls.advise_huge(address, length)  # Linux: 2 MiB faults where a whole block fits
         view = memoryview((ctypes.c_char * length).from_address(address)).cast("B")
         done = 0
         try:
