@@ -425,3 +425,15 @@ def test_prompt_projection_counts_the_experts_tokens_share():
     assert p.read_bytes < project_prompt(r, 10).read_bytes == pytest.approx(10 * 10 * picks)
     whole = project_prompt(r, 10, n_expert=2, n_expert_used=1)  # a bank of 2 x 0.9e9 fits the cache
     assert (whole.batch_tokens, whole.n_batches) == (10, 1)
+
+
+def test_oneplus_15r_preset_is_their_published_probe():
+    """profiles/devices/oneplus-15r.toml against BigMoeOnEdge's iobench-ceiling.md, converted by hand:
+    2459.8 MiB/s x 1.048576 = 2579.3 MB/s; one lane's 2.21 ms per 4 MiB minus 4 MiB / 2459.8 MiB/s
+    (1.626 ms) = 0.584 ms a request."""
+    phone = builtin_devices()["oneplus-15r"]
+    assert phone.ssd_read_mb_s == pytest.approx(2459.8 * 1.048576, abs=1)
+    assert phone.ssd_latency_us == pytest.approx((2.21e-3 - 4 / 2459.8) * 1e6, abs=1)
+    assert phone.ssd_queue_depth == 4 and phone.ram_mb == pytest.approx(11_366_276 / 1024, abs=1)
+    assert phone.is_verified("ssd_read_mb_s") and not phone.is_verified("ssd_latency_us")
+    assert all(phone.sources.get(q) for q in ("ssd_read_mb_s", "ssd_latency_us", "dram_mb_s", "app_memory_limit_mb"))
