@@ -18,6 +18,7 @@ from shardscope.engine.knobs.knob_ranges import parse_knob
 from shardscope.engine.knobs.knobs import KNOBS
 
 _ERROR_STYLE = "color: #b00020"
+_LIST_TIP = "A list (16,64) or ranges: 0-4, 1-8+2 (step), 1-16*2 (factor)"
 _FIELD_ERROR_STYLE = "QLineEdit { border: 1px solid #b00020; }"
 
 
@@ -41,13 +42,14 @@ class KnobFields(QWidget):
     def __init__(self, fields: list[KnobField], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.specs = {f.key: f for f in fields}
+        self.idle: set[str] = set()  # fields greyed: the run does not read their knob
         self.edits: dict[str, QLineEdit] = {}
         self.errors: dict[str, QLabel] = {}
         form = QFormLayout(self)
         form.setContentsMargins(0, 0, 0, 0)
         for spec in fields:
             edit = QLineEdit(spec.default, self)
-            edit.setToolTip(spec.tip or "A list (16,64) or ranges: 0-4, 1-8+2 (step), 1-16*2 (factor)")
+            edit.setToolTip(spec.tip or _LIST_TIP)
             error = QLabel("", self)
             error.setStyleSheet(_ERROR_STYLE)
             error.setWordWrap(True)
@@ -97,6 +99,13 @@ class KnobFields(QWidget):
             return None
         return parsed  # type: ignore[return-value]
 
+    def set_idle(self, keys, tip: str) -> None:
+        """Grey the fields of knobs the run does not read (they keep their one value), with why."""
+        self.idle = {k for k in keys if k in self.edits}
+        for key, edit in self.edits.items():
+            edit.setEnabled(key not in self.idle)
+            edit.setToolTip(tip if key in self.idle else (self.specs[key].tip or _LIST_TIP))
+
     def set_enabled(self, enabled: bool) -> None:
-        for edit in self.edits.values():
-            edit.setEnabled(enabled)
+        for key, edit in self.edits.items():
+            edit.setEnabled(enabled and key not in self.idle)

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knobs import KNOBS
+from shardscope.engine.knobs.knobs import EXPERT_KNOBS, KNOBS, LAYER_KNOBS
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.measure.progress_words import clock
 
@@ -30,6 +30,27 @@ def engine_refusal(settings: RunSettings) -> str | None:
     except ShardscopeError as exc:
         return str(exc)
     return None
+
+
+def idle_knobs(settings: RunSettings) -> tuple[str, ...]:
+    """The knobs the run ``settings`` opens does not read: the expert knobs for a layer-streaming
+    run (a dense model, or an MoE that fits its budget), the layer knobs (shard size, prefetch
+    depth, policy) for an expert-streaming one — the knobs the window greys. A search varying
+    them measures the same run again and again."""
+    from shardscope.engine.runs.run_factory import streams_experts
+
+    try:
+        experts = streams_experts(settings)
+    except (ShardscopeError, OSError):
+        experts = False
+    return LAYER_KNOBS if experts else EXPERT_KNOBS
+
+
+def idle_reason(settings: RunSettings) -> str:
+    """Why ``idle_knobs`` are idle, as a field's tooltip."""
+    if idle_knobs(settings) == LAYER_KNOBS:
+        return "The model's experts stream (it is larger than the budget): there are no shards, so this knob changes nothing."
+    return "A layer-streaming run (a dense model, or an MoE that fits the budget) has no expert cache: this knob changes nothing."
 
 
 def combinations(base: RunSettings, grid: dict[str, list]) -> list[RunSettings]:

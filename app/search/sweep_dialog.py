@@ -28,22 +28,32 @@ from shardscope.app.devices.device_combo import DeviceCombo
 from shardscope.app.search.search_dialog import DialogHost, SearchDialog
 from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.base.progress_text import eta_text
-from shardscope.app.search.runnable_lists import cost_text, engine_refusal, runnable_grid
+from shardscope.app.search.runnable_lists import cost_text, engine_refusal, idle_knobs, idle_reason, runnable_grid
 from shardscope.app.search.search_runner import SearchRunner
 from shardscope.app.search.sweep_plot import Y_METRICS, SweepPlot
 from shardscope.app.search.sweep_table import SweepTable
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
-from shardscope.engine.knobs.knobs import KNOBS
+from shardscope.engine.knobs.knobs import KNOBS, LAYER_KNOBS
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.search.sweep import GRID_KEYS, SweepResult, describe_settings, expand_grid, iter_sweep
 
 DEFAULT_TOKENS = 8  # as `shardscope sweep`: the first is warm-up, 7 are averaged
 
 
+# What an expert-streaming run is swept over by default: the expert policy decides what stays
+# (the layer knobs' shard x depth grid reads the same bytes in every run there).
+EXPERT_PROPOSAL = {"expert_policy": KNOBS["expert_policy"].tune}
+
+
 def proposed_grid(current: RunSettings) -> dict[str, list]:
-    """Each knob's proposed list (e.g. shard size x prefetch depth), else its current value."""
-    return {key: parse_knob(KNOBS[key].label, KNOBS[key].propose, key) if KNOBS[key].propose
+    """Each knob's proposed list (e.g. shard size x prefetch depth), else its current value; a
+    knob the run does not read (idle_knobs: greyed in the window) keeps its current value."""
+    idle = idle_knobs(current)
+    proposals = {key: KNOBS[key].propose for key in GRID_KEYS}
+    if idle == LAYER_KNOBS:  # experts stream
+        proposals.update(EXPERT_PROPOSAL)
+    return {key: parse_knob(KNOBS[key].label, proposals[key], key) if proposals[key] and key not in idle
             else [getattr(current, key)] for key in GRID_KEYS}
 
 
@@ -71,6 +81,7 @@ class SweepDialog(SearchDialog):
 
         current = window.current_settings()
         self.fields = KnobFields(sweep_fields(current), self)
+        self.fields.set_idle(idle_knobs(current), idle_reason(current))
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setRange(2, 4096)
         self.tokens_spin.setValue(DEFAULT_TOKENS)
@@ -169,7 +180,10 @@ class SweepDialog(SearchDialog):
             self.cost_label.setText(str(exc))
             return self.cost_label.text()
         refused = [r for r in map(engine_refusal, combos) if r is not None]
-        text = cost_text(len(combos) - len(refused), self.tokens_spin.value(), self.window_.last_round)
+        runs = len(combos) - len(refused)
+        text = cost_text(runs, self.tokens_spin.value(), self.window_.last_round)
+        self.progress.setRange(0, max(1, runs))  # before Start the bar says the same N as the text
+        self.progress.setValue(0)
         if refused:
             text += f"; {len(refused)} more skipped: {refused[0]}"
         self.cost_label.setText(f"Start: {text}")
@@ -188,7 +202,8 @@ class SweepDialog(SearchDialog):
         except ShardscopeError as exc:
             self._say(str(exc), error=True)
             return
-        self.knobs = [k for k, v in grid.items() if len(v) > 1] or ["shard_mb"]
+        # The plot's x axis and lines: the knobs that vary (one run: the budget, read by every run kind).
+        self.knobs = [k for k, v in grid.items() if len(v) > 1] or ["budget_mb"]
         self.device = self.device_combo.device_id()
         self.total = len(combos)
         self.results = []

@@ -28,7 +28,7 @@ from shardscope.app.devices.device_combo import DeviceCombo
 from shardscope.app.search.search_dialog import DialogHost, SearchDialog
 from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.devices.round_projection import unverified_inputs
-from shardscope.app.search.runnable_lists import cost_text, runnable_grid
+from shardscope.app.search.runnable_lists import cost_text, idle_knobs, idle_reason, runnable_grid
 from shardscope.app.search.search_runner import SearchRunner
 from shardscope.engine.devices.devices import get_device
 from shardscope.engine.base.errors import ShardscopeError
@@ -50,7 +50,9 @@ def tune_fields(base: RunSettings | None = None) -> list[KnobField]:
     cores = os.cpu_count() or 1
     every_core = f"1-{cores}" if cores > 1 else "1"
     texts = {key: KNOBS[key].propose or KNOBS[key].tune or every_core for key in TUNE_KNOBS}
-    if base is not None:
+    if base is not None:  # a knob the run does not read (a dense model's expert knobs): its one value
+        idle = idle_knobs(base)
+        texts = {key: format_values([getattr(base, key)]) if key in idle else text for key, text in texts.items()}
         grid = runnable_grid(base, {key: parse_knob(KNOBS[key].label, text, key) for key, text in texts.items()})
         texts = {key: format_values(values) for key, values in grid.items()}
     return [knob_field(key, text) for key, text in texts.items()]
@@ -63,18 +65,19 @@ def max_runs(candidates: dict[str, list], passes: int) -> int:
     return min(grid, 1 + passes * sum(len(v) - 1 for v in candidates.values()))
 
 
-def knobs_text(s: RunSettings, budget: bool = True) -> str:
-    return describe(s, TUNED_KEYS if budget else TUNE_KNOBS)
+def knobs_text(s: RunSettings, budget: bool = True, idle: tuple[str, ...] = ()) -> str:
+    """The tuned knobs of ``s`` in words, leaving out ``idle`` ones (knobs the run did not read)."""
+    return describe(s, tuple(k for k in (TUNED_KEYS if budget else TUNE_KNOBS) if k not in idle))
 
 
-def evaluation_text(ev: Evaluation) -> str:
+def evaluation_text(ev: Evaluation, idle: tuple[str, ...] = ()) -> str:
     head = f"run {ev.order}" if ev.order else "refused"
     if ev.summary is None:
-        return f"{head}: {knobs_text(ev.settings, budget=False)} → {ev.error}"
+        return f"{head}: {knobs_text(ev.settings, budget=False, idle=idle)} → {ev.error}"
     s = ev.summary
     fit = "" if ev.fits else ", does not fit the device"
     # The budget is the same for every candidate (the cap): left out to keep lines short.
-    return (f"{head}: {knobs_text(ev.settings, budget=False)} → projected {format_number(s.projected_ts)} tok/s "
+    return (f"{head}: {knobs_text(ev.settings, budget=False, idle=idle)} → projected {format_number(s.projected_ts)} tok/s "
             f"({s.projected_bound}-bound), measured {format_number(s.avg_ts)} tok/s{fit}")
 
 
@@ -97,7 +100,10 @@ class TuneDialog(SearchDialog):
         if not self.device_combo.set_device_id(window.device_id()):
             self.device_combo.set_device_id("iphone-16-pro")
         self.device_combo.currentIndexChanged.connect(lambda _i: self._show_budget())
-        self.fields = KnobFields(tune_fields(window.current_settings()), self)
+        current = window.current_settings()
+        self.idle = idle_knobs(current)  # the knobs this run kind ignores: one value, greyed, never named
+        self.fields = KnobFields(tune_fields(current), self)
+        self.fields.set_idle(self.idle, idle_reason(current))
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setRange(2, 4096)
         self.tokens_spin.setValue(DEFAULT_TOKENS)
@@ -247,7 +253,7 @@ class TuneDialog(SearchDialog):
 
     def _on_eval(self, ev: Evaluation) -> None:
         self.evaluations.append(ev)
-        self.log.appendPlainText(evaluation_text(ev))
+        self.log.appendPlainText(evaluation_text(ev, self.idle))
         self.progress.setValue(min(self._bound, len(self.evaluations)))
         runs = sum(1 for e in self.evaluations if e.order)
         self._say(f"{runs} runs so far (at most {self._bound}; full grid {self._grid}) …")
@@ -273,7 +279,7 @@ class TuneDialog(SearchDialog):
         best, s = result.best, result.best.summary
         device = get_device(result.device_id)
         unverified = " (unverified numbers)" if unverified_inputs(device) else ""
-        return (f"<b>{knobs_text(best.settings)}</b><br>"
+        return (f"<b>{knobs_text(best.settings, idle=self.idle)}</b><br>"
                 f"projected <b>{format_number(s.projected_ts)} tok/s</b> on {device.name} "
                 f"({s.projected_bound}-bound){unverified}; measured {format_number(s.avg_ts)} tok/s here<br>"
                 f"{result.runs} runs used vs {result.grid_size} in the full grid"
@@ -294,7 +300,7 @@ class TuneDialog(SearchDialog):
             return False
         self.window_.apply_settings(settings, label=f"auto-tune for {self.result.device_id}")
         self.window_.set_device(self.result.device_id)
-        self._say(f"applied: {knobs_text(settings)}")
+        self._say(f"applied: {knobs_text(settings, idle=self.idle)}")
         return True
 
     def save_best_as(self, name: str):
