@@ -79,3 +79,23 @@ def test_auto_tune_on_a_dense_model_offers_and_names_no_expert_settings(qtbot, t
         assert "shard" in best  # the dense knobs are named
     finally:
         window.close()
+
+
+def test_a_kept_sweep_dialog_takes_the_lists_of_the_model_opened_since(qtbot, tmp_path, moe_file):
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.apply_settings(window.current_settings().with_changes(budget_mb=200))
+        sweep, tune = window.open_sweep_dialog(), window.open_tune_dialog()
+        assert len(sweep.fields.parse()["shard_mb"]) > 1  # a dense model: shards vary
+        sweep.hide()
+        tune.hide()
+        window.open_model(moe_file)
+        qtbot.waitUntil(lambda: window.model_info.path == moe_file, timeout=20_000)
+        window.controls.commit("budget_mb", 60)
+        sweep, tune = window.open_sweep_dialog(), window.open_tune_dialog()
+        for dialog in (sweep, tune):
+            grid = dialog.fields.parse()
+            assert all(len(grid[k]) == 1 for k in LAYER_KNOBS if k in grid), grid
+        assert len(sweep.fields.parse()["expert_policy"]) > 1
+    finally:
+        window.close()

@@ -82,6 +82,7 @@ class SweepDialog(SearchDialog):
         current = window.current_settings()
         self.fields = KnobFields(sweep_fields(current), self)
         self.fields.set_idle(idle_knobs(current), idle_reason(current))
+        self._prefilled_for = (current.model_path, idle_knobs(current))
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setRange(2, 4096)
         self.tokens_spin.setValue(DEFAULT_TOKENS)
@@ -326,6 +327,18 @@ class SweepDialog(SearchDialog):
         self.apply_button.setEnabled(usable)
         self.save_button.setEnabled(usable)
 
+    def refill(self) -> None:
+        """The kept dialog reopened on another model or run kind: its lists are that run's."""
+        current = self.window_.current_settings()
+        key = (current.model_path, idle_knobs(current))
+        if self.runner.busy() or key == self._prefilled_for:
+            return
+        self._prefilled_for = key
+        for f in sweep_fields(current):
+            self.fields.set_text(f.key, f.default)
+        self.fields.set_idle(key[1], idle_reason(current))
+
     def showEvent(self, event) -> None:
+        self.refill()
         self.show_cost()  # a round may have ended since: a time estimate to give now
         super().showEvent(event)

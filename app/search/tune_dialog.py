@@ -104,6 +104,7 @@ class TuneDialog(SearchDialog):
         self.idle = idle_knobs(current)  # the knobs this run kind ignores: one value, greyed, never named
         self.fields = KnobFields(tune_fields(current), self)
         self.fields.set_idle(self.idle, idle_reason(current))
+        self._prefilled_for = (current.model_path, self.idle)
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setRange(2, 4096)
         self.tokens_spin.setValue(DEFAULT_TOKENS)
@@ -337,7 +338,19 @@ class TuneDialog(SearchDialog):
         self.apply_button.setEnabled(done)
         self.save_button.setEnabled(done)
 
+    def refill(self) -> None:
+        """The kept dialog reopened on another model or run kind: its lists are that run's."""
+        current = self.window_.current_settings()
+        key = (current.model_path, idle_knobs(current))
+        if self.runner.busy() or key == self._prefilled_for:
+            return
+        self._prefilled_for, self.idle = key, key[1]
+        for f in tune_fields(current):
+            self.fields.set_text(f.key, f.default)
+        self.fields.set_idle(self.idle, idle_reason(current))
+
     def showEvent(self, event) -> None:
+        self.refill()
         self._show_budget()  # the sliders may have moved since the dialog was last open
         self.show_cost()
         super().showEvent(event)
