@@ -297,3 +297,30 @@ def test_expert_map_of_few_layers_fills_its_panel(qtbot):
     rect = m._grid_rect()
     room_w, room_h = m.width() - rect.left() * 2, m.height() - rect.top() - rect.left()
     assert rect.width() >= 0.9 * room_w and rect.height() >= 0.9 * room_h, (rect, m.size())
+
+
+def test_rounds_csv_writes_the_expert_cache_a_round_ran_with(qtbot, tmp_path, moe_file):
+    """It wrote expert_cache_mb 0 for rounds that ran with "auto 35 MiB"."""
+    import csv
+
+    from shardscope.engine.experts.expert_run import moe_layout_for
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.layout.budget_minimum import expert_cache_bytes
+    from tests.conftest import stop_and_wait, wait_for
+
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        _open(qtbot, window, moe_file)
+        window.apply_settings(RunSettings(budget_mb=60, expert_cache_mb=0, n_gen=6, n_ctx=128))
+        window.start_run()
+        wait_for(qtbot, window, lambda: len(window.rounds) >= 1, timeout=180_000)
+        stop_and_wait(qtbot, window)
+        paths = window.export_to(tmp_path / "session")
+        with open(paths.rounds_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+        moe = moe_layout_for(RunSettings(model_path=moe_file))
+        auto_mib = expert_cache_bytes(moe, 60, 0) / (1 << 20)  # the budget less the resident dense weights
+        assert rows and float(rows[0]["expert_cache_mb"]) == pytest.approx(auto_mib, abs=0.1), rows[0]
+        assert rows[0]["expert_cache"] == "auto"
+    finally:
+        window.close()
