@@ -145,14 +145,21 @@ def test_level_lines_show_and_hide(qtbot) -> None:
         chart.set_level("nope", 1.0)
 
 
-def _vertical_lines(chart, key):
-    return [it for it in chart.plot_item(key).items if getattr(it, "angle", None) == 90]
+def _marker_lines(chart, key):
+    return chart.marks.marker_lines(chart.plot_item(key))
 
 
 def _redrawn(qtbot, chart) -> None:
     drawn = chart.refresh_count
     chart.append(chart.curve_data("rss")[0][-1] + 0.1, {"rss": 1.0})
     qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=5000)
+
+
+def _scene_lines(chart, key):
+    """Vertical line items in the plot's scene, found from outside the chart's books."""
+    from PySide6.QtWidgets import QGraphicsLineItem
+
+    return [it for it in chart.plot_item(key).getViewBox().childGroup.childItems() if isinstance(it, QGraphicsLineItem)]
 
 
 def test_markers_in_the_scene_only_while_in_view(qtbot) -> None:
@@ -170,19 +177,24 @@ def test_markers_in_the_scene_only_while_in_view(qtbot) -> None:
     assert chart.marker_count() == 4  # all held (export, panning back)
     assert [t for t, _, _ in chart.markers_in_scene()] == [80.0, 95.0]
     for key in ("mem", "io", "speed"):
-        assert sorted(line.value() for line in _vertical_lines(chart, key)) == [80.0, 95.0]
+        assert sorted(line.line().x1() for line in _scene_lines(chart, key)) == [80.0, 95.0]
+        lo, hi = chart.plot_item(key).getViewBox().viewRange()[1]
+        for line in _scene_lines(chart, key):  # top to bottom of the plot
+            assert line.line().y1() <= lo and line.line().y2() >= hi
     # The label once, on the top plot, not once per plot.
-    labelled = {key: [ln for ln in _vertical_lines(chart, key) if getattr(ln, "label", None) is not None]
-                for key in ("mem", "io", "speed")}
-    assert len(labelled["mem"]) == 2 and not labelled["io"] and not labelled["speed"]
+    labels = chart.marks.labels()
+    assert [lb.toPlainText() for lb in labels] == ["budget 80\u2192400 MB", "budget 95\u2192400 MB"]
+    assert all(lb.parentItem() is not None and lb.getViewBox() is chart.plot_item("mem").getViewBox()
+               for lb in labels)
     # Panning back brings the older ones in and takes the newer out.
     vb = chart.plot_item("io").getViewBox()
     vb.sigRangeChangedManually.emit([True, False])
     vb.setXRange(0.0, 30.0, padding=0)
     _redrawn(qtbot, chart)
     assert [t for t, _, _ in chart.markers_in_scene()] == [10.0]
+    assert [line.line().x1() for line in _scene_lines(chart, "io")] == [10.0]
     chart.clear()
-    assert chart.marker_count() == 0 and not _vertical_lines(chart, "io")
+    assert chart.marker_count() == 0 and not _scene_lines(chart, "io")
 
 
 def test_markers_bounded_and_labels_never_overprint(qtbot) -> None:
@@ -199,18 +211,18 @@ def test_markers_bounded_and_labels_never_overprint(qtbot) -> None:
     assert chart.marker_count() == chart.max_markers
     in_scene = chart.markers_in_scene()
     assert 0 < len(in_scene) <= chart.max_markers_in_view
-    assert len(_vertical_lines(chart, "io")) == len(in_scene)
-    shown = [ln.label for ln in _vertical_lines(chart, "mem")
-             if getattr(ln, "label", None) is not None and ln.label.isVisible()]
-    assert shown, "the newest marker keeps its label"
+    assert len(_scene_lines(chart, "io")) == len(in_scene)
+    shown = chart.marks.labels()
+    assert shown and shown[-1].toPlainText() == f"p t budget {244 - 99}\u2192{234 - 99} MiB {{braces}}"
     rects = [lb.sceneBoundingRect() for lb in shown]
     for i, r in enumerate(rects):
         for other in rects[i + 1:]:
             assert not r.intersects(other), "two marker labels print over each other"
-    assert "{braces}" in shown[-1].toPlainText()
     view = chart.plot_item("mem").getViewBox().sceneBoundingRect()
     for r in rects:  # inside the plot: no fragments over the left axis
-        assert view.left() <= r.left() and r.right() <= view.right() + 1
+        assert view.left() <= r.left() + 1 and r.right() <= view.right() + 1
+    legend = chart.plot_item("mem").legend.sceneBoundingRect()
+    assert not any(r.intersects(legend) for r in rects), "a marker label under the legend"
 
 
 def test_clear_empties_buffers_and_keeps_plots(qtbot) -> None:

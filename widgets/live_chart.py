@@ -24,7 +24,6 @@ application whether that is light or dark.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,13 +33,13 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QWidget
 
 from shardscope.widgets.number_format import format_number
+from shardscope.widgets.time_marks import TimeMarks
 
 __all__ = ["LiveChart"]
 
 _LEGEND_ALPHA = 200
 _FILL_ALPHA = 50
 _LEFT_AXIS_WIDTH = 64
-_MARKER_LABEL_POSITION = 0.92  # first placement; _place_markers moves it just under the legend
 
 
 @dataclass
@@ -60,14 +59,6 @@ class _Level:
     line: pg.InfiniteLine
     label: str
     shown: bool = False  # set_level gave it a value (the line may still be off-range, see level_within)
-
-
-@dataclass
-class _Marker:
-    t: float
-    text: str
-    width_px: float  # the label's width on screen, measured once
-    lines: list[tuple[pg.PlotItem, pg.InfiniteLine]] = field(default_factory=list)  # empty: not in the scene
 
 
 def _escape_format(text: str) -> str:
@@ -101,9 +92,6 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._curves: dict[str, pg.PlotDataItem] = {}
         self._curve_plot: dict[str, str] = {}
         self._levels: dict[str, _Level] = {}
-        self._markers: deque[_Marker] = deque()  # oldest first, times non-decreasing
-        self._view_x = (math.inf, -math.inf)  # the x range the markers in the scene were chosen for
-        self._view_listeners: list = []  # called with (x0, x1) after a redraw moved or filled the view
         self._colors: dict[str, QColor] = {}
         self._held_tops: dict[str, float] = {}  # curve key -> a value its plot's Y range must show
 
@@ -111,6 +99,11 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._fg = QColor()
         self._bg = QColor()
         self._read_palette()
+        # The plots' dict, not a lambda over self: a reference cycle kept the Python chart alive
+        # after its C++ object went with its parent window.
+        self.marks = TimeMarks(self._plots, self._fg, self._bg,
+                               self.fontMetrics(), max_markers=self.max_markers,
+                               max_markers_in_view=self.max_markers_in_view)
         self.ci.setContentsMargins(4, 4, 4, 4)
         self.ci.setSpacing(2)
 
@@ -258,32 +251,31 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._dirty = True
 
     def mark_event(self, t: float, label: str) -> None:
-        """A vertical marker at ``t`` on every plot, labelled once (on the top plot).
-
-        Only stored here; the next redraw puts it in the scene if it is in view."""
-        width = self.fontMetrics().horizontalAdvance(label) + 8
-        self._markers.append(_Marker(t=float(t), text=label, width_px=float(width)))
-        while len(self._markers) > self.max_markers:
-            self._remove_marker(self._markers.popleft())
-        self._view_x = (math.inf, -math.inf)  # re-choose the markers in the scene
+        """A vertical marker at ``t`` on every plot, labelled once (on the top plot). Stored
+        here; the next redraw puts it in the scene if it is in view."""
+        self.marks.max_markers = self.max_markers
+        self.marks.add_marker(t, label)
         self._dirty = True
+
+    def add_span(self, t: float, color: QColor, tooltip: str) -> None:
+        """A shaded span from ``t`` on every plot (a long phase); extend_span grows it."""
+        self.marks.add_span(t, color, tooltip)
+        self._dirty = True
+
+    def extend_span(self, t: float) -> None:
+        self.marks.extend_span(t)
 
     def marker_count(self) -> int:
         """Markers held (the history), in view or not."""
-        return len(self._markers)
+        return len(self.marks.markers())
 
     def markers(self) -> list[tuple[float, str]]:
         """(time, text) of every marker held, oldest first (export, tests)."""
-        return [(m.t, m.text) for m in self._markers]
+        return self.marks.markers()
 
     def markers_in_scene(self) -> list[tuple[float, str, bool]]:
         """(time, text, label shown) of the markers drawn now (tests, benches)."""
-        return [(m.t, m.text, m.lines[0][1].label.isVisible()) for m in self._markers if m.lines]
-
-    def on_view(self, listener) -> None:
-        """``listener(x0, x1)`` after each redraw that changed the shown time range (phase spans
-        keep only what is in view in the scene, as the markers do)."""
-        self._view_listeners.append(listener)
+        return self.marks.markers_in_scene()
 
     def clear(self) -> None:
         """A new run: drop every sample and marker, keep plots, curves and level lines."""
@@ -292,9 +284,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
             buf.fill(np.nan)
         self._end = 0
         self._len = 0
-        while self._markers:
-            self._remove_marker(self._markers.popleft())
-        self._view_x = (math.inf, -math.inf)
+        self.marks.clear()
         self._following = True
         self._dirty = True
 
@@ -414,66 +404,8 @@ class LiveChart(pg.GraphicsLayoutWidget):
         else:
             x0, x1 = lo, math.inf
         self._scale_from_zero(t, start, lo)
-        if (x0, x1) != self._view_x:
-            self._view_x = (x0, x1)
-            self._place_markers(x0, x1)
-            for listener in self._view_listeners:
-                listener(x0, x1)
-
-    def _place_markers(self, x0: float, x1: float) -> None:
-        """The markers inside [x0, x1] (the newest ``max_markers_in_view``) in the scene, the
-        rest out of it; a label only where it has room: within the plot and clear of the
-        next newer marker's line (a hidden label stays in the line's tooltip)."""
-        inside = [m for m in self._markers if x0 <= m.t <= x1][-self.max_markers_in_view:]
-        keep = {id(m) for m in inside}
-        for m in self._markers:
-            if m.lines and id(m) not in keep:
-                self._remove_marker(m)
-        if not inside:
-            return
-        top = next(iter(self._plots.values())).item
-        vb = top.getViewBox()
-        px_per_s = vb.width() / (x1 - x0) if x1 > x0 and math.isfinite(x1 - x0) else 0.0
-        # Just under the legend (top right, where the newest markers are), never under it.
-        legend_h = top.legend.boundingRect().height() if top.legend is not None and top.legend.items else 0.0
-        line_h = self.fontMetrics().lineSpacing() + 4
-        height = max(1.0, vb.height())
-        position = max(0.45, 1.0 - (legend_h + 6 + line_h / 2) / height)
-        # Labels end at their line (text on its left), so the newest change reads at the
-        # right edge; walking from the newest, an older label shows only where it ends
-        # left of the last shown one's start and begins inside the plot.
-        free_until = math.inf  # pixels from x0: where the last shown label begins
-        for m in reversed(inside):
-            if not m.lines:
-                self._add_marker(m)
-            at = (m.t - x0) * px_per_s
-            shown = at <= free_until - 4 and at - m.width_px >= 0
-            if shown:
-                free_until = at - m.width_px
-            label = m.lines[0][1].label
-            label.setPosition(position)
-            label.setVisible(shown)
-
-    def _add_marker(self, m: _Marker) -> None:
-        marker_bg = QColor(self._bg)
-        marker_bg.setAlpha(_LEGEND_ALPHA)
-        for n, plot in enumerate(self._plots.values()):
-            # The label once, on the top plot: four copies of it, one per plot, were
-            # four times the text to read and to draw.
-            labelled = n == 0
-            line = pg.InfiniteLine(
-                pos=m.t,
-                angle=90,
-                movable=False,
-                pen=pg.mkPen(self._fg, width=1, style=pg.QtCore.Qt.PenStyle.DotLine),
-                label=_escape_format(m.text) if labelled else None,
-                labelOpts={"position": _MARKER_LABEL_POSITION, "color": self._fg, "fill": marker_bg,
-                           "anchors": [(1, 0.5), (1, 0.5)]},
-            )
-            line.setZValue(4)
-            line.setToolTip(m.text)
-            plot.item.addItem(line, ignoreBounds=True)
-            m.lines.append((plot.item, line))
+        # Every redraw: the Y ranges move with the data even when the time axis stands still.
+        self.marks.sync(x0, x1)
 
     def _scale_from_zero(self, t: np.ndarray, start: int, t_lo: float) -> None:
         visible = t >= t_lo
@@ -510,11 +442,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
 
     def _on_user_moved_view(self, *_: object) -> None:
         self._following = False
-
-    def _remove_marker(self, marker: _Marker) -> None:
-        for item, line in marker.lines:
-            item.removeItem(line)
-        marker.lines.clear()
+        self._dirty = True  # the marks in view change with the view, samples or not
 
     def _plot(self, plot_key: str) -> _Plot:
         try:
@@ -534,6 +462,8 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._bg = pal.color(QPalette.ColorRole.Base)
         self._fg = pal.color(QPalette.ColorRole.Text)
         self.setBackground(self._bg)
+        if hasattr(self, "marks"):
+            self.marks.fg, self.marks.bg = self._fg, self._bg
         for plot in getattr(self, "_plots", {}).values():
             self._style_plot(plot.item)
 

@@ -12,85 +12,34 @@ overprinted each other ("loadinprompt prompt prompt"). A span's own name is on h
 
 from __future__ import annotations
 
-from collections import deque
-
 import pyqtgraph as pg
 from PySide6.QtGui import QColor
 
 from shardscope.app.run_view.charts import PLOTS
 
 SHADES = {"loading": "#f2c14e", "prompt": "#7fb3d5"}  # translucent: the curves stay readable
-MAX_BANDS = 200  # history; only those in view are in the scene
-
-
-class _Band:
-    __slots__ = ("name", "start", "end", "regions")
-
-    def __init__(self, name: str, start: float) -> None:
-        self.name, self.start, self.end = name, start, start
-        self.regions: list = []  # (plot item, region) while in the scene, else empty
 
 
 class PhaseBands:
-    """Spans as plain (name, start, end) history; in the scene only while they overlap the
-    chart's view (the chart says when its view moves), like its change markers: a repaint
-    costs what is on screen, not how many rounds the session has had."""
+    """The chart holds the spans (history; in the scene only while in view, drawn with Qt's
+    own items: widgets/time_marks.py); this names their kinds and says when each begins."""
 
     def __init__(self, chart) -> None:
         self.chart = chart
-        self._bands: deque[_Band] = deque()
-        self._open: _Band | None = None  # the growing band
+        self._open_name: str | None = None
         self._keyed: dict[str, pg.PlotDataItem] = {}  # kind → its legend swatch, added once
-        self._view = (-float("inf"), float("inf"))
-        chart.on_view(self._on_view)
 
     def phase(self, name: str, t: float) -> None:
         """Phase ``name`` began at session time ``t``."""
         self.extend(t)
-        self._open = None
+        self._open_name = None
         if name not in SHADES:
             return
-        band = _Band(name, t)
-        self._key(name, self._color(name))
-        self._bands.append(band)
-        self._open = band
-        self._place(band)
-        while len(self._bands) > MAX_BANDS:
-            self._take_out(self._bands.popleft())
-
-    @staticmethod
-    def _color(name: str) -> QColor:
         color = QColor(SHADES[name])
         color.setAlpha(60)
-        return color
-
-    def _place(self, band: _Band) -> None:
-        """In the scene iff it overlaps the view."""
-        x0, x1 = self._view
-        inside = band.end >= x0 and band.start <= x1
-        if inside and not band.regions:
-            brush = pg.mkBrush(self._color(band.name))
-            for key in PLOTS:
-                item = self.chart.plot_item(key)
-                region = pg.LinearRegionItem(values=(band.start, band.end), movable=False, brush=brush,
-                                             pen=pg.mkPen(None))
-                region.setZValue(-10)
-                region.setToolTip(f"{band.name} phase")
-                item.addItem(region, ignoreBounds=True)
-                band.regions.append((item, region))
-        elif not inside and band.regions:
-            self._take_out(band)
-
-    @staticmethod
-    def _take_out(band: _Band) -> None:
-        for item, region in band.regions:
-            item.removeItem(region)
-        band.regions.clear()
-
-    def _on_view(self, x0: float, x1: float) -> None:
-        self._view = (x0, x1)
-        for band in self._bands:
-            self._place(band)
+        self._key(name, color)
+        self.chart.add_span(t, color, name)
+        self._open_name = name
 
     def _key(self, name: str, color: QColor) -> None:
         """The kind's name once, in the top chart's legend, with a swatch of its shade."""
@@ -107,24 +56,20 @@ class PhaseBands:
 
     def extend(self, t: float) -> None:
         """A sample at ``t``: the open span reaches it."""
-        band = self._open
-        if band is None:
-            return
-        band.end = max(band.start, t)
-        for _, region in band.regions:
-            region.setRegion((band.start, band.end))
+        if self._open_name is not None:
+            self.chart.extend_span(t)
 
     def end(self, t: float) -> None:
         self.phase("", t)
 
     @property
     def open_phase(self) -> str | None:
-        return self._open.name if self._open is not None else None
+        return self._open_name
 
     def spans(self) -> list[tuple[str, float, float]]:
         """(phase, start, end) of each span held, oldest first (tests, the export)."""
-        return [(b.name, b.start, b.end) for b in self._bands]
+        return self.chart.marks.spans()
 
     def spans_in_scene(self) -> int:
         """How many spans are drawn now (tests)."""
-        return sum(1 for b in self._bands if b.regions)
+        return self.chart.marks.spans_in_scene()
