@@ -407,10 +407,11 @@ def test_save_creates_missing_user_folder(tmp_path):
     assert load_profile(path) == GOOD
 
 
-@pytest.mark.skipif(
-    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes through chmod 0o555"
-)
 def test_save_to_read_only_dir_keeps_old_file(tmp_path):
+    """The save runs in a child that obeys permission bits (as root too: tests/permission_bits.py)."""
+    from permission_bits import cannot_override_permissions, run_obeying_permissions
+
+    assert cannot_override_permissions(tmp_path)
     folder = tmp_path / "ro"
     folder.mkdir()
     path = folder / "good.toml"
@@ -418,12 +419,32 @@ def test_save_to_read_only_dir_keeps_old_file(tmp_path):
     before = path.read_bytes()
     folder.chmod(0o555)
     try:
-        with pytest.raises(ShardscopeError, match="good.toml"):
-            save_profile(Profile(name="Changed", settings=RunSettings()), path)
+        child = run_obeying_permissions(["-c", f"""
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.knobs.profile_file import Profile, save_profile
+from shardscope.engine.knobs.settings import RunSettings
+try:
+    save_profile(Profile(name="Changed", settings=RunSettings()), {str(path)!r})
+except ShardscopeError as exc:
+    print("refused:", exc)
+else:
+    print("saved")
+"""])
+        assert child.returncode == 0, child.stderr
+        assert child.stdout.startswith("refused:") and "good.toml" in child.stdout, child.stdout
         assert path.read_bytes() == before
         assert [p.name for p in folder.iterdir()] == ["good.toml"]
     finally:
         folder.chmod(0o755)
+
+
+def test_save_under_a_regular_file_is_refused(tmp_path):
+    """A folder that cannot be: the path runs through a regular file (refused for root too)."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file\n")
+    with pytest.raises(ShardscopeError, match="good.toml"):
+        save_profile(GOOD, blocker / "good.toml")
+    assert blocker.read_text() == "a file\n" and sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder"]
 
 
 def test_failed_rename_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
