@@ -1,4 +1,4 @@
-"""Subcommands that search or extrapolate: sweep, tune, plan.
+"""Subcommands that search or extrapolate: sweep, tune, plan (plan's own module: cli_size).
 
     shardscope sweep [--model PATH] --shard-mb 16,64,256 --prefetch-depth 0-4 --threads 1,2 \\
         --n-gpu-layers 0 --budget-mb 200,300 --policy pinned,lru --ssd-mb-s 0 --tokens N \\
@@ -25,7 +25,6 @@ import types
 
 from shardscope.engine.cli import cli_args
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.base.finite import finite_float_arg
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
@@ -38,7 +37,9 @@ def register(sub) -> None:
     """Add the search subcommands to the ``shardscope`` parser."""
     _register_sweep(sub)
     _register_tune(sub)
-    _register_sizing(sub)
+    from shardscope.engine.cli import cli_size  # size / plan: its own module
+
+    cli_size.register(sub)
 
 
 # ------------------------------------------------------------------ shared bits
@@ -360,114 +361,4 @@ def cmd_tune(args) -> int:
         path = save_tuned_profile(result, args.save_profile, directory=args.profile_dir, model_path=args.model_path,
                                   force=args.force)
         print(f"saved profile {args.save_profile!r} to {path}")
-    return 0
-
-
-# ------------------------------------------------------------------------ size
-def _register_sizing(sub) -> None:
-    p = sub.add_parser(
-        "size", aliases=["plan"], help="what-if: how a model (too big to run here) would stream on a device",
-        description="From a GGUF header (--gguf), from a routing trace's header (--trace alone: BigMoeOnEdge's "
-                    "route_trace v1 gives each layer's expert and dense bytes), or from numbers (--total-params, "
-                    "--active-params, --bits, --layers) as the fallback. Prints where the bytes came from, the "
-                    "budget, what stays resident, bytes streamed per token and the roofline projection.")
-    p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
-    p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
-    p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
-    p.add_argument("--active-params", type=finite_float_arg, help="parameters one token uses (MoE; default: all)")
-    p.add_argument("--bits", type=finite_float_arg, help="bits per weight, e.g. 8 or 4.5")
-    p.add_argument("--layers", type=int, help="number of layers")
-    p.add_argument("--globals-fraction", type=finite_float_arg, default=None,
-                   help="embeddings + output head as a share of the bytes a token touches (default: estimated)")
-    p.add_argument("--globals-bytes", type=finite_float_arg, default=None,
-                   help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
-    p.add_argument("--name", default="", help="label for the model")
-    p.add_argument("--budget-mb", type=finite_float_arg, default=None,
-                   help="weight budget (MiB); default: app limit - KV - compute - runtime")
-    p.add_argument("--policy", default="pinned", help="pinned or lru")
-    p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
-    p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
-    p.add_argument("--compute-s-per-token", type=finite_float_arg, default=0.0,
-                   help="compute time per token on the device, if measured (default: not modelled)")
-    p.add_argument("--extended-limit", action="store_true",
-                   help="use the device's larger memory limit (entitlement), when it has one")
-    p.add_argument("--expert-hit-rate", type=finite_float_arg, default=None,
-                   help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
-    p.add_argument("--trace", help="MoE: replay this routing trace for the expert hit rate, with a cache of the same "
-                                   "share of the experts as the device's; alone (no --gguf, no numbers) its header "
-                                   "is the model: each layer's expert and dense bytes (route_trace v1)")
-    p.add_argument("--experts-used", type=int, default=None, metavar="K",
-                   help="with --trace as the model: run K experts a token instead of the trace's k "
-                        "(re-scales a token's picked bytes)")
-    p.add_argument("--expert-policy", default=KNOBS["expert_policy"].default, choices=KNOBS["expert_policy"].choices,
-                   help=f"MoE: the expert cache policy the --trace replay uses (default {KNOBS['expert_policy'].default})")
-    p.set_defaults(func=cmd_size)
-
-
-def cmd_size(args) -> int:
-    """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
-    from shardscope.engine.devices.devices import get_device
-    from shardscope.engine.devices.sizing import POLICIES, SizingInput
-    from shardscope.engine.devices.sizing_numbers import size_from_numbers
-    from shardscope.engine.devices.sizing_text import format_sizing
-    from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
-
-    numbers = {"--total-params": args.total_params, "--active-params": args.active_params, "--bits": args.bits,
-               "--layers": args.layers, "--globals-fraction": args.globals_fraction,
-               "--globals-bytes": args.globals_bytes}
-    given = [flag for flag, value in numbers.items() if value is not None]
-    if args.gguf and given:
-        raise ShardscopeError(f"plan: give --gguf or the model's numbers, not both ({given[0]} with --gguf)")
-    if args.policy not in POLICIES:
-        raise ShardscopeError(f"--policy: must be one of {', '.join(POLICIES)}, got {args.policy!r}")
-    device = get_device(args.device)
-    if args.extended_limit:
-        device = device.with_extended_limit()
-    if args.expert_hit_rate is not None and args.trace:
-        raise ShardscopeError("plan: give --expert-hit-rate or --trace, not both")
-    if args.expert_hit_rate is not None and not 0 <= args.expert_hit_rate <= 1:
-        raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
-    trace = None
-    if args.trace:
-        from shardscope.engine.experts.foreign_traces import load_trace
-
-        trace = load_trace(args.trace)
-    # the model's bytes: a GGUF header, else a trace header with each layer's bytes, else parameter counts
-    trace_is_model = trace is not None and not args.gguf and trace.header.has_layer_bytes
-    model_numbers = [flag for flag in given if flag != "--globals-bytes"]
-    if trace_is_model and model_numbers:
-        raise ShardscopeError(
-            f"plan: {args.trace}'s header gives the model's bytes per layer; {model_numbers[0]} would describe "
-            "another model (drop the numbers, or give --gguf for the model and the trace for its routing)")
-    if args.experts_used is not None and not trace_is_model:
-        raise ShardscopeError("--experts-used: re-scales the k of a trace whose header is the model "
-                              "(--trace FILE with each layer's expert and dense bytes, no --gguf)")
-    common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
-                  compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
-                  expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
-    if args.gguf:
-        result = size_from_gguf_header(args.gguf, device, **common)
-    elif trace_is_model:
-        from shardscope.engine.devices.sizing_trace import size_from_trace
-
-        common.pop("expert_trace")
-        result = size_from_trace(trace, args.trace, device, experts_used=args.experts_used,
-                                 globals_bytes=args.globals_bytes, **common)
-    else:
-        missing = [flag for flag in ("--total-params", "--bits", "--layers") if numbers[flag] is None]
-        if missing:
-            where = (f"{args.trace}'s header has no dense bytes per layer, so " if trace is not None else "")
-            raise ShardscopeError(
-                f"plan: {where}missing {', '.join(missing)} (give --gguf PATH, --trace FILE whose header has each "
-                "layer's expert and dense bytes, or --total-params, --bits and --layers)")
-        result = size_from_numbers(
-            SizingInput(total_params=args.total_params, active_params=args.active_params,
-                      bits_per_weight=args.bits, n_layers=args.layers, globals_fraction=args.globals_fraction,
-                      globals_bytes=args.globals_bytes, name=args.name),
-            device, **common)
-    print(format_sizing(result))
-    if result.fits_in_memory and (args.trace or args.expert_hit_rate is not None):
-        given = f"--trace {args.trace}" if args.trace else f"--expert-hit-rate {args.expert_hit_rate:g}"
-        print(f"  note        {given} not used: the whole model fits on {device.name}, so no expert is "
-              "streamed and no hit rate enters the projection")
     return 0
