@@ -22,7 +22,7 @@ from typing import Callable
 
 import psutil
 
-from shardscope.engine.base import memory_calls
+from shardscope.engine.base import memory_calls, platform_calls
 from shardscope.engine.measure.phase_progress import PhaseProgress, Progress
 from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
 from shardscope.engine.base.units import MIB, mb_per_s
@@ -99,8 +99,8 @@ class TokenClock:
 def process_read_bytes(proc: psutil.Process) -> int:
     try:
         return proc.io_counters().read_bytes
-    except (AttributeError, psutil.Error):  # macOS has no per-process disk counters
-        return 0
+    except (AttributeError, psutil.Error):  # macOS: psutil has none; proc_pid_rusage has (platform_calls)
+        return platform_calls.process_read_bytes(proc.pid) or 0
 
 
 class MetricsSampler:
