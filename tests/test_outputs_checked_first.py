@@ -53,11 +53,32 @@ def test_folder_that_takes_no_file_is_refused(bundled_model, no_model_load, caps
     # /proc takes no new files, for root too (permission bits would not stop root)
     _refused(capsys, ["bench", "--model", bundled_model, "--csv", "/proc/x.csv"], "--csv /proc/x.csv", "cannot write")
     _refused(capsys, ["bench", "--model", bundled_model, "--csv", str(tmp_path)], "is a folder")
-    if os.geteuid() != 0:
-        locked = tmp_path / "ro"
-        locked.mkdir()
-        locked.chmod(0o555)
-        _refused(capsys, ["bench", "--model", bundled_model, "--csv", str(locked / "x.csv")], "cannot write")
+    # A path through a regular file: no folder can be there, for root too.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file\n")
+    _refused(capsys, ["bench", "--model", bundled_model, "--csv", str(blocker / "x.csv")], str(blocker / "x.csv"))
+    assert blocker.read_text() == "a file\n"
+
+
+def test_read_only_folder_is_refused_before_the_run(bundled_model, tmp_path):
+    """chmod 0o555, checked in a child that obeys permission bits also as root
+    (tests/permission_bits.py): one line, exit 2, nothing written, no model loaded."""
+    from permission_bits import cannot_override_permissions, run_obeying_permissions
+
+    assert cannot_override_permissions(tmp_path)
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        child = run_obeying_permissions(["-m", "shardscope.engine.cli.cli", "bench", "--model", bundled_model,
+                                         "--csv", str(locked / "x.csv"), "--tokens", "2"])
+    finally:
+        locked.chmod(0o755)
+    err = child.stderr.strip().splitlines()
+    assert child.returncode == 2 and len(err) == 1, child.stdout + child.stderr
+    assert f"--csv {locked / 'x.csv'}" in err[0] and "cannot write" in err[0], err[0]
+    assert list(locked.iterdir()) == [] and "Traceback" not in child.stderr
+    assert child.stdout == ""  # refused before the run: no summary, no row
 
 
 def test_csv_and_timeline_on_one_file_is_refused(bundled_model, no_model_load, capsys, tmp_path):
