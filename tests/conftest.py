@@ -137,7 +137,7 @@ def wait_for(qtbot, window, condition, timeout: int) -> None:
 
 def stop_and_wait(qtbot, window) -> None:
     window.stop_run()
-    qtbot.waitUntil(lambda: not window.is_running(), timeout=5_000)
+    qtbot.waitUntil(lambda: not window.is_running(), timeout=10_000)  # hang bound
 
 
 def engine_ready(window) -> bool:

@@ -223,14 +223,14 @@ def test_cacheability_points_equal_shardscope_replay(qtbot, tmp_path, trace_file
         # A click on the plot near a size applies that size to the expert cache knob.
         target = sizes[len(sizes) // 2]
         plot = panel.plot
-        qtbot.waitUntil(lambda: plot.item.vb.viewRange()[0][1] > sizes[-1], timeout=5_000)  # auto-ranged
+        qtbot.waitUntil(lambda: plot.item.vb.viewRange()[0][1] > sizes[-1], timeout=10_000)  # auto-ranged
         scene_pos = plot.item.vb.mapViewToScene(QPointF(target + 0.3, 50.0))  # near the point, not on it
 
         class Click:  # what pyqtgraph's scene hands sigMouseClicked: a scene position
             def scenePos(self):
                 return scene_pos
 
-        with qtbot.waitSignal(plot.size_chosen, timeout=5_000) as chosen:
+        with qtbot.waitSignal(plot.size_chosen, timeout=10_000) as chosen:
             plot.scene().sigMouseClicked.emit(Click())
         assert chosen.args == [target]
         assert window.controls.value("expert_cache_mb") == int(target)

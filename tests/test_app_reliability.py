@@ -138,11 +138,11 @@ def test_stop_run_stop_in_quick_succession_leaves_nothing_behind(qtbot, window, 
     stop_and_wait(qtbot, window)
     window.start_run()
     stop_and_wait(qtbot, window)
-    qtbot.waitUntil(lambda: _engine_threads() == baseline, timeout=5_000)
+    qtbot.waitUntil(lambda: _engine_threads() == baseline, timeout=10_000)
     assert not _mapped(synthetic_model)
 
 
-@pytest.mark.timing
+@pytest.mark.hang_bound
 def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
     window = make_window(qtbot, tmp_path / "config", model_path=synthetic_model)
     window.apply_settings(STREAMING)
@@ -155,9 +155,9 @@ def test_close_while_loading_does_not_hang(qtbot, tmp_path, synthetic_model):
     qtbot.waitUntil(lambda: any(m.startswith("loading") for m in said), timeout=20_000)
     started = time.perf_counter()
     window.close()  # the run is still loading the model
-    assert time.perf_counter() - started < 5.0
+    assert time.perf_counter() - started < 10.0  # hang bound: close() returns once the run has stopped
     assert not window.is_running()
-    qtbot.waitUntil(lambda: not _mapped(synthetic_model), timeout=5_000)
+    qtbot.waitUntil(lambda: not _mapped(synthetic_model), timeout=10_000)
 
 
 def test_failed_export_keeps_the_previous_files(qtbot, window, tmp_path, monkeypatch):

@@ -152,7 +152,7 @@ def _marker_lines(chart, key):
 def _redrawn(qtbot, chart) -> None:
     drawn = chart.refresh_count
     chart.append(chart.curve_data("rss")[0][-1] + 0.1, {"rss": 1.0})
-    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=5000)
+    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=10_000)
 
 
 def _scene_lines(chart, key):
