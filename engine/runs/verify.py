@@ -333,11 +333,27 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
         if first.get("disk_read_bytes") is not None and last.get("disk_read_bytes") is not None:
             device_mb = (last["disk_read_bytes"] - first["disk_read_bytes"]) / MIB
             process_mb = (last["read_bytes"] - first["read_bytes"]) / MIB
-            checks.append(Check("read MiB while decoding", "/proc/diskstats of the backing device (device-wide: other processes' reads too)",
+            checks.append(Check("read MiB while decoding", _DISKSTATS,
                                 process_mb, device_mb, [_rel(process_mb, device_mb, floor=n_decoded * 1.0)],
                                 "MiB", relation="≤"))
+        else:
+            checks.append(_not_checked("read MiB while decoding", _DISKSTATS,
+                                       "no /proc/diskstats line for the model's block device"))
+    else:
+        why = "no decoded token (the first token is the prompt pass)" if n_decoded <= 0 else \
+            "no outside reading at the first and last token"
+        checks.append(_not_checked(verify_label("read_mb_per_token", "CSV"), _source("read_mb_per_token"), why))
+        checks.append(_not_checked(verify_label("ssd_mb_s", "CSV"), _source("ssd_mb_s"), why))
 
     gen = [p for p in pairs if p.sample.phase == "generating" and p.before is not None]
+    if not gen:
+        why = "no sample while generating (the run ended before the sampler's first tick)"
+        for name, label in (("read_mb_total", "timeline"), ("ssd_mb_s", "timeline, 1 s window"),
+                            ("resident_weights_mb", "timeline"), ("rss_mb", "timeline")):
+            checks.append(_not_checked(verify_label(name, label), _source(name), why))
+        checks.append(_not_checked("resident_weights_mb vs mapped (timeline)",
+                                   "smaps Rss of the mapping, another process", why))
+        checks.append(_not_checked("resident_weights_mb (CSV, peak)", _source("resident_weights_mb"), why))
     if gen:
         checks += _series_checks(pairs, gen, window, allowance_mb)
         # A peak is one instant: the engine's sample may catch a transient (a load landing
@@ -354,6 +370,8 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
 
     # -- llama.cpp's own counters -------------------------------------------------------
     n_eval, t_eval_ms = perf_end.get("n_eval", 0), perf_end.get("t_eval_ms", 0.0)
+    if not (n_eval > 0 and t_eval_ms > 0):
+        checks.append(_not_checked("avg_ts (CSV)", _source("avg_ts"), "llama.cpp timed no decoded token"))
     if n_eval > 0 and t_eval_ms > 0:
         # After a rebuilt context llama.cpp counts from there: compare the tokens it
         # counted, the last n_eval ones.
@@ -368,10 +386,21 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
                             [] if rebuilt else [_rel(n_decoded, n_eval)], "tokens",
                             note="context rebuilt at the budget cut: llama.cpp counts from there" if rebuilt else ""))
     if "t_p_eval_ms" in perf_first and perf_first["t_p_eval_ms"] > 0:
-        checks.append(Check("ttft_ms (CSV)", "llama_perf_context t_p_eval_ms (prompt pass)",
+        checks.append(Check("ttft_ms (CSV)", _TTFT_SOURCE,
                             summary.ttft_ms, perf_first["t_p_eval_ms"],
                             [_rel(summary.ttft_ms, perf_first["t_p_eval_ms"])], "ms"))
+    else:
+        checks.append(_not_checked("ttft_ms (CSV)", _TTFT_SOURCE, "llama.cpp timed no prompt pass"))
     return checks
+
+
+_DISKSTATS = "/proc/diskstats of the backing device (device-wide: other processes' reads too)"
+_TTFT_SOURCE = "llama_perf_context t_p_eval_ms (prompt pass)"
+
+
+def _not_checked(figure: str, source: str, why: str) -> Check:
+    """A pair the run gave nothing to compare: listed, NOT CHECKED, with the reason."""
+    return Check(figure, source, math.nan, math.nan, [], note=why)
 
 
 def _peak_samples(gen: list[_Pair], peak: float) -> list[_Pair]:
@@ -437,7 +466,9 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     cache = level("resident_weights_mb", "weights_bytes")
     checks.append(Check(verify_label("resident_weights_mb", "timeline"), _source("resident_weights_mb"),
                         cache[-1][0], cache[-1][2], [_bracket(e, a, b) for e, a, b in cache], "MiB",
-                        allowance_mb=allowance_mb, excess_mb=beyond(cache), note=allowed(cache)))
+                        allowance_mb=allowance_mb, excess_mb=beyond(cache), note=allowed(cache)) if cache else
+                  _not_checked(verify_label("resident_weights_mb", "timeline"), _source("resident_weights_mb"),
+                               "no mincore reading from the outside process"))
     smaps = level("resident_weights_mb", "smaps_rss")
     checks.append(Check("resident_weights_mb vs mapped (timeline)", "smaps Rss of the mapping, another process",
                         smaps[-1][0] if smaps else math.nan, smaps[-1][2] if smaps else math.nan,
@@ -447,7 +478,8 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     rss = level("rss_mb", "vmrss")
     checks.append(Check(verify_label("rss_mb", "timeline"), _source("rss_mb"),
                         rss[-1][0], rss[-1][2], [_bracket(e, a, b) for e, a, b in rss], "MiB",
-                        allowance_mb=allowance_mb, excess_mb=beyond(rss), note=allowed(rss)))
+                        allowance_mb=allowance_mb, excess_mb=beyond(rss), note=allowed(rss)) if rss else
+                  _not_checked(verify_label("rss_mb", "timeline"), _source("rss_mb"), "VmRSS not readable"))
     return checks
 
 
@@ -503,7 +535,7 @@ def format_report(report: VerifyReport, accept_unchecked: bool = False) -> list[
     if report.unchecked and accept_unchecked:
         lines.append(f"verify     {len(report.unchecked)} not-checked "
                      f"{'pair' if len(report.unchecked) == 1 else 'pairs'} accepted (--accept-unchecked): "
-                     "they compared nothing and count as no pass")
+                     "exit 0, though they compared nothing")
     lines.append(f"verify     {verdict_counts(report)}")
     return lines
 

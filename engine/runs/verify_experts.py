@@ -65,6 +65,12 @@ def expert_checks(check, rel, summary, run, token_reads: dict, residency: tuple[
         kernel_hit = 1 - read / needed if needed else float("nan")
         checks.append(check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source, summary.cache_hit_rate,
                             kernel_hit, [rel(summary.cache_hit_rate, kernel_hit, floor=1.0)], "of 1"))
+    else:  # listed as NOT CHECKED with the reason, never left out
+        why = "no decoded token" if n_decoded <= 0 else "no outside reading at the first and last token"
+        checks.append(check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
+                            float("nan"), float("nan"), [], "MiB", note=why))
+        checks.append(check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source,
+                            float("nan"), float("nan"), [], "of 1", note=why))
     books, outside = residency
     checks.append(check("expert residency (end of run)", BY_NAME["expert_resident_mb"].source, books, outside,
                         [rel(books, outside, floor=1.0)], "MiB"))
