@@ -123,6 +123,7 @@ def test_the_summary_copies_the_sample_deque_before_reading_it(small_moe):
     assert summary.n_gen == 4
 
 
+@pytest.mark.hang_bound
 @pytest.mark.parametrize("kind", ["layers", "experts"])
 def test_the_file_guard_is_polled_on_a_clock_for_both_run_kinds(kind, moe_copy, synthetic_model, tmp_path):
     """A deleted model is noticed within the guard's 20 ms cadence even when no layer runs
@@ -137,7 +138,9 @@ def test_the_file_guard_is_polled_on_a_clock_for_both_run_kinds(kind, moe_copy, 
         run.load()
         assert run.error is None
         os.unlink(run.model_path)
-        deadline = time.perf_counter() + 2.0
+        # No layer runs here: only a clock-polled guard notices at all. 10 s bounds a hang
+        # (expected: the guard's 20 ms cadence).
+        deadline = time.perf_counter() + 10.0
         while run.error is None and time.perf_counter() < deadline:
             time.sleep(0.01)
         assert run.error and "deleted" in run.error
@@ -226,14 +229,31 @@ def test_the_cli_ends_an_expert_run_whose_model_is_replaced_with_exit_2(moe_copy
     proc = subprocess.Popen([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--quiet", "--model", moe_copy,
                              "--budget-mb", "60", "--expert-cache-mb", "34", "--tokens", "200", "--n-ctx", "256",
                              # an emulated 50 MB/s disk keeps the run going past the replacement
-                             # (at this machine's speed 200 tokens took under 4 s since issue 24)
                              "--ssd-mb-s", "50", "--csv", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    timer = th.Timer(4.0, os.replace, (other, moe_copy))
+
+    def replace_once_streaming() -> None:
+        """Replace the model once the run is streaming it — the child maps the file and has read
+        4 MiB more since (from /proc/<pid>/maps and /io) — not after a fixed delay that a fast
+        machine outruns."""
+        child, mapped_at = psutil.Process(proc.pid), None
+        deadline = time.monotonic() + 240  # hang bound
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                read = child.io_counters().read_bytes
+                if mapped_at is None and os.path.realpath(moe_copy) in Path(f"/proc/{proc.pid}/maps").read_text():
+                    mapped_at = read
+                if mapped_at is not None and read - mapped_at >= 4 * 2**20:
+                    os.replace(other, moe_copy)
+                    return
+            except (psutil.Error, OSError):
+                return
+            time.sleep(0.02)
+
+    timer = th.Thread(target=replace_once_streaming, daemon=True)
     timer.start()
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        timer.cancel()
+    stdout, stderr = proc.communicate(timeout=300)
+    timer.join()
+    assert not other.exists(), "the run ended before it streamed: " + stdout + stderr
     assert proc.returncode == 2, stdout + stderr
     lines = [x for x in stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "victim-moe.gguf" in lines[0] and "Traceback" not in stderr, stderr
