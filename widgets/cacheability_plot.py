@@ -24,6 +24,7 @@ __all__ = ["CacheabilityPlot", "POLICY_COLORS"]
 
 POLICY_COLORS = {"decay": "#8d5cc9", "lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728", "optimal": "#222222"}
 _OTHER_COLOR = "#b07c2a"
+PROJECTED_COLOR = "#f2a93b"  # the dotted orange projected tok/s curve
 LIMIT = "optimal"  # the curve drawn as the limit (engine.experts.replay.OPTIMAL)
 
 
@@ -52,11 +53,14 @@ class CacheabilityPlot(pg.PlotWidget):
         self._lines: dict[str, pg.PlotDataItem] = {}
         self._policy: str | None = None  # the policy in use: its gap to the limit is shaded
         self._gap_band: pg.FillBetweenItem | None = None
-        self._gap_text = pg.TextItem(color="#222", anchor=(-0.03, 1))  # just right of the size it names
+        # Just right of the size it names; over the curves on a pale fill, never under them.
+        self._gap_text = pg.TextItem(color="#222", anchor=(-0.03, 1), fill=pg.mkBrush(255, 255, 255, 210))
+        self._gap_text.setZValue(20)
         self._gap_text.hide()
         self.item.addItem(self._gap_text, ignoreBounds=True)
         self._projected: list[tuple[float, float]] = []
         self._projection_view: pg.ViewBox | None = None
+        self._projected_entry: pg.PlotCurveItem | None = None
         self.scene().sigMouseClicked.connect(self._clicked)
         self.setMinimumHeight(200)
 
@@ -65,6 +69,8 @@ class CacheabilityPlot(pg.PlotWidget):
         for item in list(self.item.listDataItems()):
             self.item.removeItem(item)
         self.legend.clear()
+        if self._projected_entry is not None:  # clear() dropped its name too: keep it while it is drawn
+            self.legend.addItem(self._projected_entry, "projected tok/s (right axis)")
         self._points, self._lines = {}, {}
         if not any(points.values()):
             self._show_empty_range()
@@ -148,9 +154,19 @@ class CacheabilityPlot(pg.PlotWidget):
             self.item.vb.sigResized.connect(self._sync_views)
         self._projection_view.clear()
         self.item.getAxis("right").setLabel(f"projected tok/s ({device})")
-        self._projection_view.addItem(pg.PlotCurveItem([x for x, _ in self._projected], [y for _, y in self._projected],
-                                                        pen=pg.mkPen("#f2a93b", width=2, style=pg.QtCore.Qt.PenStyle.DotLine)))
+        curve = pg.PlotCurveItem([x for x, _ in self._projected], [y for _, y in self._projected],
+                                 pen=pg.mkPen(PROJECTED_COLOR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine))
+        self._projection_view.addItem(curve)
+        # It lives in the right axis' own view, which the legend does not see: named by hand.
+        if self._projected_entry is not None:
+            self.legend.removeItem(self._projected_entry)
+        self._projected_entry = curve
+        self.legend.addItem(curve, "projected tok/s (right axis)")
         self._sync_views()
+
+    def legend_names(self) -> list[str]:
+        """The names in the legend, in order (tests)."""
+        return [label.text for _sample, label in self.legend.items]
 
     def set_size_limit(self, max_mib: float) -> None:
         """The largest cache that makes sense (all of the model's experts): the x axis before data."""

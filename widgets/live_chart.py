@@ -24,15 +24,17 @@ application whether that is light or dark.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QTimer
+from PySide6.QtCore import QEvent, QRectF, QTimer
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QGraphicsItem, QWidget
 
 from shardscope.widgets.number_format import format_number
+from shardscope.widgets.draw_budget import DrawBudget
 from shardscope.widgets.time_marks import TimeMarks
 
 __all__ = ["LiveChart"]
@@ -68,6 +70,7 @@ def _escape_format(text: str) -> str:
 
 class LiveChart(pg.GraphicsLayoutWidget):
     follow_seconds: float = 60.0
+    draw_duty: float = 0.05  # the share of one core the charts may take to draw
     max_markers: int = 200  # history kept for export and panning back
     max_markers_in_view: int = 24  # drawn at once: a slider dragged for a minute must not fill the scene
 
@@ -107,7 +110,12 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self.ci.setContentsMargins(4, 4, 4, 4)
         self.ci.setSpacing(2)
 
+        # A redraw's cost decides how often it may come (widgets/draw_budget.py): at most
+        # ``refresh_hz``, and never more than ``draw_duty`` of a core.
+        self.draw_budget = DrawBudget(max_hz=refresh_hz, duty=self.draw_duty)
+        self._paint_s = 0.0  # seconds painting since the last tick
         self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
         self._timer.timeout.connect(self._tick)
         self.set_refresh_hz(refresh_hz)
         self._timer.start()
@@ -126,8 +134,10 @@ class LiveChart(pg.GraphicsLayoutWidget):
         # Same left-axis width on every row, or the linked time axes do not line up.
         item.getAxis("left").setWidth(_LEFT_AXIS_WIDTH)
         item.showGrid(x=self._grid, y=self._grid, alpha=0.25)
-        item.setClipToView(True)
-        item.setDownsampling(auto=True, mode="peak")
+        # No clip-to-view or downsampling: the curves are handed the visible window only
+        # (see _redraw), and both passes re-ran on every setData and paint.
+        item.setClipToView(False)
+        item.setDownsampling(auto=False)
         item.setMenuEnabled(True)
         vb = item.getViewBox()
         # Time is the axis people explore; values stay auto-ranged on what is visible.
@@ -137,15 +147,19 @@ class LiveChart(pg.GraphicsLayoutWidget):
         vb.sigRangeChangedManually.connect(self._on_user_moved_view)
         legend = item.addLegend(offset=(6, 2), colCount=1, labelTextSize="8pt")
         legend.setZValue(10)
-        vb.sigResized.connect(lambda *_a, k=key: self.fit_legend(k))  # narrower plot: fewer columns
+        # Legends, titles and the value axis rarely change: drawn once into a pixmap and
+        # blitted until they do (they were a fifth of each frame, profiled).
+        for static in (legend, item.titleLabel, item.getAxis("left")):
+            static.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        vb.sigResized.connect(lambda *_a, k=key: self._resized(k))
 
         if self._plots:
             first = next(iter(self._plots.values())).item
             item.setXLink(first)
             # Only the bottom plot shows time tick labels; the others share them.
+            # (Hidden, not just unlabelled: each drawn time axis cost a ms per frame.)
             previous_last = list(self._plots.values())[-1].item
-            previous_last.getAxis("bottom").setStyle(showValues=False)
-            previous_last.getAxis("bottom").showLabel(False)
+            previous_last.hideAxis("bottom")
         self._plots[key] = _Plot(item=item, units=units, title=title)
         self._style_plot(item)
 
@@ -233,7 +247,9 @@ class LiveChart(pg.GraphicsLayoutWidget):
     def set_refresh_hz(self, refresh_hz: float) -> None:
         if not refresh_hz > 0:
             raise ValueError(f"LiveChart refresh rate must be positive, got {refresh_hz}")
-        self._timer.setInterval(max(1, round(1000.0 / refresh_hz)))
+        self.draw_budget.max_hz = float(refresh_hz)
+        self.draw_budget.min_hz = min(self.draw_budget.min_hz, float(refresh_hz))
+        self._timer.setInterval(self.draw_budget.interval_ms())
 
     # -- feeding data -----------------------------------------------------------------
     def append(self, t: float, values: dict[str, float]) -> None:
@@ -315,6 +331,10 @@ class LiveChart(pg.GraphicsLayoutWidget):
         start = self._end - self._len
         return self._t[start : self._end].copy(), buf[start : self._end].copy()
 
+    def _resized(self, plot_key: str) -> None:
+        self.fit_legend(plot_key)  # narrower plot: fewer columns
+        self._dirty = True  # the marker labels' room changed: place them again
+
     def fit_legend(self, plot_key: str) -> None:
         """As many legend columns (up to 4) as fit the plot's width, so no entry is pushed past
         the plot's left edge (four MoE entries on one row were cut: "cache hit rate (fr")."""
@@ -366,16 +386,29 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._end = keep
 
     def _tick(self) -> None:
-        if not self._following and any(
-            p.item.getViewBox().autoRangeEnabled()[0] for p in self._plots.values()
-        ):
-            # The user pressed the plot's "A" button or chose "View all": take that as
-            # "show me the live data again".
-            self.follow_latest()
-        if not self._dirty or not self.isVisible():
-            return
-        self._redraw()
-        self.refresh_count += 1
+        try:
+            if not self._following and any(
+                p.item.getViewBox().autoRangeEnabled()[0] for p in self._plots.values()
+            ):
+                # The user pressed the plot's "A" button or chose "View all": take that as
+                # "show me the live data again".
+                self.follow_latest()
+            if not self._dirty or not self.isVisible():
+                return
+            start = time.perf_counter()
+            self._redraw()
+            # This hand-over, and the paints since the last one (the frame it scheduled comes
+            # after this returns; it is counted at the next tick).
+            painted, self._paint_s = self._paint_s, 0.0
+            self.draw_budget.spent(time.perf_counter() - start + painted)
+            self.refresh_count += 1
+        finally:
+            self._timer.start(self.draw_budget.interval_ms())
+
+    def paintEvent(self, event) -> None:
+        start = time.perf_counter()
+        super().paintEvent(event)
+        self._paint_s += time.perf_counter() - start
 
     def _redraw(self) -> None:
         self._dirty = False
@@ -405,7 +438,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
             x0, x1 = lo, math.inf
         self._scale_from_zero(t, start, lo)
         # Every redraw: the Y ranges move with the data even when the time axis stands still.
-        self.marks.sync(x0, x1)
+        self.marks.sync(x0, x1, self._level_label_rects())
 
     def _scale_from_zero(self, t: np.ndarray, start: int, t_lo: float) -> None:
         visible = t >= t_lo
@@ -432,6 +465,24 @@ class LiveChart(pg.GraphicsLayoutWidget):
             self._set_title_note(plot, f"{', '.join(above)} \u2191 above" if above else "")
             top = max((x for x in tops if math.isfinite(x)), default=0.0)
             plot.item.setYRange(0.0, top * plot.from_zero if top > 0 else 1.0, padding=0)
+
+    def _level_label_rects(self) -> list[QRectF]:
+        """Where the top plot's level-line labels sit, in its view pixels (a line's label may
+        be on either side of it: both are kept clear)."""
+        if not self._plots:
+            return []
+        key, plot = next(iter(self._plots.items()))
+        vb = plot.item.getViewBox()
+        (y0, y1), width, height = vb.viewRange()[1], vb.width(), vb.height()
+        line_h = self.fontMetrics().lineSpacing() + 4
+        rects = []
+        for lv in self._levels.values():
+            if lv.plot_key != key or not lv.line.isVisible() or y1 <= y0:
+                continue
+            y = (y1 - lv.line.value()) / (y1 - y0) * height
+            w = self.fontMetrics().horizontalAdvance(lv.line.label.toPlainText()) + 12
+            rects.append(QRectF(0.0, y - line_h, 0.01 * width + w, 2 * line_h))
+        return rects
 
     def _set_title_note(self, plot: _Plot, note: str) -> None:
         if note == plot.title_note:

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPen
 from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsRectItem
 
@@ -96,9 +96,10 @@ class TimeMarks:
         return [m.label for m in self._markers if m.label is not None]
 
     # -- scene --------------------------------------------------------------------------
-    def sync(self, x0: float, x1: float) -> None:
+    def sync(self, x0: float, x1: float, keep_clear: list[QRectF] = ()) -> None:
         """Put in the scene what overlaps [x0, x1], take out the rest, and stretch what is in
-        to each plot's current Y range."""
+        to each plot's current Y range. ``keep_clear``: rects in the top plot's view pixels
+        (other labels there) no marker label may cover."""
         self._view = (x0, x1)
         plots = self._plots()
         if not plots:
@@ -124,9 +125,10 @@ class TimeMarks:
                 self._add_lines(m, plots)
             for (_, line), (y0, y1) in zip(m.items, y_ranges):
                 line.setLine(m.t0, y0, m.t0, y1)
-        self._place_labels(inside, plots[0], x0, x1, plots[0].getViewBox().viewRange()[1])
+        self._place_labels(inside, plots[0], x0, x1, plots[0].getViewBox().viewRange()[1], keep_clear)
 
-    def _place_labels(self, inside: list[_Mark], top, x0: float, x1: float, y_range) -> None:
+    def _place_labels(self, inside: list[_Mark], top, x0: float, x1: float, y_range,
+                      keep_clear: list[QRectF]) -> None:
         """Labels end at their line (text on its left), so the newest change reads at the
         right edge; walking from the newest, an older label shows only where it ends left of
         the last shown one's start and begins inside the plot. Just under the top plot's
@@ -135,12 +137,20 @@ class TimeMarks:
         px_per_s = vb.width() / (x1 - x0) if x1 > x0 and math.isfinite(x1 - x0) else 0.0
         legend_h = top.legend.boundingRect().height() if top.legend is not None and top.legend.items else 0.0
         line_h = self._fm.lineSpacing() + 4
-        frac = max(0.45, 1.0 - (legend_h + 6 + line_h / 2) / max(1.0, vb.height()))
+        height = max(1.0, vb.height())
+        # The labels' row, in view pixels from the top: under the legend where the plot is tall
+        # enough for it, else along the bottom (a short plot: 1280 x 800 with the MoE row).
+        row_top = legend_h + 6 if legend_h + 6 + line_h <= 0.55 * height else max(0.0, height - line_h - 4)
+        frac = 1.0 - (row_top + line_h / 2) / height
+        if legend_h:  # a short plot has no row under its legend: labels only where it is not
+            legend_w = top.legend.boundingRect().width()
+            keep_clear = [*keep_clear, QRectF(vb.width() - legend_w - 4, 0.0, legend_w + 4, legend_h + 4)]
         y = y_range[0] + frac * (y_range[1] - y_range[0])
         free_until = math.inf  # pixels from x0 where the last shown label begins
         for m in reversed(inside):
             at = (m.t0 - x0) * px_per_s
-            shown = at <= free_until - 4 and at - m.width_px >= 0
+            shown = at <= free_until - 4 and at - m.width_px >= 0 and not any(
+                r.intersects(QRectF(at - m.width_px, row_top, m.width_px, line_h)) for r in keep_clear)
             if shown:
                 free_until = at - m.width_px
                 if m.label is None:

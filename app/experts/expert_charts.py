@@ -30,8 +30,7 @@ def add_expert_curves(chart: LiveChart) -> None:
         chart.add_curve("hit", curve, label, EXPERT_COLORS[curve])
     chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MiB")
     chart.add_curve("per_token", "dense_tok", EXPERT_CURVES["dense_tok"].label, EXPERT_COLORS["dense_tok"])
-    chart.add_curve("per_token", "expert_tok", EXPERT_CURVES["expert_tok"].label, EXPERT_COLORS["expert_tok"],
-                    fill_to_zero=True)
+    chart.add_curve("per_token", "expert_tok", EXPERT_CURVES["expert_tok"].label, EXPERT_COLORS["expert_tok"])
     keep_top_clear(chart.plot_item("per_token"))
     chart.scale_from_zero("per_token")  # the top quarter stays free for the legend, as on the other rows
     show_expert_row(chart, False)
@@ -50,8 +49,7 @@ def show_expert_row(chart: LiveChart, visible: bool) -> None:
     else:
         chart.ci.removeItem(item)
     for bottom, last in ((above, not visible), (item, visible)):
-        bottom.getAxis("bottom").setStyle(showValues=last)
-        bottom.getAxis("bottom").showLabel(last)
+        bottom.showAxis("bottom", last)
 
 
 def _show_expert_legend(chart: LiveChart, visible: bool) -> None:

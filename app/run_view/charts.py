@@ -38,11 +38,13 @@ def build_run_chart() -> LiveChart:
     chart = LiveChart(capacity=6000, refresh_hz=12.0)  # 10 minutes at the sampler's 10 Hz
     chart.add_plot("memory", "Memory (other = KV cache, buffers, app)", "MiB")
     chart.add_curve("memory", "rss", CURVES["rss"].label, COLORS["rss"])
-    chart.add_curve("memory", "weights", "weights", COLORS["weights"], fill_to_zero=True)
+    # No fills under curves: an alpha fill in software raster was half a frame's cost
+    # (profiled; docs/decisions.md), and every frame is time taken from the run under it.
+    chart.add_curve("memory", "weights", "weights", COLORS["weights"])
     chart.add_curve("memory", "other", CURVES["other"].label, COLORS["other"])
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
     chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
-    chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], fill_to_zero=True)
+    chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"])
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
     chart.add_plot("hit", "Cache hits, on time (per s or token)", "%")
     chart.add_curve("hit", "hit", CURVES["hit"].label, COLORS["hit"])

@@ -1,0 +1,88 @@
+"""No text prints over other text in the window's charts: plot titles, legends, level-line
+labels (budget, emulated SSD, projected) and change-marker labels, at the two window sizes
+people use (1600 x 1000 and 1280 x 800), for a dense run and an MoE run's extra row.
+
+Seen before this test: change markers under the legends and over each other ("p t budget
+244→234 MiB"), the "emulated SSD" and "budget" labels under the legends. Rects are read
+from the scene (Qt's own geometry of the drawn items), not from the chart's books.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pyqtgraph as pg
+import pytest
+from PySide6.QtWidgets import QGraphicsTextItem
+
+from shardscope.app.experts.expert_charts import show_expert_row
+from shardscope.app.run_view.charts import set_projection
+
+SIZES = [(1600, 1000), (1280, 800)]
+
+
+def _text_rects(chart) -> list[tuple[str, object]]:
+    """(what, scene rect) of every visible text block in the chart's scene."""
+    blocks = []
+    for item in chart.scene().items():
+        if not item.isVisible() or not _visible_up(item):
+            continue
+        if isinstance(item, pg.LegendItem):
+            if item.items:
+                blocks.append(("legend", item.sceneBoundingRect()))
+        elif isinstance(item, QGraphicsTextItem) and item.toPlainText().strip():
+            if _inside_legend(item):
+                continue  # a legend is one block
+            blocks.append((item.toPlainText()[:30], item.sceneBoundingRect()))
+    return blocks
+
+
+def _visible_up(item) -> bool:
+    while item is not None:
+        if not item.isVisible():
+            return False
+        item = item.parentItem()
+    return True
+
+
+def _inside_legend(item) -> bool:
+    parent = item.parentItem()
+    while parent is not None:
+        if isinstance(parent, pg.LegendItem):
+            return True
+        parent = parent.parentItem()
+    return False
+
+
+def _fill(window, moe: bool) -> None:
+    chart = window.chart
+    show_expert_row(chart, moe)
+    keys = chart.curve_keys()
+    for i in range(900):  # 90 s at 10 Hz; the view follows the last 60
+        t = i * 0.1
+        chart.append(t, {k: (40.0 + (i % 37)) for k in keys})
+    chart.set_level("budget", 70.0)  # inside the data: its label competes with the curves' legend
+    chart.set_level("emulated", 60.0)
+    set_projection(chart, 55.0, "projected on iPhone 16 Pro:")
+    for n, t in enumerate((40.0, 62.0, 75.0, 80.0, 80.5, 81.0, 88.0, 89.9)):
+        chart.mark_event(t, f"p t budget {244 - n}\u2192{234 - n} MiB")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_no_text_over_text_in_the_charts(qtbot, window, size, moe) -> None:
+    qtbot.waitUntil(lambda: window.model_info is not None, timeout=60_000)  # hang bound
+    window.resize(*size)
+    window.show()
+    qtbot.waitExposed(window)
+    _fill(window, moe)
+    qtbot.wait(300)  # the layout settles
+    drawn = window.chart.refresh_count
+    window.chart.append(90.0, {k: 50.0 for k in window.chart.curve_keys()})  # the next sample
+    qtbot.waitUntil(lambda: window.chart.refresh_count > drawn, timeout=10_000)  # hang bound
+    window.chart.viewport().repaint()  # pyqtgraph maps a view's items into the scene when it paints
+    blocks = _text_rects(window.chart)
+    names = [n for n, _ in blocks]
+    assert any("budget 70" in n for n in names) and any(n.startswith("p t budget") for n in names), names
+    for (a, ra), (b, rb) in itertools.combinations(blocks, 2):
+        assert not ra.intersects(rb), f"{a!r} prints over {b!r} at {size[0]}x{size[1]}"
