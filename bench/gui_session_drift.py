@@ -133,7 +133,7 @@ def main() -> None:
     if args.case in ("dense", "both"):
         model = bundled_model()
         size_mb = os.path.getsize(model) / MIB
-        settings = RunSettings(model_path=model, budget_mb=int(size_mb * 0.8), shard_mb=16, prefetch_depth=1,
+        settings = RunSettings(model_path=model, budget_mb=215, shard_mb=8, prefetch_depth=1,  # min 202 MiB: globals 175
                                threads=args.threads, n_gen=32, n_ctx=256)
         run_case("dense", settings, args.minutes, args.headless_s)
     if args.case in ("moe", "both"):

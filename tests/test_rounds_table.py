@@ -144,3 +144,35 @@ def test_rounds_appear_with_their_settings_pin_a_baseline_and_save_a_row(qtbot, 
     # Unpin: no deltas, no faint curves.
     w.pin_baseline(None)
     assert w.round_numbers.delta("avg_ts") == "" and w.ghosts.keys() == []
+
+
+def test_a_round_that_spans_a_live_change_is_recorded_mixed(qtbot, window, tmp_path):
+    """A round that ran at budget 1024 MiB and took 900 MiB for its last tokens is neither:
+    the table, the round panel and the rounds CSV say "1024→900" (it was shown at the end's
+    900 MiB beside real 900 MiB rounds); the round after it ran at one setting."""
+    from shardscope.app.rounds.rounds import MixedValue
+
+    w = window
+    w.apply_settings(w.current_settings().with_changes(n_gen=16, threads=1, budget_mb=1024))
+    tokens: list[int] = []
+    w.runs.token.connect(lambda n, _piece: tokens.append(n))
+    w.start_run()
+    wait_for(qtbot, w, lambda: bool(tokens) and tokens[-1] >= 3 and not w.rounds, 90_000)
+    w.apply_settings(w.current_settings().with_changes(budget_mb=900))  # live, inside round 1
+    wait_for(qtbot, w, lambda: len(w.rounds) >= 2, 180_000)
+    stop_and_wait(qtbot, w)
+    first, second = w.rounds[0], w.rounds[1]
+    assert first.mixed_knobs() == ["budget_mb"] and second.mixed_knobs() == []
+    cell = w.rounds_table.value(1, "budget_mb")
+    assert isinstance(cell, MixedValue) and (cell.old, cell.new) == (1024, 900)
+    assert "1024" in w.rounds_table.text(1, "budget_mb").replace(",", "") and "\u2192" in w.rounds_table.text(1, "budget_mb")
+    assert w.rounds_table.value(2, "budget_mb") == 900
+    assert "budget" in w.rounds_table.text(1, "mixed") and w.rounds_table.text(2, "mixed") == ""
+    assert "mixed" not in w.rounds_table.hidden()
+    w.rounds_table.sort_by("budget_mb")  # sorts by the value it ended with, beside numbers
+    assert set(w.rounds_table.row_ids()[:2]) == {1, 2}
+    paths = w.export_to(tmp_path / "session")
+    with open(paths.rounds_csv, newline="") as f:
+        rows = {int(r["round"]): r for r in csv.DictReader(f)}
+    assert "\u2192" in rows[1]["budget_mb"] and rows[1]["mixed"]
+    assert rows[2]["budget_mb"] == "900" and rows[2]["mixed"] == ""

@@ -23,7 +23,10 @@ class SortItem(QTableWidgetItem):
 
     def __init__(self, value) -> None:
         missing = value is None or (isinstance(value, float) and math.isnan(value))
-        super().__init__("" if missing and not isinstance(value, str) else format_number(value))
+        # A value with a ``sort_key`` (a knob that changed during a round: "200→605") shows its
+        # own text and sorts by the key.
+        shown = str(value) if hasattr(value, "sort_key") else format_number(value)
+        super().__init__("" if missing and not isinstance(value, str) else shown)
         self.value = value
         self.missing = missing or value == ""
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -39,7 +42,7 @@ class SortItem(QTableWidgetItem):
             descending = (table is not None
                           and table.horizontalHeader().sortIndicatorOrder() == Qt.SortOrder.DescendingOrder)
             return self.missing != other.missing and other.missing != descending
-        a, b = self.value, other.value
+        a, b = getattr(self.value, "sort_key", self.value), getattr(other.value, "sort_key", other.value)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)):
             return a < b
         return str(a) < str(b)

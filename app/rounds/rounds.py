@@ -27,6 +27,23 @@ from shardscope.widgets import TableColumn
 FIGURES = tuple(m for m in METRICS if m.summary)
 
 
+@dataclass(frozen=True)
+class MixedValue:
+    """A knob's two values in a round it changed during: shown and exported as "200→605 MiB",
+    sorted by the value it ended with."""
+
+    old: object
+    new: object
+    text: str
+
+    @property
+    def sort_key(self):
+        return self.new
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass
 class Round:
     number: int  # 1, 2, … in the order the session completed them
@@ -81,7 +98,8 @@ def round_values(r: Round) -> dict[str, object]:
         if streams and streams != r.kind:
             values[key] = None
         elif key in mixed:  # both values, never the end's alone
-            values[key] = f"{KNOBS[key].text(getattr(r.start_settings, key))}\u2192{KNOBS[key].text(getattr(r.settings, key))}"
+            old, new = getattr(r.start_settings, key), getattr(r.settings, key)
+            values[key] = MixedValue(old, new, f"{KNOBS[key].text(old)}\u2192{KNOBS[key].text(new)}")
         else:
             values[key] = getattr(r.settings, key)
     for m in FIGURES:
