@@ -2,7 +2,7 @@
 the cacheability curve (hit rate against cache size, replayed from the routing seen so far
 or from a trace file). Shown only for MoE models.
 
-The map is polled on the GUI thread at 10 Hz from ``view_source`` (the worker's
+The map is polled on the GUI thread at up to 10 Hz (within 2 % of a core) from ``view_source`` (the worker's
 ``expert_view``: a copy the engine makes under its lock), so the decode thread never
 waits for a paint and no widget is touched off the GUI thread. Replays run on a
 BackgroundTask that waits for a separate process (app/cacheability_curve.py says why).
@@ -10,6 +10,7 @@ BackgroundTask that waits for a separate process (app/cacheability_curve.py says
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from PySide6.QtCore import QTimer, Signal
@@ -23,6 +24,7 @@ from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.base.units import MIB
 from shardscope.widgets import ExpertMap
 from shardscope.widgets.cacheability_plot import CacheabilityPlot
+from shardscope.widgets.draw_budget import DrawBudget
 
 POLL_MS = 100
 
@@ -109,9 +111,13 @@ class ExpertPanel(QWidget):
         layout.addWidget(cache_box, 1)
         self.setMinimumWidth(300)
 
+        # At most 10 Hz, and never more than 2 % of a core (widgets/draw_budget.py): the map's
+        # copy and image rebuild grow with layers x experts (61 x 384 for Kimi).
+        self.draw_budget = DrawBudget(max_hz=1000 / POLL_MS, duty=0.02)
         self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
         self.timer.setInterval(POLL_MS)
-        self.timer.timeout.connect(self.poll)
+        self.timer.timeout.connect(self._timed_poll)
         self.timer.start()
 
     # ------------------------------------------------------------------ the map
@@ -129,6 +135,14 @@ class ExpertPanel(QWidget):
         """The last round's cache advice in the window's words ("" hides it)."""
         self.advice.setText(f"{text} (set Expert policy to decay)" if text else "")
         self.advice.setVisible(bool(text))
+
+    def _timed_poll(self) -> None:
+        start = time.perf_counter()
+        try:
+            self.poll()
+        finally:
+            self.draw_budget.spent(time.perf_counter() - start)
+            self.timer.start(self.draw_budget.interval_ms())
 
     def poll(self) -> None:
         """10 Hz: copy the engine's view into the map (the map skips unchanged arrays)."""
