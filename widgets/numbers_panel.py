@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QGridLayout, QLabel, QSizePolicy, QWidget
 
@@ -43,6 +43,14 @@ def delta_text(value: object, baseline: object) -> str:
     return ("+" if diff > 0 else _MINUS) + text
 
 
+def _fit_width(label: QLabel) -> None:
+    """Wider than the room kept ("mremap", "page cache"): the column grows, it never clips."""
+    metrics = label.fontMetrics()
+    wide = max(metrics.horizontalAdvance(label.text()), metrics.boundingRect(label.text()).width()) + 4
+    if wide > label.minimumWidth():
+        label.setMinimumWidth(wide)
+
+
 def two_line_width(metrics, text: str) -> int:
     """The narrowest width that holds ``text`` on at most two lines, broken between words."""
     words = text.split()
@@ -57,6 +65,15 @@ class NumbersPanel(QWidget):
         """A wrapped label keeps the height of its lines: the layouts above size this panel from
         one-line labels, and a narrow column overprinted "weights resident" with the next row."""
         super().resizeEvent(event)
+        self._fit_names()
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        """A name narrowed inside the panel (a wider value took its column's room) re-fits too."""
+        if event.type() == QEvent.Type.Resize and watched in self._name_set:
+            self._fit_names()
+        return False
+
+    def _fit_names(self) -> None:
         for name in self._names.values():
             if name.width() > 0:
                 needed = name.heightForWidth(name.width())
@@ -67,6 +84,7 @@ class NumbersPanel(QWidget):
         super().__init__(parent)
         self._values: dict[str, QLabel] = {}
         self._names: dict[str, QLabel] = {}
+        self._name_set: set[QLabel] = set()  # for eventFilter
         self._deltas: dict[str, QLabel] = {}
         self._shown: dict[str, object] = {}  # the raw value behind each row's text
         self._baseline: dict[str, object] = {}
@@ -95,6 +113,7 @@ class NumbersPanel(QWidget):
             name = QLabel(label, self)
             name.setWordWrap(True)  # a narrow column wraps "cache hit rate (from RAM)" instead of cutting it
             name.setMinimumWidth(two_line_width(name.fontMetrics(), label))  # ... onto two lines, not four
+            name.installEventFilter(self)
             value = QLabel(MISSING, self)
             value.setFont(value_font)
             value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -112,6 +131,7 @@ class NumbersPanel(QWidget):
             self._deltas[key] = delta
             self._values[key] = value
             self._names[key] = name
+            self._name_set.add(name)
             self._order.append(key)
         # Under the rows: why the delta column is empty (a baseline from another model).
         self.baseline_note = QLabel("", self)
@@ -125,7 +145,7 @@ class NumbersPanel(QWidget):
         """Keep the delta column's room whether or not a baseline is pinned, so pinning one never
         makes the panel wider than the column it sits in (values then printed over their units)."""
         for delta in self._deltas.values():
-            self._delta_width = delta.fontMetrics().horizontalAdvance(_WIDEST_DELTA)
+            self._delta_width = delta.fontMetrics().horizontalAdvance(_WIDEST_DELTA) + 4
             delta.setMinimumWidth(self._delta_width)
         self.updateGeometry()
 
@@ -159,6 +179,7 @@ class NumbersPanel(QWidget):
         text = format_number(value)
         if label.text() != text:
             label.setText(text)
+            _fit_width(label)
             # Full precision on hover: the rounded figure is for reading, not for copying.
             label.setToolTip("" if value is None else str(value))
             self._show_delta(key)
@@ -184,6 +205,7 @@ class NumbersPanel(QWidget):
         text = delta_text(value, base) if self.comparable() else ""
         label = self._deltas[key]
         label.setText(text)
+        _fit_width(label)
         if text and base:
             label.setToolTip(f"baseline {format_number(base)}; {100 * (float(value) / float(base) - 1):+.1f} %")
         else:

@@ -141,9 +141,10 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         # Deltas only against a baseline of the same model file (else the panel says so).
         self.round_numbers.set_context_key("model_filename", "model")
         self.round_numbers.reserve_deltas()
-        # The column is never narrower than its numbers need (its own floor of 280 px was below
-        # it once the delta column showed: values printed over their units).
-        v.setMinimumWidth(max(v.minimumWidth(), v.layout().minimumSize().width()))
+        # The column is never narrower than its numbers need: its own fixed floor of 280 px hid its
+        # layout's minimum (values printed over their units once the delta column showed). Without
+        # a fixed floor Qt keeps the column's minimum at its layout's, which grows with a wide value.
+        v.setMinimumSize(0, 0)
         experts = self._build_expert_panel()  # MoE models only: shown by show_experts
         middle = QSplitter(Qt.Orientation.Vertical, self)  # the live charts over the session's rounds
         middle.addWidget(self.chart)
