@@ -66,10 +66,11 @@ class DecayingFrequency:
         """Estimated chance that ``unit`` is picked at its layer's next pass, 0..1."""
         return min(1.0, self._now(unit) * self.token_keep)
 
-    def expected_wait(self, unit: tuple[int, int]) -> float:
-        """Expected layer steps until ``unit`` is picked again (the eviction key: largest first)."""
+    def expected_wait(self, unit: tuple[int, int], chance: float | None = None) -> float:
+        """Expected layer steps until ``unit`` is picked again (the eviction key: largest first);
+        ``chance`` of a pick at its layer's next pass instead of the decayed count's."""
         steps = (self.position.get(unit[0], 0) - self.current) % self.n_layers or self.n_layers
-        p = self.chance(unit)
+        p = self.chance(unit) if chance is None else chance
         return math.inf if p <= 0 else steps + self.n_layers * (1.0 / p - 1.0)
 
     def level(self, unit: tuple[int, int]) -> float:

@@ -15,7 +15,13 @@ Policies differ in what leaves first:
   unit's chance of being picked at its layer's next pass is its pick count decayed with a
   half-life of a few tokens, and a layer already passed this token waits a whole token
   longer than one still to come. On real routers' traces it beats lru, lfu and hot at one
-  and two tokens' worth of cache (docs/real-traces.md), so it is the default.
+  and two tokens' worth of cache (docs/real-traces.md).
+- ``auto`` (the default): whichever of lru, lfu, decay and ``rank`` would have hit most over the
+  recent routing (adaptive_policy.py keeps their shadow directories); the victims come from that
+  order. No one order wins on every router (decay loses to lru on some at one token's picks).
+- ``rank`` (a candidate of auto, not offered alone): decay, but a unit its layer's last pass
+  picked has the mean of decay's chance and how often that router slot's pick came back at the
+  next pass (pick_rank.py).
 Ties left by a key go to the unit that came in first.
 
 Why heaps: a 61-layer model with 384 experts a layer keeps ~22k units resident, and every
@@ -32,9 +38,13 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from shardscope.engine.experts.adaptive_policy import ShadowDirectories
 from shardscope.engine.experts.decaying_frequency import DecayingFrequency
+from shardscope.engine.experts.pick_rank import PickRank
 
-POLICIES = ("decay", "lru", "lfu", "hot")
+AUTO = "auto"
+POLICIES = (AUTO, "decay", "lru", "lfu", "hot")
+ORDERS = ("decay", "lru", "lfu", "hot", "rank")  # what a victim is chosen by (auto picks one of them)
 Unit = tuple[int, int]  # (layer, expert)
 
 
@@ -47,12 +57,16 @@ class Access:
 
 class ExpertCache:
     def __init__(self, policy: str, capacity_bytes: int, unit_bytes: Mapping[int, int],
-                 n_expert_used: int | None = None):
-        if policy not in POLICIES:
+                 n_expert_used: int | None = None, *, trackers: tuple | None = None):
+        """``trackers`` (decaying, ranks): a shadow's, shared with the live cache that updates them."""
+        if policy not in POLICIES and policy not in ORDERS:
             raise ValueError(f"expert policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self._policy = policy
-        self.capacity_bytes = int(capacity_bytes)
+        self._order = policy  # the order victims leave in (auto: its shadows' leader)
+        self._shadows: ShadowDirectories | None = None
+        self._capacity = int(capacity_bytes)
         self.unit_bytes = dict(unit_bytes)
+        self.n_expert_used = n_expert_used
         self.resident: dict[Unit, int] = {}  # unit → last use tick (read-only outside this class)
         self.counts: dict[Unit, int] = {}
         self._pinned: frozenset[Unit] = frozenset()
@@ -66,7 +80,51 @@ class ExpertCache:
         self._heaps: dict[tuple[bool, int | None], list] = {}
         # decay's estimates (n_expert_used turns a prompt pass's counts into shares of its
         # tokens; without it they are shares of its most-picked expert's count)
-        self.decaying = DecayingFrequency(sorted(self.unit_bytes), n_expert_used)
+        self._owns_trackers = trackers is None
+        if trackers is None:
+            trackers = (DecayingFrequency(sorted(self.unit_bytes), n_expert_used),
+                        PickRank(sorted(self.unit_bytes), n_expert_used))
+        self.decaying, self.ranks = trackers
+        if policy == AUTO:
+            self._follow()
+
+    # ------------------------------------------------------------ auto
+    def _follow(self) -> None:
+        """Shadow directories of auto's candidates, seeded with what is resident now."""
+        self._shadows = ShadowDirectories(
+            lambda name: ExpertCache(name, self._capacity, self.unit_bytes, self.n_expert_used,
+                                     trackers=(self.decaying, self.ranks)), len(self.unit_bytes))
+        self._shadows.seed(self.resident)
+        self._order = self._shadows.leader
+
+    def seed(self, resident: Mapping[Unit, int]) -> None:
+        """Hold ``resident``'s units (unit → last use tick), oldest first (a shadow's start)."""
+        for unit in sorted(resident, key=resident.__getitem__):
+            if unit not in self.resident and self.used_bytes + self.unit_bytes[unit[0]] <= self._capacity:
+                self._insert(unit, resident[unit], self._seq)
+                self._seq += 1
+
+    @property
+    def order(self) -> str:
+        """The order victims leave in now: the policy's, or under auto the candidate it follows."""
+        return self._order
+
+    @property
+    def shadows(self) -> ShadowDirectories | None:
+        return self._shadows
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._capacity
+
+    @capacity_bytes.setter
+    def capacity_bytes(self, capacity: int) -> None:
+        """A new size; the caller evicts what no longer fits (make_room(0)), shadows shrink alike."""
+        self._capacity = int(capacity)
+        if self._shadows is not None:
+            for cache in self._shadows.caches.values():
+                cache.capacity_bytes = self._capacity
+                cache.make_room(0, protected=set())
 
     # ------------------------------------------------------------ policy and pins
     @property
@@ -78,6 +136,10 @@ class ExpertCache:
         if policy not in POLICIES:
             raise ValueError(f"expert policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self._policy = policy
+        self._shadows = None
+        self._order = policy
+        if policy == AUTO:
+            self._follow()
         self._rebuild()
 
     @property
@@ -95,15 +157,15 @@ class ExpertCache:
         first. A new policy is a new key here (recomputed on every access of the unit)."""
         if unit in self._pinned:  # pinned units leave by age alone
             return (self.resident[unit],)
-        if self._policy == "lfu":
+        if self._order == "lfu":
             return self.counts.get(unit, 0), self.resident[unit]
-        if self._policy == "decay":  # within a layer: the lowest decayed count waits longest
+        if self._order in ("decay", "rank"):  # within a layer: the lowest decayed count waits longest
             return self.decaying.level(unit), self.resident[unit]
         return (self.resident[unit],)
 
     def _heap_key(self, unit: Unit) -> tuple[bool, int | None]:
         pinned = unit in self._pinned
-        return pinned, (unit[0] if self._policy == "decay" and not pinned else None)
+        return pinned, (unit[0] if self._order in ("decay", "rank") and not pinned else None)
 
     # ------------------------------------------------------------ reference
     def set_hot(self, counts: Mapping[Unit, int], reserve_bytes: int) -> frozenset[Unit]:
@@ -111,7 +173,7 @@ class ExpertCache:
 
         Only the ``hot`` policy pins; the others ignore the reference.
         """
-        if self._policy != "hot":
+        if self._order != "hot":
             return self.pinned
         room = self.capacity_bytes - reserve_bytes
         pinned: list[Unit] = []
@@ -137,8 +199,16 @@ class ExpertCache:
         picked = [(layer, e) for e in dict.fromkeys(experts)]
         size = self.unit_bytes[layer]
         self._tick += 1
-        # kept under every policy (O(picks)), so a live switch to decay starts with the run's history
-        self.decaying.picked(layer, [u[1] for u in picked], weights)
+        # kept under every policy (O(picks)), so a live switch to decay starts with the run's history;
+        # a shadow's are the live cache's (updated there, once)
+        if self._owns_trackers:
+            self.decaying.picked(layer, [u[1] for u in picked], weights)
+            self.ranks.picked(layer, [u[1] for u in picked], bool(weights))
+        if self._shadows is not None:
+            leader = self._shadows.access(layer, [u[1] for u in picked], weights)
+            if leader != self._order:
+                self._order = leader
+                self._rebuild()
         # The picks become the most recent in router order, hits and misses alike: units touched
         # by one access tie on the tick, and their touch order breaks the tie.
         touch = {unit: self._seq + i for i, unit in enumerate(picked)}
@@ -206,12 +276,18 @@ class ExpertCache:
         try:
             classes = [False, True] if allow_pinned else [False]
             for pinned in classes:
-                while self.used_bytes + need > self.capacity_bytes:
-                    entry = self._next_victim(pinned, protected, skipped)
-                    if entry is None:
-                        break
+                if self.used_bytes + need <= self.capacity_bytes:
+                    continue
+                # each heap's candidate, computed once: a victim changes only its own heap's
+                heads: list[tuple] = []
+                for key, heap in self._heaps.items():
+                    if key[0] == pinned and heap:
+                        self._push_candidate(heads, key, protected, skipped)
+                while heads and self.used_bytes + need > self.capacity_bytes:
+                    _, _, key, entry = heapq.heappop(heads)
                     self.discard(entry[2])
                     evicted.append(entry[2])
+                    self._push_candidate(heads, key, protected, skipped)
             if self.used_bytes + need > self.capacity_bytes:
                 raise ValueError(f"{need} bytes of picked experts do not fit a {self.capacity_bytes}-byte cache")
         finally:
@@ -219,41 +295,57 @@ class ExpertCache:
                 heapq.heappush(self._heaps[self._heap_key(entry[2])], entry)
         return evicted
 
-    def _live_head(self, heap: list, protected: set[Unit], skipped: list) -> tuple | None:
-        """The heap's first live, unprotected entry (left on the heap), dropping stale ones."""
+    def _live_head(self, heap: list, protected: set[Unit], skipped: list, skip: Mapping = {}) -> tuple | None:
+        """The heap's first live, unprotected entry (left on the heap), dropping stale ones; entries
+        of experts in ``skip`` (rank: the layer's last picks, weighed apart) are set aside too."""
         while heap:
             entry = heap[0]
             unit = entry[2]
             if self._entry.get(unit) is not entry:
                 heapq.heappop(heap)  # stale: the unit left, or its key changed since
-            elif unit in protected:
+            elif unit in protected or unit[1] in skip:
                 skipped.append(heapq.heappop(heap))
             else:
                 return entry
         return None
 
-    def _next_victim(self, pinned: bool, protected: set[Unit], skipped: list) -> tuple | None:
-        """The next unit to leave from the ``pinned`` class (its entry stays on its heap and goes
-        stale once the unit is discarded): one heap's head, or under decay the layer heads'
-        longest expected wait (ties: least recently used)."""
-        heaps = [h for (p, _), h in self._heaps.items() if p == pinned and h]
-        best, best_rank = None, None
-        for heap in heaps:
-            entry = self._live_head(heap, protected, skipped)
-            if entry is None:
-                continue
-            rank = ()
-            if not pinned and self._policy == "decay":
-                if self.decaying.chance(entry[2]) >= 1.0:
-                    # the head has the layer's lowest count, so every unit of the layer is sure to be
-                    # picked at its next pass: they all wait alike and the least recent one leaves
-                    entry = min((e for e in heap if self._entry.get(e[2]) is e and e[2] not in protected),
-                                key=lambda e: (self.resident[e[2]], self._since[e[2]]))
-                unit = entry[2]
-                rank = (-self.decaying.expected_wait(unit), self.resident[unit], self._since[unit])
-            if best is None or rank < best_rank:
-                best, best_rank = entry, rank
-        return best
+    def _push_candidate(self, heads: list, key: tuple, protected: set[Unit], skipped: list) -> None:
+        """Push heap ``key``'s next victim onto ``heads`` as (rank, since, key, entry), if it has one:
+        its head, or under decay the head ranked by its expected wait (ties: least recently used);
+        under rank the layer's last picks are weighed beside its head with their slot's repeat
+        rate. Across heaps (decay: one per layer) the smallest rank leaves first."""
+        pinned, layer = key
+        heap = self._heaps[key]
+        by_wait = not pinned and self._order in ("decay", "rank")
+        ranked = self.ranks.rank.get(layer, {}) if by_wait and self._order == "rank" else {}
+        entry = self._live_head(heap, protected, skipped, ranked)
+        rank = ()
+        decaying = self.decaying
+        if entry is not None and by_wait:
+            chance = decaying.chance(entry[2])
+            if chance >= 1.0:
+                # the head has the layer's lowest count, so every unit of the layer is sure to be
+                # picked at its next pass: they all wait alike and the least recent one leaves
+                entry = min((e for e in heap if self._entry.get(e[2]) is e and e[2] not in protected
+                             and e[2][1] not in ranked),
+                            key=lambda e: (self.resident[e[2]], self._since[e[2]]))
+            unit = entry[2]
+            rank = (-decaying.expected_wait(unit, chance), self.resident[unit], self._since[unit])
+            if ranked and chance < self.ranks.lowest[layer]:
+                ranked = {}  # no last pick of the layer can wait longer than its head
+        if ranked:
+            repeat = self.ranks.repeat_by_slot[layer]
+            resident = self.resident
+            for expert, slot in ranked.items():
+                unit = (layer, expert)
+                if unit in protected or unit not in resident:
+                    continue
+                mine = (-decaying.expected_wait(unit, 0.5 * (decaying.chance(unit) + repeat[slot])),
+                        resident[unit], self._since[unit])
+                if entry is None or mine < rank:
+                    entry, rank = self._entry[unit], mine
+        if entry is not None:
+            heapq.heappush(heads, (rank, entry[1], key, entry))
 
     def _insert(self, unit: Unit, tick: int, since: int) -> None:
         self.resident[unit] = tick

@@ -1,0 +1,73 @@
+"""``auto``: follow whichever candidate order would have hit most over the recent routing.
+
+No single eviction order wins on every router: decay beats lru by 3-8 points on the three
+public traces, but on another model's trace at one token's picks it loses to lru by more than
+4 (issue 34), and on a router whose preferences never drift lfu wins. So the live cache keeps a
+shadow directory per candidate (lru, lfu, decay, rank: expert ids and their ticks only, no
+data, the same byte capacity), replays every access through each, and scores each by its
+decoded hits with a half-life of ``WINDOW_TOKENS`` tokens. The live cache evicts in the order
+of the leader; a challenger takes over only when its score passes the leader's by more than
+``MARGIN`` (a share of the leader's score), so two orders that hit alike do not swap back and
+forth (each swap costs the misses of the units the two keep differently). Nothing is loaded
+or evicted by a switch: the next victims just come from the new order.
+
+It is online (the scores are of past accesses only) and deterministic, so ``replay``, the
+cacheability curve, ``plan --trace`` and a live run take the same decisions. Its cost per
+access is one shadow access per candidate: O(k·candidates) dictionary and heap steps
+(bench/policy_search.py --cost prints it per token).
+
+None of the constants were fitted to a trace: the candidates are the engine's orders, the
+first leader is decay (the measured best on real routers before any decoded token is scored),
+the window is two decay half-lives and the margin a few percent.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+CANDIDATES = ("decay", "lru", "lfu", "rank")  # the first leads until a decoded pass is scored
+WINDOW_TOKENS = 16.0  # the scores' half-life, in decoded tokens
+MARGIN = 0.05  # a challenger must score this share above the leader to take over
+
+
+class ShadowDirectories:
+    def __init__(self, make_cache: Callable[[str], object], n_layers: int,
+                 candidates: Iterable[str] = CANDIDATES, window_tokens: float = WINDOW_TOKENS,
+                 margin: float = MARGIN):
+        self.caches = {name: make_cache(name) for name in candidates}
+        self.names = tuple(self.caches)
+        self.keep = 0.5 ** (1.0 / (window_tokens * max(n_layers, 1)))  # per layer access
+        self.margin = margin
+        self.score = dict.fromkeys(self.names, 0.0)
+        self.hits = dict.fromkeys(self.names, 0)  # decoded hits over the whole run, per candidate
+        self.leader = self.names[0]
+        self.switches = 0
+
+    def access(self, layer: int, experts: list[int], weights: Mapping[int, int] | None) -> str:
+        """Replay one access through every shadow; the order to evict by from now on."""
+        keep = self.keep
+        score = self.score
+        for name, cache in self.caches.items():
+            got = cache.access(layer, experts, weights)
+            if weights is None:  # decoded passes only: a prompt's union hits nothing useful
+                n = len(got.hits)
+                self.hits[name] += n
+                score[name] = score[name] * keep + n
+        if weights is None:
+            best = max(self.names, key=score.__getitem__)
+            if best != self.leader and score[best] > score[self.leader] * (1.0 + self.margin):
+                self.leader = best
+                self.switches += 1
+        return self.leader
+
+    def seed(self, resident: Mapping[tuple[int, int], int]) -> None:
+        """Start every shadow from the live cache's units (a switch to auto mid-run)."""
+        for cache in self.caches.values():
+            cache.seed(resident)
+
+    def set_capacity(self, capacity_bytes: int) -> None:
+        for cache in self.caches.values():
+            cache.capacity_bytes = capacity_bytes
+
+
+__all__ = ["ShadowDirectories", "CANDIDATES", "WINDOW_TOKENS", "MARGIN"]
