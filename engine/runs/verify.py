@@ -354,7 +354,7 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
         checks.append(_not_checked("resident_weights_mb vs mapped (timeline)",
                                    "smaps Rss of the mapping, another process", why))
         checks.append(_not_checked("resident_weights_mb (CSV, peak)", _source("resident_weights_mb"), why))
-    if gen:
+    else:
         checks += _series_checks(pairs, gen, window, allowance_mb)
         # A peak is one instant: the engine's sample may catch a transient (a load landing
         # before an eviction) that no outside reading saw, or miss one that an outside
@@ -372,7 +372,7 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
     n_eval, t_eval_ms = perf_end.get("n_eval", 0), perf_end.get("t_eval_ms", 0.0)
     if not (n_eval > 0 and t_eval_ms > 0):
         checks.append(_not_checked("avg_ts (CSV)", _source("avg_ts"), "llama.cpp timed no decoded token"))
-    if n_eval > 0 and t_eval_ms > 0:
+    else:
         # After a rebuilt context llama.cpp counts from there: compare the tokens it
         # counted, the last n_eval ones.
         ours = [durations[i] for i in sorted(durations)][-n_eval:]
