@@ -211,7 +211,7 @@ def size_shape(
     ssd_mb_s: float | None,
     expert_hit_rate: float | None = None,
     expert_trace=None,
-    expert_policy: str = "decay",
+    expert_policy: str = "auto",
 ) -> SizingResult:
     if isinstance(device, str):
         device = get_device(device)

@@ -141,7 +141,7 @@ def size_from_gguf_header(
     ssd_mb_s: float | None = None,
     expert_hit_rate: float | None = None,
     expert_trace=None,
-    expert_policy: str = "decay",
+    expert_policy: str = "auto",
 ) -> SizingResult:
     """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
 

@@ -94,7 +94,7 @@ def size_from_numbers(
     ssd_mb_s: float | None = None,
     expert_hit_rate: float | None = None,
     expert_trace=None,
-    expert_policy: str = "decay",
+    expert_policy: str = "auto",
 ) -> SizingResult:
     """Plan a model given by its size (see the module doc for every formula).
 

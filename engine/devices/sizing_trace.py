@@ -117,7 +117,7 @@ def size_from_trace(
     compute_s_per_token: float = 0.0,
     ssd_mb_s: float | None = None,
     expert_hit_rate: float | None = None,
-    expert_policy: str = "decay",
+    expert_policy: str = "auto",
     use_trace_hit: bool = True,
 ) -> SizingResult:
     """Plan the trace's own model from its header; the hit rate is replayed from the same trace

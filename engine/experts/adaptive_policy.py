@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Mapping
 CANDIDATES = ("decay", "lru", "lfu", "rank")  # the first leads until a decoded pass is scored
 WINDOW_TOKENS = 16.0  # the scores' half-life, in decoded tokens
 MARGIN = 0.05  # a challenger must score this share above the leader to take over
+NOISE = 0.0  # ... plus this many standard deviations of its count (1-2 measured worse: slower to leave)
 
 
 class ShadowDirectories:
@@ -38,6 +39,7 @@ class ShadowDirectories:
         self.names = tuple(self.caches)
         self.keep = 0.5 ** (1.0 / (window_tokens * max(n_layers, 1)))  # per layer access
         self.margin = margin
+        self.noise = NOISE
         self.score = dict.fromkeys(self.names, 0.0)
         self.hits = dict.fromkeys(self.names, 0)  # decoded hits over the whole run, per candidate
         self.leader = self.names[0]
@@ -55,7 +57,8 @@ class ShadowDirectories:
                 score[name] = score[name] * keep + n
         if weights is None:
             best = max(self.names, key=score.__getitem__)
-            if best != self.leader and score[best] > score[self.leader] * (1.0 + self.margin):
+            lead = score[self.leader]
+            if best != self.leader and score[best] > lead * (1.0 + self.margin) + self.noise * lead ** 0.5:
                 self.leader = best
                 self.switches += 1
         return self.leader

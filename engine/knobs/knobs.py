@@ -123,11 +123,12 @@ class RunSettings:
         streams="experts",
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(
-        "decay", label="Expert policy", short="expert policy", choices=("decay", "lru", "lfu", "hot"),
-        flag="--expert-policy", sweep="str", sweep_rank=9, tune="decay,lru,lfu,hot", tune_rank=6,
+        "auto", label="Expert policy", short="expert policy", choices=("auto", "decay", "lru", "lfu", "hot"),
+        flag="--expert-policy", sweep="str", sweep_rank=9, tune="auto,decay,lru,lfu,hot", tune_rank=6,
         live=True, setter="set_expert_policy", streams="experts",
-        tip="Which cached experts make room: decay (the longest expected wait by a decaying pick count; best on "
-            "real routers' traces, docs/real-traces.md), least recently used, least frequently used, or keep the hot set")
+        tip="Which cached experts make room: auto (follows whichever of lru, lfu, decay and a router-rank decay "
+            "would have hit most over the last tokens; docs/real-traces.md), decay (the longest expected wait by a "
+            "decaying pick count), least recently used, least frequently used, or keep the hot set")
     expert_speculation: bool = knob(
         False, label="Expert speculation", short="speculation", flag="--expert-speculation", sweep="bool",
         sweep_rank=10, tune="off,on", tune_rank=7, live=True, setter="set_expert_speculation", streams="experts",
