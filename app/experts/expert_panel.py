@@ -78,7 +78,7 @@ class ExpertPanel(QWidget):
         self.map = ExpertMap()
         self.map.setMinimumHeight(140)
         ml.addWidget(self.map, 1)
-        self.advice = QLabel("")  # the engine's one line when the cache cannot help the policy
+        self.advice = QLabel("")  # the engine's one line when another policy hits more on the run's routing
         self.advice.setWordWrap(True)
         self.advice.setStyleSheet("color: #a04000")
         self.advice.hide()
@@ -133,7 +133,7 @@ class ExpertPanel(QWidget):
 
     def show_advice(self, text: str) -> None:
         """The last round's cache advice in the window's words ("" hides it)."""
-        self.advice.setText(f"{text} (set Expert policy to decay)" if text else "")
+        self.advice.setText(text)  # names the policy, the trace replayed and the margin (or a tie)
         self.advice.setVisible(bool(text))
 
     def _timed_poll(self) -> None:

@@ -85,7 +85,7 @@ def _print_experts(s) -> None:
           f"{s.dense_mb_per_token:.2f} + other {other:.2f} (read, not loaded by the streamer); waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
           f"{s.compute_ms_per_token:.1f} ms")
     if s.expert_advice:
-        print(f"note       {s.expert_advice} (--expert-policy decay)")
+        print(f"note       {s.expert_advice}")  # names the policy, the trace replayed and the margin
     if s.expert_speculation:
         print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
     if s.trace_path:

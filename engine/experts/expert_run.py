@@ -60,7 +60,7 @@ class ExpertRunSummary(RunSummary):
     prompt_batch_tokens: int = 0  # prompt tokens per llama_decode (all of them when the cache holds a layer's bank)
     prompt_mb_read: float = 0.0  # the kernel's read_bytes from the prompt's start to its first token
     trace_path: str = ""
-    expert_advice: str = ""  # a line when the cache cannot help the policy (expert_cache.cache_advice)
+    expert_advice: str = ""  # a better policy on the run's own routing, and by how much (policy_advice.py)
 
     @staticmethod
     def columns() -> list[str]:
@@ -296,7 +296,8 @@ class ExpertRun(RunSkeleton):
             load_mechanism=streamer.io.load_mechanism, evict_mechanism=streamer.io.evict_mechanism,
             n_expert=self.moe.n_expert, n_expert_used=self.moe.n_expert_used,
             expert_cache_mb=round(self.cache_bytes / MIB, 1), expert_policy=s.expert_policy,
-            expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used),
+            expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used,
+                                       self.routing_records()),
             expert_speculation=s.expert_speculation,
             trace_path=self.trace_path or "",
             prompt_batch_tokens=min(self.prompt_batch_tokens or result.prompt_tokens, result.prompt_tokens),

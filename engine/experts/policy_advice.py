@@ -1,0 +1,48 @@
+"""Which expert policy to use, and how sure: a replay of a routing trace at the cache's size.
+
+The advice names the trace it replayed (a file, or the run's own routing and its token count),
+the cache size, both hit rates and the margin in points; a margin under ``TIE_POINTS`` is
+reported as a tie, not a recommendation (two orders within a point on one trace of a hundred
+tokens swap places on the next: docs/real-traces.md). Used by ``bench``'s note, the window's
+advice line and ``replay``'s summary line.
+"""
+
+from __future__ import annotations
+
+from shardscope.engine.base.units import MIB
+from shardscope.engine.experts.expert_cache import AUTO, POLICIES
+from shardscope.engine.experts.routing_trace import RoutingTrace
+
+TIE_POINTS = 1.0
+ONLINE = tuple(p for p in POLICIES if p != "hot")  # hot needs a prompt's reference: not advised
+
+
+def compare(rates: dict[str, float], policy: str, where: str, cache_mb: float) -> str:
+    """One line from hit rates (0..1 per policy, ``policy`` among them): "" when ``policy``
+    is the best or no rate is known; a tie under TIE_POINTS; else the better policy by how much."""
+    known = {p: r for p, r in rates.items() if r == r}
+    if policy not in known or len(known) < 2:
+        return ""
+    best = max(known, key=lambda p: (known[p], p == policy, p == AUTO))
+    if best == policy:
+        return ""
+    margin = 100 * (known[best] - known[policy])
+    head = f"replaying {where} at {cache_mb:,.0f} MiB: {best} {100 * known[best]:.1f} % vs {policy} {100 * known[policy]:.1f} %"
+    if margin < TIE_POINTS:
+        return f"{head}: the policies tie ({margin:.1f} points apart, under {TIE_POINTS:g})"
+    return f"{head}: {best} by {margin:.1f} points (expert policy {best})"
+
+
+def advise(trace: RoutingTrace, cache_bytes: int, policy: str, where: str) -> str:
+    """Replay ``trace`` at ``cache_bytes`` through ``policy`` and the online policies; compare()."""
+    from shardscope.engine.experts.replay import min_cache_bytes, replay_one
+
+    decoded = {r.token for r in trace.records if not r.prompt}
+    if not decoded or cache_bytes < min_cache_bytes(trace):
+        return ""
+    policies = dict.fromkeys(ONLINE + (policy,))
+    rates = {p: replay_one(trace, p, cache_bytes).expert_hit_rate for p in policies}
+    return compare(rates, policy, f"{where} ({len(decoded)} tokens)", cache_bytes / MIB)
+
+
+__all__ = ["advise", "compare", "TIE_POINTS", "ONLINE"]
