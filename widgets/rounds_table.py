@@ -59,6 +59,9 @@ class RoundsTable(QWidget):
             header.setToolTip(col.tip or col.key)
             t.setHorizontalHeaderItem(i, header)
         t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Sized from the rows on screen, not up to 1000 of them (Qt's default): a round's cost to
+        # the window must not grow with the session.
+        t.horizontalHeader().setResizeContentsPrecision(0)
         t.horizontalHeader().setStretchLastSection(True)
         t.setSortingEnabled(True)
         t.itemSelectionChanged.connect(self._update_buttons)

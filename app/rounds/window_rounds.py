@@ -20,6 +20,7 @@ from shardscope.widgets import ChartGhosts, RoundsTable, format_number
 class WindowRounds:
     def _build_rounds(self) -> RoundsTable:
         self.rounds: list[Round] = []
+        self._round_rows: list[dict] = []  # round_values of each round, in order
         self._round_start: float | None = None  # window time of the running round's first sample
         # Live knob changes the running run took: (window time, settings before). A round
         # that spans one is recorded as mixed, with both values (rounds.Round.start_settings).
@@ -65,7 +66,9 @@ class WindowRounds:
         if not r.mixed_knobs():
             r.start_settings = None  # changed and changed back, or a knob the table does not show
         self.rounds.append(r)
-        self.rounds_table.add_row(r.number, round_values(r), round_tips(r))
+        values = round_values(r)
+        self._round_rows.append(values)  # kept: the column fit reads every row each round
+        self.rounds_table.add_row(r.number, values, round_tips(r))
         self._fit_columns()
         return r
 
@@ -74,7 +77,7 @@ class WindowRounds:
         dense model) is hidden, and so is one every round shares once there are two rounds;
         the shared values are listed under the table instead."""
         shared, hidden = [], []
-        rows = [round_values(r) for r in self.rounds]
+        rows = self._round_rows
         for col in round_columns():
             if col.key not in ("model", "mixed", *SWEPT):
                 continue
@@ -114,6 +117,7 @@ class WindowRounds:
         for r in self.rounds:
             r.projection = self.device_panel.project(r.summary)
             values, tips = round_values(r), round_tips(r)
+            self._round_rows[r.number - 1] = values
             for key in ("projected_ts", "device", "bound"):
                 self.rounds_table.set_cell(r.number, key, values[key], tips.get(key, ""))
         base = self.baseline_round()
