@@ -42,12 +42,12 @@ from shardscope.app.experts.window_experts import WindowExperts
 from shardscope.app.files.window_files import WindowFiles
 from shardscope.app.profiles.window_profiles import WindowProfiles
 from shardscope.app.rounds.window_rounds import WindowRounds
+from shardscope.app.window.idle_panels import WindowIdlePanels
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.devices.devices import get_device
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.layout.budget_minimum import min_budget_mb
-from shardscope.engine.layout.moe_layout import MoeLayout, streams_experts
+from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.knobs.profile_file import Profile
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.shard_plan import ShardPlan
@@ -58,7 +58,7 @@ from shardscope.engine.stream.streaming_run import RunSummary
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 
 
-class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMainWindow):
+class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, WindowIdlePanels, QMainWindow):
     run_finished = Signal()
     error_shown = Signal(str)
     model_opened = Signal(str)  # resolved path, once probed
@@ -254,28 +254,6 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         if not self._push(self.current_settings(), describe_change(key, old, new)):
             self.controls.set_value(key, old)  # the engine kept the old value: show that
 
-    def _minimum_mb(self) -> float | None:
-        """The open file's minimum budget where it is not the layered one: an MoE file's (the budget
-        slider's floor, what ``shardscope size`` prints); None for a dense model."""
-        info = self.model_info
-        if info is None or info.moe is None:
-            return None
-        return float(min_budget_mb(info.moe, self.current_settings().expert_speculation))
-
-    def _show_idle_plan(self) -> None:
-        """Before Run (or after Stop): what the next Run streams, every shard evicted. An MoE file
-        over the budget streams its experts (no shards); its minimum is the MoE one either way."""
-        info, settings = self.model_info, self.current_settings()
-        if info is None or self.is_running():
-            return
-        minimum = self._minimum_mb()
-        if info.moe is not None and streams_experts(info.moe, settings.budget_mb):
-            self.run_view.show_expert_streaming(info.moe)
-            caption = self.run_view.shard_caption
-            caption.setText(f"{caption.text()}; minimum budget {minimum:,.0f} MiB")
-        else:
-            self.run_view.show_plan(info.plan, settings, minimum)
-
     def mark(self, label: str) -> None:
         """A vertical marker at the newest sample's time on every chart."""
         self.chart.mark_event(self.runs.last_t, label)
@@ -293,21 +271,6 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         self.projection = self.device_panel.project(self.last_round)
         self._show_projection()
         self._show_expert_cache()
-
-    def _follow_device_ssd(self) -> None:
-        """An SSD emulation that is on emulates the chosen device's disk: a new preset moves it to
-        that preset's read rate (as the user would, so a running run takes it live). Off stays off:
-        then the runs measure this machine's own disk."""
-        device_id, current = self.device_id(), self.current_settings().ssd_mb_s
-        if not device_id or not current:
-            return
-        try:
-            rate = get_device(device_id).ssd_read_mb_s
-        except ShardscopeError:
-            return
-        if rate != current:
-            self.controls.commit("ssd_mb_s", rate)
-            self.statusBar().showMessage(f"SSD emulation follows {device_id}: {rate:g} MB/s", 5000)
 
     def _show_projection(self) -> None:
         p = self.projection
@@ -369,16 +332,6 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, QMain
         if not quiet:
             self.statusBar().showMessage(f"opened {info.path}", 5000)
             self.model_opened.emit(info.path)
-
-    def _forget_shown_run(self) -> None:
-        """Another model: no panel keeps the old model's figures (token count, rates, its last round,
-        its text, its projection). The rounds table keeps its rows: each names its model."""
-        self.live_numbers.clear()
-        self.round_numbers.clear()
-        self.run_view.round_box.setToolTip("")
-        self.text_view.clear()
-        self.projection = None
-        self._show_projection()
 
     # ==================================================================== runs
     def start_run(self) -> None:
