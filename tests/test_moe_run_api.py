@@ -136,6 +136,8 @@ def test_session_trace_gives_the_same_curve_as_shardscope_replay(small_moe, tmp_
     assert main(["replay", str(trace), "--cache-mb", "34,48,90", "--policy", "lru,lfu,hot"]) == 0
     printed = {}
     for line in capsys.readouterr().out.splitlines()[2:]:
+        if not line.startswith("|"):  # the verdict lines under the table (best policy per size)
+            continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         printed[(cells[1], float(cells[2]))] = cells[3]
     assert set(printed) == {(p, mb) for p in policies for mb in sizes}

@@ -45,4 +45,24 @@ def advise(trace: RoutingTrace, cache_bytes: int, policy: str, where: str) -> st
     return compare(rates, policy, f"{where} ({len(decoded)} tokens)", cache_bytes / MIB)
 
 
-__all__ = ["advise", "compare", "TIE_POINTS", "ONLINE"]
+def best_lines(rows, where: str) -> list[str]:
+    """``replay``'s verdict per cache size: the best online policy replayed there and its margin
+    over the runner-up, or a tie under TIE_POINTS (rows: replay.ReplayRow)."""
+    by_size: dict[float, dict[str, float]] = {}
+    for row in rows:
+        if row.policy in POLICIES and row.expert_hit_rate == row.expert_hit_rate:
+            by_size.setdefault(row.cache_mb, {})[row.policy] = row.expert_hit_rate
+    lines = []
+    for mb, rates in by_size.items():
+        if len(rates) < 2:
+            continue
+        first, second = sorted(rates, key=lambda p: (-rates[p], p != AUTO))[:2]
+        margin = 100 * (rates[first] - rates[second])
+        head = (f"best at {mb:g} MiB replaying {where}: {first} {100 * rates[first]:.1f} %, "
+                f"{second} {100 * rates[second]:.1f} %")
+        lines.append(f"{head}: they tie ({margin:.1f} points apart, under {TIE_POINTS:g})" if margin < TIE_POINTS
+                     else f"{head}: {first} by {margin:.1f} points")
+    return lines
+
+
+__all__ = ["advise", "compare", "best_lines", "TIE_POINTS", "ONLINE"]
