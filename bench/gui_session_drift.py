@@ -73,8 +73,9 @@ def headless(settings: RunSettings, seconds: float) -> float:
     return decode_rate(summaries[1:] or summaries)  # the first round pays the load
 
 
-def window_session(settings: RunSettings, minutes: float) -> dict:
+def window_session(settings: RunSettings, minutes: float, shots: Path | None = None, name: str = "") -> dict:
     app, window = open_window(settings.model_path, settings)
+    window.resize(1600, 1000)
     proc = psutil.Process()
     ended: list[tuple[float, object]] = []  # (seconds into the session, summary)
     rss: list[tuple[float, float]] = []
@@ -91,6 +92,14 @@ def window_session(settings: RunSettings, minutes: float) -> dict:
             print(f"  the run ended by itself: {window.last_error}")
             break
     probe.stop()
+    if shots is not None:  # what the user sees after the session, at both window sizes
+        shots.mkdir(parents=True, exist_ok=True)
+        for w, h in ((1600, 1000), (1280, 800)):
+            window.resize(w, h)
+            pump(app, 3.0)
+            path = shots / f"session-{name}-{w}x{h}.png"
+            window.grab().save(str(path))
+            print(f"  screenshot {path}")
     stop(app, window)
     window.close()
     span = min(minutes * 60, time.perf_counter() - t0)
@@ -103,12 +112,12 @@ def window_session(settings: RunSettings, minutes: float) -> dict:
             "rss_peak": max(r for _, r in rss)}
 
 
-def run_case(name: str, settings: RunSettings, minutes: float, headless_s: float) -> None:
+def run_case(name: str, settings: RunSettings, minutes: float, headless_s: float, shots: Path | None) -> None:
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
           f"{settings.threads} threads, {settings.n_gen} tokens a round", flush=True)
     before = headless(settings, headless_s)
     print(f"  headless before: {before:.2f} tok/s", flush=True)
-    w = window_session(settings, minutes)
+    w = window_session(settings, minutes, shots, name)
     after = headless(settings, headless_s)
     print(f"  headless after:  {after:.2f} tok/s", flush=True)
     ref = (before + after) / 2
@@ -128,6 +137,8 @@ def main() -> None:
     parser.add_argument("--case", choices=("dense", "moe", "both"), default="both")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--moe-size-mb", type=int, default=240)
+    parser.add_argument("--shots", type=Path, default=None,
+                        help="folder for screenshots of the window at 1600x1000 and 1280x800 after each session")
     args = parser.parse_args()
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     if args.case in ("dense", "both"):
@@ -135,13 +146,13 @@ def main() -> None:
         size_mb = os.path.getsize(model) / MIB
         settings = RunSettings(model_path=model, budget_mb=215, shard_mb=8, prefetch_depth=1,  # min 202 MiB: globals 175
                                threads=args.threads, n_gen=32, n_ctx=256)
-        run_case("dense", settings, args.minutes, args.headless_s)
+        run_case("dense", settings, args.minutes, args.headless_s, args.shots)
     if args.case in ("moe", "both"):
         model = moe_model(args.moe_size_mb)
         size_mb = os.path.getsize(model) / MIB
         settings = RunSettings(model_path=model, budget_mb=int(size_mb * 0.5), expert_cache_mb=0,
                                threads=args.threads, n_gen=32, n_ctx=256)
-        run_case("moe", settings, args.minutes, args.headless_s)
+        run_case("moe", settings, args.minutes, args.headless_s, args.shots)
 
 
 if __name__ == "__main__":

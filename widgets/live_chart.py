@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QRectF, QTimer
+from PySide6.QtCore import QEvent, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QGraphicsItem, QWidget
 
@@ -61,6 +61,23 @@ class _Level:
     line: pg.InfiniteLine
     label: str
     shown: bool = False  # set_level gave it a value (the line may still be off-range, see level_within)
+
+
+def _title_never_widens(label: pg.LabelItem) -> None:
+    """A plot title that is cut at the plot's width instead of setting the chart's minimum
+    width: pyqtgraph sizes a LabelItem to its text, so one long title (or a note added to
+    it during a run) made the whole chart wider than its pane, and the legends and the
+    newest samples went past the window's edge."""
+    def update_min() -> None:
+        height = label.itemRect().height()
+        label.setMinimumWidth(0)
+        label.setMinimumHeight(height)
+        label._sizeHint = {Qt.SizeHint.MinimumSize: (0, height), Qt.SizeHint.PreferredSize: (0, height),
+                           Qt.SizeHint.MaximumSize: (-1, -1), Qt.SizeHint.MinimumDescent: (0, 0)}
+        label.updateGeometry()
+
+    label.updateMin = update_min  # pyqtgraph calls it after every setText
+    label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape)
 
 
 def _escape_format(text: str) -> str:
@@ -125,6 +142,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         if key in self._plots:
             raise ValueError(f"LiveChart already has a plot {key!r}")
         item: pg.PlotItem = self.ci.addPlot(row=len(self._plots), col=0)
+        _title_never_widens(item.titleLabel)
         item.setTitle(title, size="9pt", color=self._fg.name())
         item.setLabel("left", units)
         item.setLabel("bottom", "time", units="s")
