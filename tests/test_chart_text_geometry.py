@@ -84,5 +84,11 @@ def test_no_text_over_text_in_the_charts(qtbot, window, size, moe) -> None:
     blocks = _text_rects(window.chart)
     names = [n for n, _ in blocks]
     assert any("budget 70" in n for n in names) and any(n.startswith("p t budget") for n in names), names
+    # Everything inside the chart's own pane: a title sized to its text once widened the chart
+    # past it, and legends went off the window's edge.
+    pane = window.chart.mapToScene(window.chart.viewport().rect()).boundingRect()
+    for name, rect in blocks:
+        if name == "legend" or name.startswith(("p t budget", "budget", "emulated", "projected")):
+            assert rect.right() <= pane.right() + 1, f"{name!r} runs past the chart's edge at {size}"
     for (a, ra), (b, rb) in itertools.combinations(blocks, 2):
         assert not ra.intersects(rb), f"{a!r} prints over {b!r} at {size[0]}x{size[1]}"
