@@ -136,6 +136,6 @@ def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_it
 
 def test_the_cache_advice_speaks_only_when_lru_cannot_hit():
     units = {layer: 4 * MIB for layer in range(10)}  # one token picks 2 × 10 × 4 MB = 80 MB
-    assert "auto by 9.0 points" in cache_advice("lru", 60 * MIB, units, 2)
+    assert "auto by 8.9 points" in cache_advice("lru", 60 * MIB, units, 2)
     assert cache_advice("lru", 80 * MIB, units, 2) == ""
     assert cache_advice("hot", 60 * MIB, units, 2) == ""
