@@ -9,6 +9,31 @@ lru to Belady's optimum (engine/experts/optimal_cache.py) at 1x and 2x one token
 
 Findings (docs/decisions.md, "Issue 25: the online policy search"): no candidate reaches half
 the gap; one pass of foresight (oracle-next-pass, not online) does on five of six points.
+
+Issue 34 (the engine's ``auto``: shadow directories of lru, lfu, decay and rank, the live cache
+evicting in the order of the one with the most decoded hits over a 16-token half-life, a 5 %
+margin to switch) — the engine's own replay, not this simulator:
+
+    .venv/bin/python bench/policy_search.py --table [trace.csv ...]   docs/real-traces.md's table
+    .venv/bin/python bench/policy_search.py --cost                    auto's CPU per decoded token
+
+Candidates for auto that lost (mean share of the lru→optimum gap over the six points; decay
+alone 24.96 %; every variant below starts from decay):
+  shadows lru, lfu, decay, the live cache switching its eviction key      24.37 %
+  ... the live cache evicting first what the leader's shadow does not hold 23.66 %
+  ... window 64 tokens                                                    24.64 %
+  ... one leader per group of 4 layers (outcast eviction)                 23.14 %
+  ... one leader per layer                                                21.45 %
+  ... plus decay at half-lives 4 and 16 (key switching)                   24.96 %
+  lru, decay, rank followed by their resident sets (policy_search's rank) 27.63 % (gpt-oss at
+      908 MiB 1.0 point below decay: missed "≥ decay − 0.5")
+  kept: lru, lfu, decay, rank, key switching, window 16, margin 5 %       28.31 %, every point
+      within 0.3 of decay and at or above lru
+On generated routers (bench/policy_robustness.py, 4x16x1 to 12x32x4, 6 routing mixes, 1-2x one
+token's picks; auto minus the best of lru, decay, lfu): margin 5 % + one standard deviation of
+the leader's count, worst -2.6 mean -0.67; + two, worst -6.4 mean -1.40 (slower to leave decay
+where lru wins); none, worst -2.9 mean -0.17 (kept: the worst cases are 4-layer top-1 routers,
+where 16 tokens hold 64 picks).
 """
 
 from __future__ import annotations
@@ -468,6 +493,53 @@ def main(names):
         print(f"{name:12} min share {100*min(f):4.0f}%  mean {100*sum(f)/len(f):4.0f}%")
 
 
+def table(paths: list[str]) -> None:
+    """Hit rates of auto, lru, decay and the optimum at 0.5x-4x one token's picks (the engine's replay)."""
+    from shardscope.engine.experts.replay import replay_one
+
+    for path in paths or list(TRACES.values()):
+        trace = load_trace(path)
+        h = trace.header
+        name = next((n for n, p in TRACES.items() if p == path), None)
+        one = SIZES_MB[name][0] if name else h.n_expert_used * sum(h.unit_bytes.values()) / 2**20
+        print(f"\n{path}: one token's picks {one:g} MiB")
+        print("| policy | " + " | ".join(f"{x:g}x {one * x:,.0f} MiB" for x in MULTIPLES) + " |")
+        print("|---|" + "---|" * len(MULTIPLES))
+        for policy in ("auto", "decay", "lru", "optimal"):
+            cells = [f"{100 * replay_one(trace, policy, int(one * x * 2**20)).expert_hit_rate:.1f} %" for x in MULTIPLES]
+            print(f"| {policy} | " + " | ".join(cells) + " |", flush=True)
+
+
+def cost() -> None:
+    """CPU per decoded token of the cache's decisions (what a live run spends in ExpertCache.access),
+    per policy, replaying each public trace at one token's picks: auto's shadows on top of its order."""
+    from shardscope.engine.experts.replay import replay_one
+
+    for name, path in TRACES.items():
+        trace = load_trace(path)
+        n = len({r.token for r in trace.records if not r.prompt})
+        cap = int(SIZES_MB[name][0] * 2**20)
+        ms = {}
+        for policy in ("lru", "decay", "auto"):
+            t0 = time.process_time()
+            replay_one(trace, policy, cap)
+            ms[policy] = 1000 * (time.process_time() - t0) / n
+        h = trace.header
+        print(f"{name:6} {len(h.unit_bytes)} layers x top-{h.n_expert_used}: ms of CPU per decoded token "
+              + ", ".join(f"{p} {v:.2f}" for p, v in ms.items())
+              + f"; auto's shadows cost {ms['auto'] - ms['decay']:.2f} ms a token over decay "
+              f"({(ms['auto'] - ms['decay']) / (len(h.unit_bytes) * h.n_expert_used) * 1000:.0f} us per pick)", flush=True)
+
+
+MULTIPLES = (0.5, 1.0, 1.5, 2.0, 4.0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--table"]:
+        table(sys.argv[2:])
+        sys.exit(0)
+    if sys.argv[1:2] == ["--cost"]:
+        cost()
+        sys.exit(0)
     # the default: the kept candidates and the ceiling (ucp, cal, cross take minutes on Qwen here)
     main(sys.argv[1:] or ["decay", "hl-mix", "oracle-next-pass"])
