@@ -151,7 +151,7 @@ def test_plan_reads_a_foreign_trace(capsys):
     where the header gives 823 MB)."""
     assert main(["plan", "--trace", str(TRACES / "qwen.route.csv")]) == 0
     out = capsys.readouterr().out
-    assert "replayed from the trace of /data/local/tmp/shardllm/Qwen3-30B-A3B-Q4_K_M.gguf, decay, 128 tokens" in out
+    assert "replayed from the trace of /data/local/tmp/shardllm/Qwen3-30B-A3B-Q4_K_M.gguf, auto, 128 tokens" in out
     assert "bytes from  the trace header of" in out and "a token's picks 823 MB" in out
     assert main(["plan", "--total-params", "30.5e9", "--active-params", "3.3e9", "--bits", "4.8", "--layers", "48",
                  "--trace", str(TRACES / "qwen.route.csv")]) == 2

@@ -30,9 +30,9 @@ def test_every_field_is_a_declared_knob_and_every_range_comes_from_it():
 
 def test_moe_knobs_are_flags_and_profile_keys():
     s = RunSettings()
-    assert (s.expert_cache_mb, s.expert_policy, s.expert_speculation) == (0, "decay", False)
+    assert (s.expert_cache_mb, s.expert_policy, s.expert_speculation) == (0, "auto", False)
     assert all(k in ENABLED and k in SETTINGS_KEYS for k in MOE)
-    with pytest.raises(ShardscopeError, match="'expert_policy' must be one of decay, lru, lfu, hot"):
+    with pytest.raises(ShardscopeError, match="'expert_policy' must be one of auto, decay, lru, lfu, hot"):
         validate(s.with_changes(expert_policy="fifo"))
     with pytest.raises(ShardscopeError, match="'expert_cache_mb' = -1 is out of range"):
         validate(s.with_changes(expert_cache_mb=-1))
@@ -83,8 +83,8 @@ def test_expert_knobs_take_sweep_and_tune_lists():
         parse_knob("--expert-speculation", "maybe", "expert_speculation")
     # A dense model's tune does not spend runs on expert knobs, an expert run's not on shard knobs.
     dense = searched_candidates(DEFAULT_CANDIDATES, experts=False, given={})
-    assert dense["expert_policy"] == ["decay"] and dense["expert_speculation"] == [False]
+    assert dense["expert_policy"] == ["auto"] and dense["expert_speculation"] == [False]
     assert dense["shard_mb"] == DEFAULT_CANDIDATES["shard_mb"]
     moe = searched_candidates(DEFAULT_CANDIDATES, experts=True, given={"shard_mb": [16, 32]})
-    assert moe["expert_policy"] == ["decay", "lru", "lfu", "hot"] and moe["prefetch_depth"] == [0]
+    assert moe["expert_policy"] == ["auto", "decay", "lru", "lfu", "hot"] and moe["prefetch_depth"] == [0]
     assert moe["shard_mb"] == DEFAULT_CANDIDATES["shard_mb"]  # given lists are the caller's business

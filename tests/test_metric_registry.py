@@ -79,7 +79,7 @@ def test_an_moe_bench_writes_expert_figures_to_its_timeline_and_csv(small_moe, t
         assert any(r[figure] not in ("", "nan") for r in generating), figure
     header, rows = read_rows(rows_csv)
     assert header == run_columns()
-    assert rows[0]["expert_policy"] == "decay"  # the default expert policy
+    assert rows[0]["expert_policy"] == "auto"  # the default expert policy
     for figure in EXPERT_FIGURES:
         assert rows[0][figure] != "", figure
 
@@ -95,7 +95,7 @@ def test_dense_and_moe_rows_share_one_csv(small_moe, bundled_model, tmp_path):
     header, rows = read_rows(out)
     assert header == run_columns() and len(rows) == 2
     assert rows[0]["expert_policy"] == "" and rows[0]["expert_hit_rate"] == ""
-    assert rows[1]["expert_policy"] == "decay" and rows[1]["expert_hit_rate"] != ""
+    assert rows[1]["expert_policy"] == "auto" and rows[1]["expert_hit_rate"] != ""
 
 
 def test_an_moe_sweep_names_each_rows_expert_policy(small_moe, tmp_path):

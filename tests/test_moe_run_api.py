@@ -107,7 +107,7 @@ def test_continuous_rounds_live_changes_and_view_match_the_kernel(small_moe):
         dense_mb = run.moe.dense_bytes / MIB
     assert checked["tokens"] == 3 * N_GEN
     assert summaries[0].expert_cache_mb == pytest.approx(60 - dense_mb, abs=0.1)
-    assert summaries[0].expert_policy == "decay"
+    assert summaries[0].expert_policy == "auto"
     assert summaries[2].expert_cache_mb == 36 and summaries[2].expert_policy == "lfu"
     assert summaries[2].n_threads == 1
     assert gen and all(0 <= s.expert_hit_rate <= 1 for s in gen if not math.isnan(s.expert_hit_rate))
