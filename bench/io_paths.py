@@ -2,7 +2,8 @@
 portable POSIX path (pread into anonymous memory placed with MAP_FIXED: what macOS takes),
 engine/stream/io_path.py.
 
-Runs alternate A B A B … (``--rounds`` pairs), each from a cold page cache, so noise from a
+Runs alternate A B A B … (``--rounds`` pairs; ``--order ABBA`` flips every second pair), each
+from a cold page cache, so noise from a
 shared CPU or a noisy disk hits both paths alike. Per run: tok/s, kernel CPU-seconds per GB read
 (getrusage system time of this process ÷ its /proc/self/io read_bytes), and the peak resident
 weights read by another process (Rss of every VMA in the model's address range from
@@ -73,6 +74,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="A B pairs (mremap, portable), interleaved")
     parser.add_argument("--expert-policy", default="lru")
+    parser.add_argument("--order", choices=("ABAB", "ABBA"), default="ABAB",
+                        help="ABBA flips every second pair, so a drift over the run (load, disk) favours neither path")
     args = parser.parse_args()
     if not args.model and not args.dense_mb:
         parser.error("--model or --dense-mb is needed")
@@ -82,10 +85,11 @@ def main() -> int:
     size = os.path.getsize(model)
     print(f"model   {Path(model).name}: {size / GB:.1f} GB, {'MoE' if is_moe else 'dense'}; budget "
           f"{args.budget_mb:.0f} MiB, {args.threads} threads, {args.tokens} tokens, cold cache before each run, "
-          f"runs interleaved mremap/portable × {args.rounds}", flush=True)
+          f"runs interleaved mremap/portable × {args.rounds} ({args.order})", flush=True)
     runs: dict[str, list[dict]] = {MREMAP: [], PORTABLE: []}
-    for _ in range(args.rounds):
-        for path in (MREMAP, PORTABLE):
+    for i in range(args.rounds):
+        pair = (MREMAP, PORTABLE) if args.order == "ABAB" or i % 2 == 0 else (PORTABLE, MREMAP)
+        for path in pair:
             runs[path].append(one(model, path, args, is_moe))
     med = {p: statistics.median(r["summary"].avg_ts for r in rs) for p, rs in runs.items()}
     cpu = {p: statistics.median(r["cpu_s_per_gb"] for r in rs) for p, rs in runs.items()}
