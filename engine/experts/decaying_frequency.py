@@ -73,6 +73,15 @@ class DecayingFrequency:
         p = self.chance(unit) if chance is None else chance
         return math.inf if p <= 0 else steps + self.n_layers * (1.0 / p - 1.0)
 
+    def chance_at_level(self, level: float) -> float:
+        """chance() of a unit whose level() is ``level``."""
+        return 0.0 if level == -math.inf else min(1.0, math.exp(level + self.log_decay * self.step) * self.token_keep)
+
+    def wait_at(self, layer: int, chance: float) -> float:
+        """expected_wait() of a unit of ``layer`` with that chance."""
+        steps = (self.position.get(layer, 0) - self.current) % self.n_layers or self.n_layers
+        return math.inf if chance <= 0 else steps + self.n_layers * (1.0 / chance - 1.0)
+
     def level(self, unit: tuple[int, int]) -> float:
         """A unit's decayed count on a log scale that all units share at every step (log of its
         count now, minus the decay since step 0): fixed between the unit's own picks, so a heap

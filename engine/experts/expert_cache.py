@@ -80,6 +80,7 @@ class ExpertCache:
         self._heaps: dict[tuple[bool, int | None], list] = {}
         # decay's estimates (n_expert_used turns a prompt pass's counts into shares of its
         # tokens; without it they are shares of its most-picked expert's count)
+        self._ranked_pick: dict[int, tuple[int, Unit]] = {}  # rank: layer → (its pass, its last picks' victim)
         self._owns_trackers = trackers is None
         if trackers is None:
             trackers = (DecayingFrequency(sorted(self.unit_bytes), n_expert_used),
@@ -278,13 +279,23 @@ class ExpertCache:
             for pinned in classes:
                 if self.used_bytes + need <= self.capacity_bytes:
                     continue
-                # each heap's candidate, computed once: a victim changes only its own heap's
+                # each heap's candidate, computed once: a victim changes only its own heap's. Under
+                # decay and rank a layer first enters by a bound on its wait (from its heap's first
+                # entry, stale or not: no live unit has a lower count), computed exactly only when
+                # that bound comes first: most layers' heads are never looked at
                 heads: list[tuple] = []
+                by_wait = not pinned and self._order in ("decay", "rank")
                 for key, heap in self._heaps.items():
                     if key[0] == pinned and heap:
-                        self._push_candidate(heads, key, protected, skipped)
+                        if by_wait:
+                            heapq.heappush(heads, ((-self._wait_bound(key, heap),), -1, key, None))
+                        else:
+                            self._push_candidate(heads, key, protected, skipped)
                 while heads and self.used_bytes + need > self.capacity_bytes:
                     _, _, key, entry = heapq.heappop(heads)
+                    if entry is None:  # a bound came first: the layer's exact candidate takes its place
+                        self._push_candidate(heads, key, protected, skipped)
+                        continue
                     self.discard(entry[2])
                     evicted.append(entry[2])
                     self._push_candidate(heads, key, protected, skipped)
@@ -334,18 +345,45 @@ class ExpertCache:
             if ranked and chance < self.ranks.lowest[layer]:
                 ranked = {}  # no last pick of the layer can wait longer than its head
         if ranked:
-            repeat = self.ranks.repeat_by_slot[layer]
-            resident = self.resident
-            for expert, slot in ranked.items():
-                unit = (layer, expert)
-                if unit in protected or unit not in resident:
-                    continue
-                mine = (-decaying.expected_wait(unit, 0.5 * (decaying.chance(unit) + repeat[slot])),
-                        resident[unit], self._since[unit])
+            unit = self._ranked_victim(layer, ranked, protected)
+            if unit is not None:
+                repeat = self.ranks.repeat_by_slot[layer][ranked[unit[1]]]
+                mine = (-decaying.expected_wait(unit, 0.5 * (decaying.chance(unit) + repeat)),
+                        self.resident[unit], self._since[unit])
                 if entry is None or mine < rank:
                     entry, rank = self._entry[unit], mine
         if entry is not None:
             heapq.heappush(heads, (rank, entry[1], key, entry))
+
+    def _wait_bound(self, key: tuple, heap: list) -> float:
+        """No unit of this layer's heap (nor, under rank, of its last picks) waits longer than this."""
+        chance = self.decaying.chance_at_level(heap[0][0][0])
+        if self._order == "rank" and self.ranks.rank.get(key[1]):
+            chance = min(chance, self.ranks.lowest[key[1]])
+        return self.decaying.wait_at(key[1], chance)
+
+    def _ranked_victim(self, layer: int, ranked: Mapping[int, int], protected: set[Unit]) -> Unit | None:
+        """Of the layer's last picks (resident, unprotected), the one with the longest expected wait
+        by its mixed chance, chosen once per pass of the layer and kept while it stays resident and
+        unprotected: all of a layer's chances decay alike, so the choice rarely changes before the
+        layer's next pass, and rechecking k picks for every eviction cost auto most of its time."""
+        passes = self.ranks.passes[layer]
+        cached = self._ranked_pick.get(layer)
+        if cached is not None and cached[0] == passes and cached[1] in self.resident and cached[1] not in protected:
+            return cached[1]
+        decaying, repeat, resident = self.decaying, self.ranks.repeat_by_slot[layer], self.resident
+        best, best_rank = None, None
+        for expert, slot in ranked.items():
+            unit = (layer, expert)
+            if unit in protected or unit not in resident:
+                continue
+            mine = (-decaying.expected_wait(unit, 0.5 * (decaying.chance(unit) + repeat[slot])),
+                    resident[unit], self._since[unit])
+            if best is None or mine < best_rank:
+                best, best_rank = unit, mine
+        if best is not None:
+            self._ranked_pick[layer] = (passes, best)
+        return best
 
     def _insert(self, unit: Unit, tick: int, since: int) -> None:
         self.resident[unit] = tick

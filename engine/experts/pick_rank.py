@@ -22,6 +22,7 @@ class PickRank:
         self.rates = {layer: [[0.5, 1.0] for _ in range(k)] for layer in layers}  # slot → [came back, seen]
         self.rank: dict[int, dict[int, int]] = {layer: {} for layer in layers}  # layer → {expert: slot} of its last pass
         self.repeat_by_slot = {layer: [0.5] * k for layer in layers}  # layer → each slot's rate
+        self.passes = {layer: 0 for layer in layers}  # decoded passes of each layer so far
         self.lowest = {layer: 0.25 for layer in layers}  # layer → half its lowest slot rate: the floor of
         # a last pick's mixed chance (below it, a unit cannot outwait a unit of the last picks)
 
@@ -29,6 +30,7 @@ class PickRank:
         if prompt or layer not in self.rates:
             return
         experts = list(experts)
+        self.passes[layer] += 1
         rates, picked = self.rates[layer], set(experts)
         for expert, slot in self.rank[layer].items():
             rates[slot][1] += 1.0
