@@ -126,7 +126,11 @@ def test_cli_replay_prints_rows(tmp_path, capsys):
     assert main(["replay", str(path), "--cache-mb", "0.01,0.05", "--policy", "lru,hot"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| model | policy | cache_mb | hit_rate")
-    assert len(out) == 2 + 4 and "| m.gguf | hot | 0.05 |" in out[-1]
+    table = [line for line in out if line.startswith("|")]
+    assert len(table) == 2 + 4 and "| m.gguf | hot | 0.05 |" in table[-1]
+    # then one verdict per size: the best of the two, the trace replayed, the margin or a tie
+    assert [line.split(" replaying ")[0] for line in out[len(table):]] == ["best at 0.01 MiB", "best at 0.05 MiB"]
+    assert all(path.name in line and ("tie" in line or "points" in line) for line in out[len(table):])
 
 
 @pytest.mark.parametrize("content, words", [
