@@ -90,6 +90,8 @@ def test_a_live_switch_to_auto_and_a_shrink_keep_the_shadows_in_step():
         cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)) if r.prompt else None)
     cache.policy = "auto"
     assert all(set(s.resident) == set(cache.resident) for s in cache.shadows.caches.values())
+    # seeded with the live cache's ticks, each shadow keeps counting after them: its lru order is the live one's
+    assert all(s._tick >= max(cache.resident.values()) for s in cache.shadows.caches.values())
     cache.capacity_bytes = 8 * MIB
     cache.make_room(0, protected=set())
     assert cache.used_bytes <= 8 * MIB and all(s.used_bytes <= 8 * MIB for s in cache.shadows.caches.values())

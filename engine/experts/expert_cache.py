@@ -104,6 +104,7 @@ class ExpertCache:
             if unit not in self.resident and self.used_bytes + self.unit_bytes[unit[0]] <= self._capacity:
                 self._insert(unit, resident[unit], self._seq)
                 self._seq += 1
+        self._tick = max([self._tick, *resident.values()])  # later accesses are later than the seeded ones
 
     @property
     def order(self) -> str:
