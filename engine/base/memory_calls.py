@@ -20,11 +20,11 @@ import ctypes.util
 import errno
 import mmap
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from shardscope.engine.base import platform_calls
+from shardscope.engine.base.file_mapping import FileMapping  # noqa: F401 - re-exported: the engine's one import
 from shardscope.engine.base.platform_calls import IS_LINUX  # noqa: F401 - re-exported
 
 PAGE = mmap.PAGESIZE
@@ -53,29 +53,6 @@ _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _libc.mincore.restype = ctypes.c_int
 _libc.syscall.restype = ctypes.c_long
 _HAS_FADVISE = hasattr(os, "posix_fadvise")
-
-
-@dataclass(frozen=True)
-class FileMapping:
-    """Where llama.cpp mapped the model: address of file offset X = base + X."""
-
-    path: str
-    start: int
-    end: int
-    file_offset: int
-
-    @property
-    def base(self) -> int:
-        return self.start - self.file_offset
-
-    def address(self, file_offset: int) -> int:
-        return self.base + file_offset
-
-    def clip(self, start: int, end: int) -> tuple[int, int] | None:
-        """File range → address range inside the mapping (None if outside)."""
-        lo = max(self.address(start), self.start)
-        hi = min(self.address(end), self.end)
-        return (lo, hi) if hi > lo else None
 
 
 def find_mapping(path: str) -> FileMapping | None:

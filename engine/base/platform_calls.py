@@ -32,6 +32,8 @@ import os
 import sys
 from typing import Callable
 
+from shardscope.engine.base.file_mapping import FileMapping
+
 IS_LINUX = sys.platform.startswith("linux")
 IS_MACOS = sys.platform == "darwin"
 PAGE = mmap.PAGESIZE
@@ -42,8 +44,6 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def _mapping_type():
-    from shardscope.engine.base.memory_calls import FileMapping  # deferred: memory_calls imports this room
-
     return FileMapping
 
 
@@ -311,9 +311,12 @@ def linux_mapping_rss_bytes(mapping) -> int | None:
 
 def macos_mapping_rss_bytes(mapping) -> int | None:
     """macOS has no smaps: mincore over the range (own anonymous pages and cached file pages alike)."""
-    from shardscope.engine.base.memory_calls import resident_bytes
-
-    return resident_bytes(mapping.start, mapping.end)
+    n_pages = -(-(mapping.end - mapping.start) // PAGE)
+    vec = (ctypes.c_ubyte * n_pages)()
+    _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    if _libc.mincore(ctypes.c_void_p(mapping.start), mapping.end - mapping.start, vec) != 0:
+        return None
+    return sum(b & 1 for b in bytes(vec)) * PAGE
 
 
 def linux_anonymous_spans(mapping) -> list[tuple[int, int]] | None:
