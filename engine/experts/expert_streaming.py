@@ -296,13 +296,13 @@ class ExpertStreamer:
             pending = [self._loads[u] for u in late_units if u in self._loads]
             late = len(pending)
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
-            # The reads go out first, the victims are dropped while the disk works: a drop is
-            # ~6 syscalls a unit on this thread, and the reads do not wait for it (the victims'
-            # pages are freed within this call, so RAM is over the books by one layer's misses
-            # for that long at most).
-            futures = [self._submit(unit) for unit in access.misses]
+            # The victims are dropped before the reads go out: reads first put RAM over the
+            # budget by one layer's misses while the drops ran (12-71 MiB over 2,048 on a
+            # 28.9 GB MoE, outside watch, both I/O paths: docs/benchmarks.md); a drop is ~6
+            # syscalls a unit, microseconds against the reads' milliseconds.
             for victim in access.evicted:
                 self._evict_unit(victim)
+            futures = [self._submit(unit) for unit in access.misses]
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
