@@ -358,10 +358,19 @@ class ExpertCache:
 
     def _wait_bound(self, key: tuple, heap: list) -> float:
         """No unit of this layer's heap (nor, under rank, of its last picks) waits longer than this."""
-        chance = self.decaying.chance_at_level(heap[0][0][0])
-        if self._order == "rank" and self.ranks.rank.get(key[1]):
-            chance = min(chance, self.ranks.lowest[key[1]])
-        return self.decaying.wait_at(key[1], chance)
+        while heap and self._entry.get(heap[0][2]) is not heap[0]:
+            heapq.heappop(heap)  # stale: the unit left or its key changed (its live entry is elsewhere)
+        chance = self.decaying.chance_at_level(heap[0][0][0]) if heap else 1.0
+        layer = key[1]
+        if self._order == "rank" and self.ranks.rank.get(layer):
+            cached = self._ranked_pick.get(layer)
+            if cached is not None and cached[0] == self.ranks.passes[layer] and cached[1] in self.resident:
+                unit = cached[1]  # the pick chosen this pass; any other last pick waits less
+                lower = 0.5 * (self.decaying.chance(unit) + self.ranks.repeat_by_slot[layer][self.ranks.rank[layer][unit[1]]])
+            else:
+                lower = self.ranks.lowest[layer]
+            chance = min(chance, lower)
+        return self.decaying.wait_at(layer, chance)
 
     def _ranked_victim(self, layer: int, ranked: Mapping[int, int], protected: set[Unit]) -> Unit | None:
         """Of the layer's last picks (resident, unprotected), the one with the longest expected wait
