@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_models import synthetic_model  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.base.units import MIB  # noqa: E402
-from shardscope.engine.runs.verify import format_report, verified_run  # noqa: E402
+from shardscope.engine.runs.verify import verified_run  # noqa: E402
+from shardscope.engine.runs.verify_report import format_report  # noqa: E402
 
 
 def main() -> None:

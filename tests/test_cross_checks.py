@@ -16,8 +16,9 @@ import pytest
 
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
-from shardscope.engine.runs.verify import (EXIT_DISAGREE, EXIT_UNCHECKED, TOLERANCE, Check, VerifyReport, _above,
-                                          _bracket, exit_code, format_report, verdict_counts, verified_run)
+from shardscope.engine.runs.verify import _above, _bracket, verified_run
+from shardscope.engine.runs.verify_report import (EXIT_DISAGREE, EXIT_UNCHECKED, TOLERANCE, Check, VerifyReport,
+                                                 exit_code, format_report, verdict_counts)
 
 PROMPT = "The history of the printing press begins"
 N_GEN = 25  # the first token is the prompt pass: 24 decoded tokens

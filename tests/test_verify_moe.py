@@ -16,7 +16,8 @@ from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
-from shardscope.engine.runs.verify import format_report, verified_run
+from shardscope.engine.runs.verify import verified_run
+from shardscope.engine.runs.verify_report import format_report
 
 
 def _write(tmp_path_factory, name: str, size_mb: int, n_layers: int, spec) -> str:

@@ -140,11 +140,11 @@ def cmd_bench(args) -> int:
         _print_summary(summaries[-1])
     print_rows(settings, [(summaries, started)], args.output)
     if reports:  # last, so the verdict is the last line a reader sees
-        from shardscope.engine.runs.verify import format_report
+        from shardscope.engine.runs.verify_report import format_report
 
         print("\n".join(format_report(reports[0], accept_unchecked=args.accept_unchecked)), file=human)
     if reports:
-        from shardscope.engine.runs.verify import exit_code
+        from shardscope.engine.runs.verify_report import exit_code
 
         return exit_code(reports[0], accept_unchecked=args.accept_unchecked)
     return 0
