@@ -46,14 +46,16 @@ class ShadowDirectories:
         self.picks = 0.0  # decoded picks in the window, decayed alike
         self.hits = dict.fromkeys(self.names, 0)  # decoded hits over the whole run, per candidate
         self.leader = self.names[0]
+        self.got: dict = {}  # candidate → its shadow's Access for the last access (the leader's is mirrored)
         self.switches = 0
 
     def access(self, layer: int, experts: list[int], weights: Mapping[int, int] | None) -> str:
         """Replay one access through every shadow; the order to evict by from now on."""
         keep = self.keep
         score = self.score
+        got_by = self.got
         for name, cache in self.caches.items():
-            got = cache.access(layer, experts, weights)
+            got = got_by[name] = cache.access(layer, experts, weights)
             if weights is None:  # decoded passes only: a prompt's union hits nothing useful
                 n = len(got.hits)
                 self.hits[name] += n

@@ -64,6 +64,9 @@ class ExpertCache:
         self._policy = policy
         self._order = policy  # the order victims leave in (auto: its shadows' leader)
         self._shadows: ShadowDirectories | None = None
+        # auto: this cache holds what its leader's directory holds (same units, ticks, touch order), so
+        # the leader's victims are its own and its own search is skipped (the cost of auto, halved)
+        self._mirror = False
         self._capacity = int(capacity_bytes)
         self.unit_bytes = dict(unit_bytes)
         self.n_expert_used = n_expert_used
@@ -123,6 +126,7 @@ class ExpertCache:
     def capacity_bytes(self, capacity: int) -> None:
         """A new size; the caller evicts what no longer fits (make_room(0)), shadows shrink alike."""
         self._capacity = int(capacity)
+        self._mirror = False
         if self._shadows is not None:
             for cache in self._shadows.caches.values():
                 cache.capacity_bytes = self._capacity
@@ -139,6 +143,7 @@ class ExpertCache:
             raise ValueError(f"expert policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self._policy = policy
         self._shadows = None
+        self._mirror = False
         self._order = policy
         if policy == AUTO:
             self._follow()
@@ -206,11 +211,15 @@ class ExpertCache:
         if self._owns_trackers:
             self.decaying.picked(layer, [u[1] for u in picked], weights)
             self.ranks.picked(layer, [u[1] for u in picked], bool(weights))
+        mirror = None
         if self._shadows is not None:
             leader = self._shadows.access(layer, [u[1] for u in picked], weights)
             if leader != self._order:
                 self._order = leader
+                self._mirror = False
                 self._rebuild()
+            elif self._mirror:
+                mirror = self._shadows.got[leader]
         # The picks become the most recent in router order, hits and misses alike: units touched
         # by one access tie on the tick, and their touch order breaks the tie.
         touch = {unit: self._seq + i for i, unit in enumerate(picked)}
@@ -226,10 +235,24 @@ class ExpertCache:
             else:
                 result.misses.append(unit)
         need = size * len(result.misses)
+        if mirror is not None and (mirror.misses != result.misses or any(
+                u not in self.resident or u in touch for u in mirror.evicted)):
+            mirror = self._mirror = False  # not the leader's twin after all: decide alone from here
         if need:
-            result.evicted = self.make_room(need, protected=set(picked))
+            if mirror:  # the leader's directory holds what this cache holds: its victims are this cache's
+                for unit in mirror.evicted:
+                    self.discard(unit)
+                result.evicted = list(mirror.evicted)
+                if self.used_bytes + need > self._capacity:
+                    self._mirror = False
+                    result.evicted += self.make_room(need, protected=set(picked))
+            else:
+                result.evicted = self.make_room(need, protected=set(picked))
             for unit in result.misses:
                 self._insert(unit, self._tick, touch[unit])
+        if self._shadows is not None and not self._mirror and self.decaying.position.get(layer) == 0:
+            twin = self._shadows.caches[self._order]  # once a token: has this cache become the leader's twin?
+            self._mirror = self.resident == twin.resident and self._since == twin._since
         return result
 
     def admit(self, unit: Unit, protected: Iterable[Unit] = ()) -> list[Unit] | None:
@@ -247,6 +270,7 @@ class ExpertCache:
                 self.used_bytes + size - self.capacity_bytes, protected, allow_pinned=False):
             return None
         evicted = self.make_room(size, protected, allow_pinned=False)
+        self._mirror = False  # a guess the directories never see
         self._insert(unit, 0, self._seq)
         self._seq += 1
         return evicted
