@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QWidget
 
 __all__ = ["CacheabilityPlot", "POLICY_COLORS"]
 
-POLICY_COLORS = {"decay": "#8d5cc9", "lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728", "optimal": "#222222"}
+POLICY_COLORS = {"auto": "#e07b00", "decay": "#8d5cc9", "lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728", "optimal": "#222222"}
 _OTHER_COLOR = "#b07c2a"
 PROJECTED_COLOR = "#f2a93b"  # the dotted orange projected tok/s curve
 LIMIT = "optimal"  # the curve drawn as the limit (engine.experts.replay.OPTIMAL)
