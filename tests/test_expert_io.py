@@ -15,7 +15,7 @@ import pytest
 from conftest import drop_from_page_cache
 
 from shardscope.engine.base import memory_calls
-from shardscope.engine.experts.expert_cache import cache_advice
+from shardscope.engine.experts.policy_advice import cache_advice
 from shardscope.engine.stream import lazy_mapping
 from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
 from shardscope.engine.stream.portable_slots import PortableSlots

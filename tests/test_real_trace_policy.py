@@ -98,7 +98,7 @@ def test_auto_is_the_default_expert_policy():
 
 
 def test_the_static_advice_figures_are_the_replayed_ones():
-    from shardscope.engine.experts.expert_cache import QWEN_AT_ONE_TOKEN
+    from shardscope.engine.experts.policy_advice import QWEN_AT_ONE_TOKEN
 
     rates = _hit_rates("qwen", 783)
     assert f"auto {rates['auto']:.1f} % vs lru {rates['lru']:.1f} %" in QWEN_AT_ONE_TOKEN

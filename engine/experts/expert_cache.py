@@ -16,12 +16,9 @@ Policies differ in what leaves first:
   half-life of a few tokens, and a layer already passed this token waits a whole token
   longer than one still to come. On real routers' traces it beats lru, lfu and hot at one
   and two tokens' worth of cache (docs/real-traces.md).
-- ``auto`` (the default): whichever of lru, lfu, decay and ``rank`` would have hit most over the
-  recent routing (adaptive_policy.py keeps their shadow directories); the victims come from that
-  order. No one order wins on every router (decay loses to lru on some at one token's picks).
-- ``rank`` (a candidate of auto, not offered alone): decay, but a unit its layer's last pass
-  picked has the mean of decay's chance and how often that router slot's pick came back at the
-  next pass (pick_rank.py).
+- ``auto`` (the default): the order of whichever of lru, lfu, decay and ``rank`` (decay, the
+  layer's last picks weighed by their router slot's repeat rate: pick_rank.py; auto's candidate
+  only) would have hit most lately (adaptive_policy.py's shadow directories).
 Ties left by a key go to the unit that came in first.
 
 Why heaps: a 61-layer model with 384 experts a layer keeps ~22k units resident, and every
@@ -64,9 +61,7 @@ class ExpertCache:
         self._policy = policy
         self._order = policy  # the order victims leave in (auto: its shadows' leader)
         self._shadows: ShadowDirectories | None = None
-        # auto: this cache holds what its leader's directory holds (same units, ticks, touch order), so
-        # the leader's victims are its own and its own search is skipped (the cost of auto, halved)
-        self._mirror = False
+        self._mirror = False  # auto: this cache is its leader directory's twin, whose victims it takes
         self._capacity = int(capacity_bytes)
         self.unit_bytes = dict(unit_bytes)
         self.n_expert_used = n_expert_used
@@ -451,28 +446,4 @@ def hot_reserve_bytes(unit_bytes: Mapping[int, int], n_expert_used: int) -> int:
     return 2 * n_expert_used * max(unit_bytes.values())
 
 
-def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n_expert_used: int,
-                 trace=None, where: str = "this run's routing") -> str:
-    """One line naming a better policy for this cache, the trace replayed and the margin, else "".
-
-    With ``trace`` (a RoutingTrace: the run's own routing), policy_advice replays it at
-    ``cache_bytes`` through every online policy: a margin under one point is called a tie.
-    Without one, only an lru cache smaller than one token's picks gets a line (it evicts an
-    expert before the next token could reuse it), with the measured figures of a real router's
-    trace at that size (docs/real-traces.md).
-    """
-    if trace is not None:
-        from shardscope.engine.experts.policy_advice import advise
-        return advise(trace, cache_bytes, policy, where)
-    working_set = n_expert_used * sum(unit_bytes.values())
-    if policy != "lru" or cache_bytes >= working_set:
-        return ""
-    return (f"the expert cache ({cache_bytes / 2**20:.0f} MB) is smaller than one token's experts "
-            f"({working_set / 2**20:.0f} MB): lru evicts most of them before they are picked again; "
-            f"replaying {QWEN_AT_ONE_TOKEN}")
-
-
-# tests/test_real_trace_policy.py replays it and checks these figures
-QWEN_AT_ONE_TOKEN = "qwen.route.csv (Qwen3-30B-A3B, 128 tokens) at 783 MiB: auto 38.7 % vs lru 29.7 %: auto by 8.9 points (expert policy auto)"
-
-__all__ = ["ExpertCache", "Access", "AUTO", "POLICIES", "ORDERS", "hot_reserve_bytes", "cache_advice", "QWEN_AT_ONE_TOKEN"]
+__all__ = ["ExpertCache", "Access", "AUTO", "POLICIES", "ORDERS", "hot_reserve_bytes"]

@@ -23,7 +23,7 @@ from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
-from shardscope.engine.experts.expert_cache import cache_advice
+from shardscope.engine.experts.policy_advice import cache_advice
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
