@@ -111,12 +111,14 @@ def test_auto_is_the_default_and_bench_help_names_it(capsys):
 
 
 def test_advice_names_the_trace_and_the_margin_and_calls_a_tie_under_one_point():
-    trace = _trace(10, 24, 3, **BURSTS)
+    trace = _trace(10, 24, 3, **BURSTS, tokens=60)
     line = advise(trace, 30 * MIB, "decay", "generated.csv")
     rates = _rates(trace, 30 * MIB)
     best = max(("auto", "lru", "lfu"), key=rates.get)
-    assert line.startswith("replaying generated.csv (96 tokens) at 30 MiB: ")
+    assert line.startswith("replaying generated.csv (60 tokens) at 30 MiB: ")
     assert f"by {rates[best] - rates['decay']:.1f} points (expert policy {best})" in line
+    long = advise(_trace(10, 24, 3, **BURSTS, tokens=100), 30 * MIB, "decay", "this run's routing")
+    assert long.startswith("replaying the last 64 tokens of this run's routing at 30 MiB")  # a long run: its end
     assert "tie" in compare({"auto": 0.400, "lru": 0.395}, "lru", "t.csv", 10)
     assert compare({"auto": 0.400, "lru": 0.395}, "auto", "t.csv", 10) == ""  # nothing better to say
 

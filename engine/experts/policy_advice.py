@@ -16,6 +16,7 @@ from shardscope.engine.experts.expert_cache import AUTO, POLICIES
 from shardscope.engine.experts.routing_trace import RoutingTrace
 
 TIE_POINTS = 1.0
+ADVICE_TOKENS = 64  # a run's advice replays at most its last this many decoded tokens (auto: ~40 ms a token at 48x6)
 ONLINE = tuple(p for p in POLICIES if p != "hot")  # hot needs a prompt's reference: not advised
 
 
@@ -39,12 +40,18 @@ def advise(trace: RoutingTrace, cache_bytes: int, policy: str, where: str) -> st
     """Replay ``trace`` at ``cache_bytes`` through ``policy`` and the online policies; compare()."""
     from shardscope.engine.experts.replay import min_cache_bytes, replay_one
 
-    decoded = {r.token for r in trace.records if not r.prompt}
+    decoded = sorted({r.token for r in trace.records if not r.prompt})
     if not decoded or cache_bytes < min_cache_bytes(trace):
         return ""
+    if len(decoded) > ADVICE_TOKENS:  # a long session: its last tokens (a replay costs ~5 policies' runs)
+        first = decoded[-ADVICE_TOKENS]
+        trace = RoutingTrace(trace.header, tuple(r for r in trace.records if not r.prompt and r.token >= first))
+        label = f"the last {ADVICE_TOKENS} tokens of {where}"
+    else:
+        label = f"{where} ({len(decoded)} tokens)"
     policies = dict.fromkeys(ONLINE + (policy,))
     rates = {p: replay_one(trace, p, cache_bytes).expert_hit_rate for p in policies}
-    return compare(rates, policy, f"{where} ({len(decoded)} tokens)", cache_bytes / MIB)
+    return compare(rates, policy, label, cache_bytes / MIB)
 
 
 def best_lines(rows, where: str) -> list[str]:
