@@ -62,7 +62,7 @@ def _proc_io_from_outside(pid: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["lru", "lfu", "hot"])
+@pytest.mark.parametrize("policy", ["lru", "lfu", "hot", "decay", "auto"])
 @pytest.mark.parametrize("speculation", [False, True])
 def test_tokens_identical_at_a_third_of_the_model(moe_model, reference_tokens, tmp_path, policy, speculation):
     trace = tmp_path / "trace.jsonl"
