@@ -121,6 +121,10 @@ def run_case(name: str, settings: RunSettings, minutes: float, headless_s: float
     after = headless(settings, headless_s)
     print(f"  headless after:  {after:.2f} tok/s", flush=True)
     ref = (before + after) / 2
+    if max(before, after) > 1.25 * min(before, after):
+        print(f"  note: headless before and after differ by more than 25 % ({before:.2f} vs {after:.2f}): "
+              f"the machine changed during the case; ratios to each: first minute {w['first'] / before:.2f} / "
+              f"{w['first'] / after:.2f}, last minute {w['last'] / before:.2f} / {w['last'] / after:.2f}")
     growth = 100.0 * (w["rss_to"] - w["rss_from"]) / w["rss_from"]
     print(f"  window first minute {w['first']:.2f} tok/s, last minute {w['last']:.2f} tok/s "
           f"over {w['minutes']:.1f} min, {w['rounds'] / w['minutes']:.1f} rounds/min")

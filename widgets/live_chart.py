@@ -53,6 +53,7 @@ class _Plot:
     level_within: float = 0.0  # > 0: a level line higher than this many times the data's top is not drawn
     title: str = ""
     title_note: str = ""
+    above: list = field(default_factory=list)  # level texts named in the title: far above the data
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _escape_format(text: str) -> str:
 
 class LiveChart(pg.GraphicsLayoutWidget):
     follow_seconds: float = 60.0
-    draw_duty: float = 0.05  # the share of one core the charts may take to draw
+    draw_duty: float = 0.02  # the share of one core the charts may take to draw (5 % cost an MoE run 25 %: docs/decisions.md)
     max_markers: int = 200  # history kept for export and panning back
     max_markers_in_view: int = 24  # drawn at once: a slider dragged for a minute must not fill the scene
 
@@ -455,6 +456,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         else:
             x0, x1 = lo, math.inf
         self._scale_from_zero(t, start, lo)
+        self._place_level_labels()
         # Every redraw: the Y ranges move with the data even when the time axis stands still.
         self.marks.sync(x0, x1, self._level_label_rects())
 
@@ -480,9 +482,31 @@ class LiveChart(pg.GraphicsLayoutWidget):
                     above.append(lv.line.label.toPlainText())
                 else:
                     tops.append(value)
-            self._set_title_note(plot, f"{', '.join(above)} \u2191 above" if above else "")
+            plot.above = [f"{text} \u2191 above" for text in above]
             top = max((x for x in tops if math.isfinite(x)), default=0.0)
             plot.item.setYRange(0.0, top * plot.from_zero if top > 0 else 1.0, padding=0)
+
+    def _place_level_labels(self) -> None:
+        """A level line's label that the legend would cover (a narrow plot, a wide legend, the
+        line near the top) is named in the plot's title instead; the line stays drawn."""
+        line_h = self.fontMetrics().lineSpacing() + 4
+        for key, plot in self._plots.items():
+            vb, legend = plot.item.getViewBox(), plot.item.legend
+            (y0, y1), width = vb.viewRange()[1], vb.width()
+            covered = []
+            if legend is not None and legend.items and y1 > y0:
+                box = legend.boundingRect()
+                legend_rect = QRectF(width - box.width() - 4, 0.0, box.width() + 4, box.height() + 4)
+                for lv in self._levels.values():
+                    if lv.plot_key != key or not lv.shown or not lv.line.isVisible():
+                        continue
+                    y = (y1 - lv.line.value()) / (y1 - y0) * vb.height()
+                    w = self.fontMetrics().horizontalAdvance(lv.line.label.toPlainText()) + 12
+                    hit = QRectF(0.01 * width, y - line_h, w, 2 * line_h).intersects(legend_rect)
+                    lv.line.label.setVisible(not hit)
+                    if hit:
+                        covered.append(lv.line.label.toPlainText())
+            self._set_title_note(plot, ", ".join([*plot.above, *covered]))
 
     def _level_label_rects(self) -> list[QRectF]:
         """Where the top plot's level-line labels sit, in its view pixels (a line's label may
@@ -495,7 +519,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         line_h = self.fontMetrics().lineSpacing() + 4
         rects = []
         for lv in self._levels.values():
-            if lv.plot_key != key or not lv.line.isVisible() or y1 <= y0:
+            if lv.plot_key != key or not lv.line.isVisible() or not lv.line.label.isVisible() or y1 <= y0:
                 continue
             y = (y1 - lv.line.value()) / (y1 - y0) * height
             w = self.fontMetrics().horizontalAdvance(lv.line.label.toPlainText()) + 12

@@ -2,7 +2,7 @@
 the cacheability curve (hit rate against cache size, replayed from the routing seen so far
 or from a trace file). Shown only for MoE models.
 
-The map is polled on the GUI thread at up to 10 Hz (within 2 % of a core) from ``view_source`` (the worker's
+The map is polled on the GUI thread at up to 10 Hz (within 1 % of a core) from ``view_source`` (the worker's
 ``expert_view``: a copy the engine makes under its lock), so the decode thread never
 waits for a paint and no widget is touched off the GUI thread. Replays run on a
 BackgroundTask that waits for a separate process (app/cacheability_curve.py says why).
@@ -111,9 +111,9 @@ class ExpertPanel(QWidget):
         layout.addWidget(cache_box, 1)
         self.setMinimumWidth(300)
 
-        # At most 10 Hz, and never more than 2 % of a core (widgets/draw_budget.py): the map's
+        # At most 10 Hz, and never more than 1 % of a core (widgets/draw_budget.py): the map's
         # copy and image rebuild grow with layers x experts (61 x 384 for Kimi).
-        self.draw_budget = DrawBudget(max_hz=1000 / POLL_MS, duty=0.02)
+        self.draw_budget = DrawBudget(max_hz=1000 / POLL_MS, duty=0.01)
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(POLL_MS)
