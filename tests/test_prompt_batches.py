@@ -99,15 +99,15 @@ def test_bench_verify_at_60_mb_and_the_csv_row(kimi400, tmp_path, capsys):
                "--prompt", PROMPT, "--verify", "--quiet", "--csv", str(out)])
     lines = capsys.readouterr().out.splitlines()
     checks = {line.split("  ")[1].strip() if line.startswith("  ") else "": line for line in lines
-              if line.startswith("  ") and ("ok" in line or "OFF" in line)}
+              if line.startswith("  ") and ("agrees" in line or "OFF" in line or "NOT CHECKED" in line)}
     for name in ("resident_weights_mb (timeline)", "resident_weights_mb (CSV, peak)", "ttft_ms (CSV)"):
         line = next(v for k, v in checks.items() if k.startswith(name))
-        assert " ok " in line, line
+        assert "agrees" in line, line  # compared, and within (issue 37's words: agrees / OFF / NOT CHECKED)
         if name.startswith("resident"):
             assert float(line.split()[3 if "peak" in name else 2]) <= BUDGET, line
     # rc is not asserted: the end-of-run expert residency check disagrees on small runs (issue #28
     # item 1, another branch) and the read-rate checks move with this shared machine's load
-    assert rc in (0, 1)
+    assert rc in (0, 1, 3)  # 3: some pair had nothing to compare (bench --verify's exit code)
     row = next(csv.DictReader(out.open()))
     assert 0 < int(row["prompt_batch_tokens"]) < int(row["n_prompt"])
     assert float(row["prompt_mb_read"]) > 0
