@@ -1,6 +1,6 @@
 # Two commands a newcomer needs: `make run` (the workbench on the bundled model)
 # and `make test`. Both create or reuse .venv; llama-cpp-python compiles from
-# source the first time (about 5 minutes on 2 cores), later runs reuse it. Both say
+# source the first time (about 12 minutes on 2 cores with downloads), later runs reuse it. Both say
 # what they are doing while it compiles (PIP_VERBOSE=-v for the compiler's lines).
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --progress-bar on --upgrade pip
 	@echo "==> Installing shardscope and its dependencies."
-	@echo "    llama-cpp-python compiles llama.cpp from source: expect about 5 minutes on 2 cores"
+	@echo "    llama-cpp-python compiles llama.cpp from source: about 12 minutes on 2 cores with downloads (measured)"
 	@echo "    with no new output while 'Building wheel for llama-cpp-python' spins"
 	@echo "    (make PIP_VERBOSE=-v $(MAKECMDGOALS) shows the compiler's progress)."
 	$(PY) -m pip install --progress-bar on $(PIP_VERBOSE) -e '.[test]'
