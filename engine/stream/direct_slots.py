@@ -215,8 +215,21 @@ class DirectSlots:
                 raise SlotsFull(errno.ENOMEM, f"{self.max_ranges} ranges held (vm.max_map_count {max_map_count()})")
         slot = self._take_slot(length)
         try:
-            view = memoryview((ctypes.c_char * length).from_address(slot)).cast("B")
-            done = 0
+            done = self._read_into(slot, length, offset)
+            _check(_libc.mremap(slot, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, address), "mremap")
+        except BaseException:
+            _libc.munmap(slot, length)
+            raise
+        with self._pool_lock:
+            self._own.add(address, end)
+        return done
+
+    def _read_into(self, address: int, length: int, offset: int) -> int:
+        """Read ``length`` bytes of the file at ``offset`` into memory at ``address`` with the
+        uncached descriptor, however many calls it takes; the bytes read (short only past EOF)."""
+        view = memoryview((ctypes.c_char * length).from_address(address)).cast("B")
+        done = 0
+        try:
             while done < length:
                 n = os.preadv(self._direct, [view[done:]], offset + done)
                 if n <= 0:
@@ -224,13 +237,8 @@ class DirectSlots:
                         break  # past the end of the file: zeros, which no tensor covers
                     raise OSError(errno.EIO, f"read stopped at byte {offset + done} of {self.path}")
                 done += n
+        finally:
             view.release()
-            _check(_libc.mremap(slot, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, address), "mremap")
-        except BaseException:
-            _libc.munmap(slot, length)
-            raise
-        with self._pool_lock:
-            self._own.add(address, end)
         return done
 
     def _take_slot(self, length: int) -> int:

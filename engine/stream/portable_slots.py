@@ -21,10 +21,8 @@ prints the kernel CPU-seconds per GB of both paths on the same model.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import errno
 import mmap
-import os
 import threading
 
 from shardscope.engine.base import platform_calls
@@ -114,19 +112,7 @@ class PortableSlots(DirectSlots):
         offset = address - self.mapping.base
         _check(_libc.mmap(address, length, PROT_READ | PROT_WRITE, _ANON, -1, 0), "mmap of anonymous memory")
         platform_calls.advise_huge(address, length)  # Linux: 2 MiB faults where a whole block fits
-        view = memoryview((ctypes.c_char * length).from_address(address)).cast("B")
-        done = 0
-        try:
-            while done < length:
-                n = os.preadv(self._direct, [view[done:]], offset + done)
-                if n <= 0:
-                    if offset + done >= self.size:
-                        break  # past the end of the file: zeros, which no tensor covers
-                    raise OSError(errno.EIO, f"read stopped at byte {offset + done} of {self.path}")
-                done += n
-        finally:
-            view.release()
-        return done
+        return self._read_into(address, length, offset)
 
     def _keep_pages(self, address: int, length: int) -> None:
         return  # nothing is recycled: mapping the file back frees the pages
