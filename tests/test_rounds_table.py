@@ -5,6 +5,7 @@ any row, sorting, and the export; and the phase spans named once per kind."""
 from __future__ import annotations
 
 import csv
+import re
 
 import numpy as np
 import pyqtgraph as pg
@@ -142,7 +143,12 @@ def test_rounds_appear_with_their_settings_pin_a_baseline_and_save_a_row(qtbot, 
         rows = list(csv.DictReader(f))
     assert [int(r["round"]) for r in rows] == [r.number for r in w.rounds]
     assert [r["baseline"] for r in rows] == ["yes"] + [""] * (len(rows) - 1)
-    assert [int(r["threads"]) for r in rows] == [r.settings.threads for r in w.rounds]
+    for row, r in zip(rows, w.rounds):
+        if "threads" in r.mixed_knobs():  # the live change landed inside this round: both values
+            assert "\u2192" in row["threads"] and row["mixed"]
+            assert re.findall(r"\d+", row["threads"]) == [str(r.start_settings.threads), str(r.settings.threads)]
+        else:
+            assert int(row["threads"]) == r.settings.threads
 
     # Unpin: no deltas, no faint curves.
     w.pin_baseline(None)
