@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --progress-bar on --upgrade pip
 	@echo "==> Installing shardscope and its dependencies."
-	@echo "    llama-cpp-python compiles llama.cpp from source: about 12 minutes on 2 cores with downloads (measured)"
+	@echo "    llama-cpp-python compiles llama.cpp from source: expect about 12 minutes on 2 cores with downloads"
 	@echo "    with no new output while 'Building wheel for llama-cpp-python' spins"
 	@echo "    (make PIP_VERBOSE=-v $(MAKECMDGOALS) shows the compiler's progress)."
 	$(PY) -m pip install --progress-bar on $(PIP_VERBOSE) -e '.[test]'

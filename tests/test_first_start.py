@@ -73,5 +73,5 @@ def test_make_says_what_it_does_while_llama_cpp_compiles(tmp_path):
     proc = subprocess.run(["make", "-n", "run", f"VENV={tmp_path / 'venv'}"], cwd=repo, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "expect about 5 minutes" in proc.stdout
+    assert "expect about 12 minutes" in proc.stdout  # the time measured on a fresh clone
     assert "--quiet" not in proc.stdout and "--progress-bar on" in proc.stdout
