@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import sys
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.runs.output_checks import check_writable
 
 MIB_TOLERANCE = 0.10  # issue 33: MiB per token within 10 % of every published run
 TOK_S_FLOOR = -0.10  # and never below the published tok/s by more than 10 %
@@ -41,18 +41,6 @@ def _pct(x: float | None) -> str:
 
 def _num(x: float | None, fmt: str) -> str:
     return "–" if x is None else format(x, fmt)
-
-
-def check_writable(path: str) -> None:
-    """Refuse an output that cannot be written, before any work."""
-    target = Path(path)
-    if target.is_dir():
-        raise ShardscopeError(f"--csv {path}: is a directory")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise ShardscopeError(f"--csv {path}: folder {parent} does not exist")
-    if (target.exists() and not os.access(target, os.W_OK)) or not os.access(parent, os.W_OK):
-        raise ShardscopeError(f"--csv {path}: not writable")
 
 
 def run_name(source: str) -> str:
@@ -128,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.policy not in REPLAY_POLICIES:
             raise ShardscopeError(f"--policy: '{args.policy}' is not one of {', '.join(REPLAY_POLICIES)}")
         if args.csv:
-            check_writable(args.csv)
+            check_writable("--csv", args.csv)
         device = get_device(args.device)
         runs = read_runs(args.rows or PUBLISHED_RUNS)
         if args.model:
