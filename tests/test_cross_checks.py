@@ -201,3 +201,27 @@ def test_bounds_go_one_way():
     assert not Check("w", "smaps", 90.0, 100.0, [-0.1], relation="≥", allowance_mb=30.0).ok
     assert not Check("w", "smaps", 200.0, 100.0, [1.0], relation="≥", allowance_mb=30.0, excess_mb=100.0).ok
     assert TOLERANCE == 0.05
+
+
+def test_the_peak_lies_between_the_outside_readings_around_its_samples():
+    """A budget cut between a sample's two readings: the reading before saw the whole model, the
+    one after the cut level; the row's peak (the cut level) agrees. A peak above every reading,
+    or below the highest of the lower ones, by more than the allowance does not."""
+    from shardscope.engine.runs.verify import peak_check
+
+    around_a_cut = [(292.2, 141.5), (150.0, 152.0)]
+    assert peak_check(156.7, around_a_cut, 67.0).ok
+    assert not peak_check(400.0, around_a_cut, 67.0).ok
+    assert not peak_check(60.0, around_a_cut, 67.0).ok
+    assert peak_check(292.0, around_a_cut, 67.0).ok
+
+
+def test_tok_s_is_compared_as_time_per_token_with_an_absolute_floor_for_fast_tokens():
+    """57.3 vs 64.3 tok/s is 1.9 ms a token of sampling and callbacks: within the 2 ms allowed under
+    40 ms a token. The same 11 % on a 5 tok/s model is 22 ms a token: off."""
+    from shardscope.engine.runs.verify import _token_time_rel
+
+    assert abs(_token_time_rel(57.29, 64.34)) <= TOLERANCE
+    assert _token_time_rel(57.29, 64.34) < 0  # the engine's figure is the slower: negative, as in tok/s
+    assert abs(_token_time_rel(4.45, 5.0)) > TOLERANCE
+    assert abs(_token_time_rel(20.0, 40.0)) > TOLERANCE  # 25 ms a token apart
