@@ -46,7 +46,9 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     wait_for(qtbot, window, lambda: len([s for s in window.summaries if not s.stopped]) >= 2
              and all(window.chart.point_count(k) > 0 for k in CURVES), timeout=30_000)
     assert window.worker.run.settings.n_gen == 8
-    # Live numbers = the last MetricsSample while the run goes (no event ran since both were set).
+    # Live numbers = the last MetricsSample while the run goes, once the display timer (4 Hz) has
+    # shown what it holds (no event runs between the flush and the reads).
+    window.flush_display()
     running = window.last_sample
     for key, _label, _units in LIVE_FIELDS:
         assert same_number(window.live_numbers.text(key), getattr(running, key)), key

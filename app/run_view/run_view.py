@@ -101,12 +101,16 @@ class RunView(QWidget):
         else:
             self.shard_map.set_current(None)
 
-    def show_token(self, n: int, piece: str, prompt: str) -> None:
-        if n == 0:  # each round restarts from the prompt
+    def show_tokens(self, pieces: list[tuple[int, str]], prompt: str) -> None:
+        """Tokens in the order decoded, (index in its round, text); index 0 starts a round,
+        which restarts the text from the prompt."""
+        starts = [i for i, (n, _piece) in enumerate(pieces) if n == 0]
+        if starts:
+            pieces = pieces[starts[-1]:]
             self.text_view.setPlainText(prompt)
         cursor = self.text_view.textCursor()
         cursor.movePosition(cursor.MoveOperation.End)
-        cursor.insertText(piece)
+        cursor.insertText("".join(piece for _n, piece in pieces))
         self.text_view.setTextCursor(cursor)
 
     def show_round(self, summary: RunSummary, mixed: str = "") -> None:

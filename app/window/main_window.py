@@ -43,6 +43,7 @@ from shardscope.app.files.window_files import WindowFiles
 from shardscope.app.profiles.window_profiles import WindowProfiles
 from shardscope.app.rounds.window_rounds import WindowRounds
 from shardscope.app.window.idle_panels import WindowIdlePanels
+from shardscope.widgets.coalesced_calls import CoalescedCalls
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample
@@ -56,6 +57,8 @@ from shardscope.engine.base.units import MIB
 from shardscope.engine.stream.streaming_run import RunSummary
 
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
+
+DISPLAY_MS = 250  # text and numbers: 4 times a second reads as live
 
 
 class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, WindowIdlePanels, QMainWindow):
@@ -88,6 +91,12 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self.projection: RoundProjection | None = None  # what the round panel's projection shows
         self._overbudget = OverBudgetWatch()
         self.warning: str | None = None  # the last "these numbers are not what they seem" notice
+        # Tokens (60-100 a second on a small MoE) and samples (10 Hz) reach the text view and the
+        # Live panel at most 4 times a second: each relayout and repaint was GUI time taken from
+        # the run on two cores (widgets/coalesced_calls.py). The chart and levels take every sample.
+        self._run_prompt: str | None = None
+        self._shown_text = CoalescedCalls(DISPLAY_MS, self._show_tokens, parent=self)
+        self._shown_sample = CoalescedCalls(DISPLAY_MS, self.run_view_sample, keep="last", parent=self)
 
         self.setWindowTitle("shardscope")
         self.setAcceptDrops(True)
@@ -186,7 +195,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         s = self.runs
         s.run_started.connect(self._on_run_started)
         s.sample.connect(self._on_sample)
-        s.token.connect(lambda n, piece: self.run_view.show_token(n, piece, self.current_settings().prompt))
+        s.token.connect(lambda n, piece: self._shown_text.push((n, piece)))
         s.phase.connect(self._on_phase)
         s.summary.connect(self._on_summary)
         s.failed.connect(self.show_error)
@@ -356,6 +365,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self.phase_bands.phase(name, self.runs.last_t)
 
     def _on_run_finished(self) -> None:
+        self.flush_display()  # the last tokens and the tokens count, before the rates are blanked
         # The run is over: its rates and memory are no longer "now" (the tokens it decoded stay).
         for key in self.live_numbers.keys():
             if key != "n_tokens":
@@ -386,6 +396,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.mark(f"Run: {Path(getattr(streamed, 'model_path', None) or streamed.path).name}")
         self._overbudget.reset()
         self.warning_label.hide()
+        self._run_prompt = settings.prompt
         if isinstance(streamed, MoeLayout):
             self.run_view.show_expert_streaming(streamed)
             self.show_experts(streamed)
@@ -399,7 +410,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self.phase_bands.extend(t)
         self._set_level("budget", s.budget_mb)
         self._set_level("emulated", s.emulated_ssd_mb_s if s.emulated_ssd_mb_s > 0 else None)
-        self.run_view.show_sample(s)
+        self._shown_sample.push(s)
         plan = self.run_view.plan
         notice = self._overbudget.check(s, plan.max_shard_bytes / MIB + 16 if plan is not None else None)
         if notice is not None:
@@ -408,6 +419,18 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.warning_label.setText("\u26a0 kernel holds weights over budget \u2014 another process "
                                        "mapping this file? (hover)")
             self.warning_label.show()
+
+    def run_view_sample(self, s: MetricsSample) -> None:
+        self.run_view.show_sample(s)
+
+    def _show_tokens(self, pieces: list[tuple[int, str]]) -> None:
+        prompt = self._run_prompt if self._run_prompt is not None else self.current_settings().prompt
+        self.run_view.show_tokens(pieces, prompt)
+
+    def flush_display(self) -> None:
+        """Show now what waits for the display timer (the run ended; a test reads the panels)."""
+        self._shown_text.flush()
+        self._shown_sample.flush()
 
     def _set_level(self, key: str, value: float | None) -> None:
         if self._shown_levels.get(key) != value:
@@ -446,6 +469,8 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.qsettings.setValue("profile/last", self.current_profile.name)
         self.qsettings.sync()
         self.runs.close()
+        self._shown_text.clear()
+        self._shown_sample.clear()
         self.expert_panel.close_tasks(CLOSE_WAIT_MS)
         tasks = list(self.model_panel.tasks)
         dialog = self._synth_dialog
