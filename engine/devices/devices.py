@@ -213,7 +213,24 @@ def _quantity(data: dict, key: str, where: str, allowed: set[str] = _QUANTITY_KE
     return _check_positive_number(table["value"], where, f"{key}.value"), table
 
 
+_LOADED: dict[tuple, Device] = {}  # (path, mtime, size) → Device: the window projects every round
+
+
 def load_device(path: str | Path) -> Device:
+    """One device TOML file, read again only when it changed (a window projects every round
+    onto the chosen preset: parsing every preset each time was a tenth of its GUI thread)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    except OSError:
+        return _read_device(path)  # the read names the file and what is wrong
+    if key not in _LOADED:
+        _LOADED[key] = _read_device(path)
+    return _LOADED[key]
+
+
+def _read_device(path: str | Path) -> Device:
     """Read and validate one device TOML file.
 
     Every defect (unreadable file, not TOML, missing key, wrong type, a value that
