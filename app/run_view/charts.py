@@ -42,6 +42,7 @@ def build_run_chart() -> LiveChart:
     # (profiled; docs/decisions.md), and every frame is time taken from the run under it.
     chart.add_curve("memory", "weights", "weights", COLORS["weights"])
     chart.add_curve("memory", "other", CURVES["other"].label, COLORS["other"])
+    chart.add_curve("memory", "gpu", CURVES["gpu"].label, "#bcbd22")  # GPU memory in use (n_gpu_layers), issue #35
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
     chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"])

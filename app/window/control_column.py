@@ -46,7 +46,10 @@ class ControlColumn(QScrollArea):
             supported = gpu_offload_supported()
         except Exception:  # a broken llama.cpp install shows up properly at Run
             supported = False
+        # With a GPU build the slider is live for dense and MoE files alike: an MoE run keeps its
+        # routed experts in host memory and streams them, the layers' dense tensors go to the GPU
+        # (engine/stream/gpu_split.py). Without one it says why rather than moving nothing.
         if not supported:
-            self.controls.set_disabled_reason("n_gpu_layers", "no GPU offload")
-            self.controls.sliders["n_gpu_layers"].setToolTip(
-                "Disabled: this llama.cpp build has no GPU offload (CPU only), so n_gpu_layers is always 0.")
+            self.controls.set_disabled_reason("n_gpu_layers", "no GPU offload", (
+                "Disabled: this llama.cpp build has no GPU offload (CPU only): every layer and every expert "
+                "computes on the CPU. A profile's n_gpu_layers still runs here, as 0 (the CSV keeps what was asked)."))

@@ -24,6 +24,8 @@ File layout (every quantity table has ``value``, ``source`` and ``verified``)::
     [dram_mb_s]                         # how fast resident weights can be touched
     [cpu]  performance_cores = 2  efficiency_cores = 4  source = "..."  verified = true
     [gpu]  description = "..."  source = "..."  verified = true
+           computes = true                # optional (default false): the deployment computes on the GPU
+           compute_scale = 1.0            # optional: its GPU's speed relative to the measuring host's GPU
     [compute_scale]                     # optional, default 1.0 (an assumption)
 
 Any other key is refused, so a typo cannot silently fall back to a default.
@@ -33,12 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.base.finite import POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.base.finite import ZERO_OR_MORE, finite_number
 from shardscope.engine.base.toml_file import read_toml
 from shardscope.engine.base.units import MB_S, MIB
+from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, _check_positive_number,
+                                                    _quantity, _string, _table, _type_name)
 from shardscope.engine.stream.ssd_rate_limiter import SsdModel
 
 
@@ -60,7 +63,6 @@ DEVICES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "devices"  # en
 
 # A device file is a couple of kilobytes; anything this big is not one.
 
-_QUANTITY_KEYS = {"value", "source", "verified"}
 _REQUIRED_QUANTITIES = ("app_memory_limit_mb", "ssd_read_mb_s", "dram_mb_s")
 _OPTIONAL_QUANTITIES = ("app_memory_limit_extended_mb", "ram_mb", "compute_scale", "ssd_latency_us", "ssd_queue_depth")
 _TOP_LEVEL_KEYS = frozenset(
@@ -101,6 +103,11 @@ class Device:
     calibrated: dict[str, str] = field(default_factory=dict, hash=False)  # quantity → "calibrated from …"
     ssd_latency_us: float = 0.0  # per request; 0 = bandwidth only
     ssd_queue_depth: int = 32
+    # Whether the deployment computes on the GPU (llama.cpp on an iPhone: Metal): a run's GPU
+    # compute time is then projected at gpu_compute_scale (this GPU's speed relative to the
+    # measuring host's GPU), not by CPU cores. False: the GPU's share runs on the CPU cores.
+    gpu_compute: bool = False
+    gpu_compute_scale: float = 1.0
 
     @property
     def ssd_model(self) -> SsdModel:
@@ -150,69 +157,7 @@ class Device:
 
 
 # --------------------------------------------------------------------- loading
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return type(value).__name__
-
-
-def _check_positive_number(value: Any, where: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShardscopeError(f"{where}: '{key}' must be a number, got {_type_name(value)}")
-    return finite_number(value, where, key, sign=POSITIVE)
-
-
-def _string(data: dict, key: str, where: str, *, required: bool = True) -> str:
-    if key not in data:
-        if required:
-            raise ShardscopeError(f"{where}: missing key '{key}'")
-        return ""
-    value = data[key]
-    if not isinstance(value, str):
-        raise ShardscopeError(f"{where}: '{key}' must be a string, got {_type_name(value)}")
-    if required and not value.strip():
-        raise ShardscopeError(f"{where}: '{key}' must not be empty")
-    return value
-
-
-def _table(data: dict, key: str, where: str, allowed: set[str]) -> dict:
-    table = data[key]
-    if not isinstance(table, dict):
-        raise ShardscopeError(
-            f"{where}: '{key}' must be a table ([{key}] with value, source, verified), "
-            f"got {_type_name(table)}"
-        )
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ShardscopeError(
-            f"{where}: unknown key '{key}.{unknown[0]}' (allowed: {', '.join(sorted(allowed))})"
-        )
-    for name in ("source", "verified"):
-        if name not in table:
-            raise ShardscopeError(f"{where}: missing key '{key}.{name}'")
-    _string(table, "source", f"{where}: [{key}]")
-    if not isinstance(table["verified"], bool):
-        raise ShardscopeError(
-            f"{where}: '{key}.verified' must be true or false, got {_type_name(table['verified'])}"
-        )
-    return table
-
-
-def _quantity(data: dict, key: str, where: str, allowed: set[str] = _QUANTITY_KEYS) -> tuple[float, dict]:
-    table = _table(data, key, where, allowed)
-    if "value" not in table:
-        raise ShardscopeError(f"{where}: missing key '{key}.value'")
-    return _check_positive_number(table["value"], where, f"{key}.value"), table
-
-
+# The key checks (one-line errors naming file and key) are engine/devices/device_fields.py.
 _LOADED: dict[tuple, Device] = {}  # (path, mtime, size) → Device: the window projects every round
 
 
@@ -330,11 +275,18 @@ def _read_device(path: str | Path) -> Device:
         )
     note("cpu", cpu)
 
-    gpu = _table(data, "gpu", where, {"description", "source", "verified"})
+    gpu = _table(data, "gpu", where, {"description", "source", "verified", "computes", "compute_scale"})
     gpu_description = _string(gpu, "description", f"{where}: [gpu]") if "description" in gpu else ""
     if not gpu_description:
         raise ShardscopeError(f"{where}: missing key 'gpu.description'")
     note("gpu", gpu)
+    gpu_compute = gpu.get("computes", False)
+    if not isinstance(gpu_compute, bool):
+        raise ShardscopeError(f"{where}: 'gpu.computes' must be true or false, got {_type_name(gpu_compute)}")
+    gpu_scale = _check_positive_number(gpu["compute_scale"], where, "gpu.compute_scale") \
+        if "compute_scale" in gpu else 1.0
+    if gpu_compute and "compute_scale" not in gpu:  # a default is an assumption: label it
+        unverified.add("gpu_compute_scale")
 
     return Device(
         id=device_id,
@@ -346,6 +298,8 @@ def _read_device(path: str | Path) -> Device:
         efficiency_cores=cores["efficiency_cores"],
         gpu=gpu_description,
         compute_scale=compute_scale,
+        gpu_compute=gpu_compute,
+        gpu_compute_scale=gpu_scale,
         app_memory_limit_extended_mb=extended,
         extended_limit_requires=requires,
         ram_mb=ram,

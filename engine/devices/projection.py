@@ -24,6 +24,17 @@ speed relative to this host::
 
     compute_device = compute_host * host_threads / min(host_threads, p_cores) / compute_scale
 
+GPU layers (n_gpu_layers, issue #35): the part of the measured compute that ran on the host's
+GPU (``gpu_compute_s_per_token``, timed by the run) is not divided over CPU threads. A device
+whose deployment computes on its GPU (preset ``[gpu] computes = true``: llama.cpp on an iPhone
+runs on Metal) takes it at ``gpu_compute_scale`` (its GPU's speed relative to the measuring
+host's GPU; 1.0, unverified, unless the preset knows better); a device that computes on its CPU
+only takes it like the rest of the compute, scaled by cores — a best case, since a host GPU's
+time is shorter than its CPU would have taken::
+
+    compute_device = (compute_host − gpu_host) * cpu_factor + gpu_host / gpu_compute_scale   (GPU device)
+    compute_device = compute_host * cpu_factor                                               (CPU device)
+
 The ssd term is the emulator's own SSD model (``engine.stream.ssd_rate_limiter.SsdModel``):
 bytes ÷ sequential bandwidth, plus the per-request latency the device's queue depth
 cannot hide, given how many requests a token reads and in how many batches that wait
@@ -83,12 +94,17 @@ class RunMeasurement:
     # each other (0: unknown, the ssd term is then bytes / bandwidth alone)
     ssd_requests_per_token: float = 0.0
     ssd_batches_per_token: float = 0.0
+    # Of compute_s_per_token, the seconds the host's GPU computed (0: all on the CPU)
+    gpu_compute_s_per_token: float = 0.0
 
     def validated(self, source: str = "measurement") -> "RunMeasurement":
         """Refuse values no run can produce, naming the field."""
         for key in ("ssd_bytes_per_token", "resident_bytes_per_token", "compute_s_per_token",
-                    "ssd_requests_per_token", "ssd_batches_per_token"):
+                    "ssd_requests_per_token", "ssd_batches_per_token", "gpu_compute_s_per_token"):
             finite_number(getattr(self, key), source, key, sign=ZERO_OR_MORE)
+        if self.gpu_compute_s_per_token > self.compute_s_per_token:
+            raise ShardscopeError(f"{source}: 'gpu_compute_s_per_token' ({self.gpu_compute_s_per_token:g} s) exceeds "
+                                  f"'compute_s_per_token' ({self.compute_s_per_token:g} s)")
         if isinstance(self.host_threads, bool) or not isinstance(self.host_threads, int) or self.host_threads < 1:
             raise ShardscopeError(
                 f"{source}: 'host_threads' must be a whole number of at least 1, got {self.host_threads!r}"
@@ -151,6 +167,7 @@ def project_from_bandwidth(
     compute_factor: float = 1.0,
     ssd_latency_s: float = 0.0,
     ssd_queue_depth: int = 32,
+    gpu_factor: float | None = None,
 ) -> Projection:
     """The roofline for "a device with X MB/s SSD", without a device file.
 
@@ -161,6 +178,8 @@ def project_from_bandwidth(
     ``--ssd-mb-s``), since the measured compute time already includes this host's
     memory traffic. ``compute_factor`` multiplies the measured compute time (1.0 =
     same cores as the measurement; :func:`project` derives it from a device).
+    ``gpu_factor`` multiplies the measurement's GPU seconds instead, where the device computes
+    on its GPU; None: they are CPU compute on the device, scaled by ``compute_factor``.
     """
     m = measurement.validated()
     ssd = _positive(ssd_mb_s, "projection", "ssd_mb_s") * MB_S
@@ -172,6 +191,10 @@ def project_from_bandwidth(
         "dram": 0.0,
         "compute": m.compute_s_per_token * _positive(compute_factor, "projection", "compute_factor"),
     }
+    if gpu_factor is not None:  # the GPU's share is not divided over CPU cores (module doc)
+        cpu_s = m.compute_s_per_token - m.gpu_compute_s_per_token
+        terms["compute"] = (cpu_s * compute_factor
+                            + m.gpu_compute_s_per_token * _positive(gpu_factor, "projection", "gpu_factor"))
     if dram_mb_s is not None:
         terms["dram"] = m.resident_bytes_per_token / (_positive(dram_mb_s, "projection", "dram_mb_s") * MB_S)
     if m.prefetch:
@@ -221,12 +244,13 @@ def project(
     return project_from_bandwidth(
         m, ssd_mb_s=ssd, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device),
         ssd_latency_s=device.ssd_latency_us * 1e-6, ssd_queue_depth=device.ssd_queue_depth,
+        gpu_factor=1.0 / device.gpu_compute_scale if device.gpu_compute else None,
     )
 
 
 # The device numbers the roofline reads, in words (the memory limit only matters to the sizing).
 _INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "ssd_latency_us": "SSD latency", "ssd_queue_depth": "SSD queue depth",
-                "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed"}
+                "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed", "gpu_compute_scale": "GPU speed"}
 
 
 def inputs_provenance(device: Device) -> str:

@@ -22,6 +22,9 @@ one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
   (including this host's own memory traffic and whatever the loader thread's CPU
   work slowed it down by, which a device would also pay).
 * ``host_threads`` = n_threads, ``prefetch`` = prefetch_depth > 0.
+* ``gpu_compute_s_per_token`` = the run's ``gpu_compute_ms_per_token`` (an expert run with GPU
+  layers times the stretches its GPU layers computed), at most the compute above; 0 for runs
+  without it (all CPU), so a device that computes on its GPU scales only that part differently.
 
 Why subtract the wait rather than use llama.cpp's own eval time: llama.cpp's perf
 counter includes the time blocked in the eval callback, so it is not compute either;
@@ -74,6 +77,8 @@ def measurement_from_summary(summary) -> RunMeasurement:
     compute = max(1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
     threads = int(summary.n_threads)
     requests, batches = _reads_per_token(summary, read)
+    gpu_ms = getattr(summary, "gpu_compute_ms_per_token", 0.0)
+    gpu = min(compute, max(0.0, gpu_ms) / 1000.0) if gpu_ms == gpu_ms else 0.0  # NaN (a CSV gap): none
     return RunMeasurement(
         ssd_bytes_per_token=read,
         resident_bytes_per_token=max(0.0, total - read),
@@ -82,6 +87,7 @@ def measurement_from_summary(summary) -> RunMeasurement:
         prefetch=int(summary.prefetch_depth) > 0,
         ssd_requests_per_token=requests,
         ssd_batches_per_token=batches,
+        gpu_compute_s_per_token=gpu,
     ).validated("run summary")
 
 

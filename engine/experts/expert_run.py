@@ -54,6 +54,7 @@ class ExpertRunSummary(RunSummary):
     expert_mb_per_token: float = 0.0  # experts loaded per decoded token (the streamer's count)
     expert_wait_ms_per_token: float = 0.0
     compute_ms_per_token: float = 0.0  # decode time not spent waiting for experts
+    gpu_compute_ms_per_token: float = 0.0  # of it, the GPU layers' stretches (0 without GPU layers)
     spec_accuracy: float = math.nan  # guessed experts that their layer then picked
     spec_hidden_share: float = math.nan  # of the would-be misses, the share a guess had loaded in time
     evict_residue_mb: float = 0.0  # what mincore still saw after evictions (then paged out)
@@ -100,9 +101,6 @@ def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
     spec = settings.expert_speculation
     floor = min_expert_cache_bytes(moe, spec)
     step = f"{'3' if spec else '2'} layers' picks of {plural(moe.n_expert_used, 'expert')}"
-    if settings.n_gpu_layers:
-        raise KnobRefusal(f"expert streaming of {name} runs on the CPU only", "n_gpu_layers", 0, "",
-                          given=settings.n_gpu_layers)
     if budget - dense < floor:  # too small whatever the cache is set to: the budget is the knob
         raise KnobRefusal(
             f"budget {settings.budget_mb:g} MiB leaves {max(budget - dense, 0) / MIB:.1f} MiB for experts of {name}; "
@@ -196,8 +194,10 @@ class ExpertRun(RunSkeleton):
         from shardscope.engine.stream.llama_session import LlamaSession  # llama.cpp loads only when needed
 
         s = self.settings
-        return LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx,
-                            topk_hook=self._on_topk, hook_from_start=True,
+        # n_gpu_layers: the layers' dense tensors on the GPU, the routed experts kept in host
+        # memory where the streamer works on them (experts_on_cpu; engine/stream/gpu_split.py).
+        return LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx, n_gpu_layers=s.n_gpu_layers,
+                            experts_on_cpu=True, topk_hook=self._on_topk, hook_from_start=True,
                             norm_hook=self._on_norm if s.expert_speculation else None, lazy_load=True,
                             load_progress=self._load_watch, prompt_batch=self._prompt_batch,
                             on_prompt_batch=self.progress.at_batch)
@@ -264,6 +264,7 @@ class ExpertRun(RunSkeleton):
         if index == 0:
             streamer.end_prompt()
             self._marks["first"] = c
+            self._marks["gpu_s"] = self._gpu_seconds()
             self._marks["prompt_read"] = read - self._marks.get("prompt_start", read)
         else:
             read0, c0, _ = self._marks["last"]
@@ -272,6 +273,11 @@ class ExpertRun(RunSkeleton):
                                    "wait_s": c.wait_s - c0.wait_s, "dt": 0.0})
         self._marks["last"] = (read, c, index)
         streamer.token = self._token_base + index + 1
+
+    def _gpu_seconds(self) -> float:
+        """The session's GPU compute seconds so far (0 without GPU layers: all on the CPU)."""
+        clock = self.session.clock
+        return clock.seconds["gpu"] if clock is not None else 0.0
 
     def _end_round(self, result) -> None:
         self.tokens = list(result.tokens)
@@ -285,12 +291,14 @@ class ExpertRun(RunSkeleton):
         c0 = self._marks.get("first", c)
         per_tok = max(len(result.token_s), 1)
         expert = _expert_figures(c, c0, figures, per_tok, s.expert_speculation)
+        gpu_s = self._gpu_seconds() - self._marks.get("gpu_s", self._gpu_seconds())
         figures.pop("decode_s")
         return ExpertRunSummary(
             **figures, **expert,
             n_layers=self.layout.n_layers, n_shards=0,  # every block, as synth and size count them
-            n_gpu_layers=0,
-            n_gpu_layers_requested=s.n_gpu_layers, shard_mb=0.0, prefetch_depth=0,
+            n_gpu_layers=self.session.n_gpu_layers,  # 0 where the build has no GPU offload (cli.py says so)
+            n_gpu_layers_requested=s.n_gpu_layers,
+            gpu_compute_ms_per_token=round(gpu_s * 1000 / per_tok, 2), shard_mb=0.0, prefetch_depth=0,
             budget_mb=s.budget_mb, policy="", emulated_ssd_mb_s=s.ssd_mb_s,
             globals_mb=round(self.moe.dense_bytes / MIB, 1), pinned_mb=round(self.moe.dense_bytes / MIB, 1),
             load_mechanism=streamer.io.load_mechanism, evict_mechanism=streamer.io.evict_mechanism,

@@ -50,6 +50,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("resident_weights_mb", "MiB", "weights resident", plot="memory", curve="weights", timeline=True,
            live=True, source="mincore on another process's own mapping (+ smaps Rss of the run's own pages)"),
     Metric("other_rss_mb", "MiB", "other", plot="memory", curve="other", timeline=True),
+    # What the GPU holds with n_gpu_layers (device memory in use, engine/measure/gpu_memory.py):
+    # host memory is the budget's, this is apart from it; 0 on a CPU build (issue #35).
+    Metric("gpu_mb", "MiB", "GPU memory", plot="memory", curve="gpu", timeline=True, live=True, summary=True),
     Metric("ssd_mb_s", "MB/s", "SSD reads", plot="ssd", curve="ssd", timeline=True, live=True,
            source="/proc/<pid>/io read_bytes ÷ the outside clock"),
     Metric("read_mb_total", "MiB", "read in total", timeline=True, source="/proc/<pid>/io read_bytes, another process"),
@@ -86,6 +89,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("io_path", "", "I/O path", summary=True),  # a word: mremap / portable / page cache (io_path.py)
     Metric("prompt_mb_read", "MiB", "read in the prompt", kind="experts",
            source="/proc/<pid>/io read_bytes from the prompt's start to its first token"),
+    # Of compute_ms_per_token, the stretches the GPU layers ran (timed between the eval callback's
+    # stops; engine/stream/llama_session.py): what a projection does not scale by CPU cores.
+    Metric("gpu_compute_ms_per_token", "ms", "GPU compute / token", kind="experts"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

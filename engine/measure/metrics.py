@@ -23,6 +23,7 @@ from typing import Callable
 import psutil
 
 from shardscope.engine.base import memory_calls, platform_calls
+from shardscope.engine.measure.gpu_memory import gpu_memory_used_mb
 from shardscope.engine.measure.phase_progress import PhaseProgress, Progress
 from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
 from shardscope.engine.base.units import MIB, mb_per_s
@@ -61,6 +62,7 @@ class MetricsSample:
     expert_mb_per_token: float = math.nan  # expert bytes loaded per decoded token
     spec_accuracy: float = math.nan  # guessed experts their layer then picked (NaN: no guesses)
     progress: Progress | None = None  # the long phase under way (load, prompt pass), else None
+    gpu_mb: float = 0.0  # GPU memory in use (engine/measure/gpu_memory.py); 0 on a CPU build
 
 
 @dataclass
@@ -312,6 +314,7 @@ class MetricsSampler:
             expert_mb_per_token=expert[2],
             spec_accuracy=expert[3],
             progress=self.progress.snapshot(read_now) if self.progress is not None else None,
+            gpu_mb=gpu_memory_used_mb(),
         )
         self.samples_taken += 1
         for callback in list(self._subscribers):

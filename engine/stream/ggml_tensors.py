@@ -2,7 +2,9 @@
 
 The callback hands over a ``struct ggml_tensor *``; its shape and strides sit at fixed offsets
 (read directly, no FFI call), its data pointer and name come from libggml-base. Copies are
-returned: llama.cpp reuses the buffers for the next node.
+returned: llama.cpp reuses the buffers for the next node. A node computed on a GPU (layers
+offloaded with n_gpu_layers, issue #35) has its data in device memory, where its pointer
+cannot be read: there the bytes come through ``ggml_backend_tensor_get`` (one small copy).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import llama_cpp
 from shardscope.engine.base.errors import ShardscopeError
 
 # struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]
-_NE_OFFSET, _NB_OFFSET = 16, 48
+_BUFFER_OFFSET, _NE_OFFSET, _NB_OFFSET = 8, 16, 48
 
 
 def _load_ggml_base():
@@ -29,6 +31,10 @@ def _load_ggml_base():
             lib.ggml_get_name.restype = ctypes.c_char_p
             lib.ggml_get_data.argtypes = [ctypes.c_void_p]
             lib.ggml_get_data.restype = ctypes.c_void_p
+            lib.ggml_backend_buffer_is_host.argtypes = [ctypes.c_void_p]
+            lib.ggml_backend_buffer_is_host.restype = ctypes.c_bool
+            lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+            lib.ggml_backend_tensor_get.restype = None
             return lib
     raise ShardscopeError(f"cannot find libggml-base in {lib_dir}: llama-cpp-python install is incomplete")
 
@@ -37,13 +43,30 @@ def _load_ggml_get_name():
     return _load_ggml_base().ggml_get_name
 
 
+def _on_host(lib, tensor) -> bool:
+    """True when the node's data is in host memory (no buffer yet counts as host: CPU graphs)."""
+    buffer = ctypes.c_void_p.from_address(tensor + _BUFFER_OFFSET).value
+    return not buffer or bool(lib.ggml_backend_buffer_is_host(buffer))
+
+
+def _bytes_at(lib, tensor, offset: int, size: int, ctype):
+    """``size`` bytes of the node from ``offset`` as a ctypes array of ``ctype``: a view where the
+    data is in host memory, else a copy out of device memory (ggml_backend_tensor_get)."""
+    count = size // ctypes.sizeof(ctype)
+    if _on_host(lib, tensor):
+        return (ctype * count).from_address(lib.ggml_get_data(tensor) + offset)
+    out = (ctype * count)()
+    lib.ggml_backend_tensor_get(tensor, out, offset, size)
+    return out
+
+
 def read_last_row_f32(lib, tensor) -> np.ndarray:
     """The last token's row of an F32 activation [n, n_tokens] (a copy: the buffer is reused)."""
     ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
     nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
     n, n_tokens = int(ne[0]), int(ne[1])
-    start = lib.ggml_get_data(tensor) + nb[1] * (n_tokens - 1)
-    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(start)).copy()
+    row = _bytes_at(lib, tensor, nb[1] * (n_tokens - 1), n * 4, ctypes.c_float)
+    return np.ctypeslib.as_array(row).copy()
 
 
 def read_topk_ids(lib, tensor) -> np.ndarray:
@@ -54,8 +77,8 @@ def read_topk_ids(lib, tensor) -> np.ndarray:
     ne = (ctypes.c_int64 * 4).from_address(tensor + _NE_OFFSET)
     nb = (ctypes.c_size_t * 4).from_address(tensor + _NB_OFFSET)
     k, n_tokens = int(ne[0]), int(ne[1])
-    base = lib.ggml_get_data(tensor)
     if n_tokens == 1:  # a decoded token: one packed row
-        return np.frombuffer((ctypes.c_int32 * k).from_address(base), dtype=np.int32).reshape(1, k).copy()
-    rows = np.ctypeslib.as_array((ctypes.c_int32 * (nb[1] // 4 * (n_tokens - 1) + k)).from_address(base))
+        return np.frombuffer(_bytes_at(lib, tensor, 0, k * 4, ctypes.c_int32), dtype=np.int32).reshape(1, k).copy()
+    span = nb[1] * (n_tokens - 1) + k * 4  # the view's bytes, gaps included (ggml_nbytes)
+    rows = np.ctypeslib.as_array(_bytes_at(lib, tensor, 0, span, ctypes.c_int32))
     return np.lib.stride_tricks.as_strided(rows, shape=(n_tokens, k), strides=(nb[1], nb[0])).copy()

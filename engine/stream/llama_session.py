@@ -12,6 +12,10 @@ has finished computing — the layer hook may block until the layer's weights ar
 For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's picks
 are known there, before the layer's expert matmuls run (``topk_hook``).
 
+GPU layers with streamed experts (``experts_on_cpu``): dense tensors on the GPU, routed
+experts in host memory; the session then also stops at ``ffn_moe_out-N`` to time GPU vs
+CPU compute (``clock``). engine/stream/gpu_split.py says how and why.
+
 Stopping: the load progress callback (``load_progress``) can cancel a load; the abort
 callback ends the prompt pass (one ``llama_decode`` of every prompt token, or of each
 micro-batch where expert streaming asks for them, which can read a whole model) at the
@@ -36,11 +40,13 @@ import llama_cpp
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.stream import lazy_mapping
 from shardscope.engine.stream.ggml_tensors import _load_ggml_base, read_last_row_f32, read_topk_ids
+from shardscope.engine.stream.gpu_split import ComputeClock, ExpertsOnCpu
 
 LOAD_MODE_MMAP = 1
 _LAYER_NODE = re.compile(rb"^attn_norm-(\d+)$")
 _TOPK_NODE = re.compile(rb"^ffn_moe_topk-(\d+)$")
 _FFN_NORM_NODE = re.compile(rb"^ffn_norm-(\d+)$")
+_MOE_OUT_NODE = re.compile(rb"^ffn_moe_out-(\d+)$")
 _SKIP = ("skip", -1)  # a graph node the topk hook lets run on without stopping
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -96,7 +102,7 @@ class LlamaSession:
                  norm_hook: Callable[[int, np.ndarray], None] | None = None, lazy_load: bool = False,
                  load_progress: Callable[[float], bool] | None = None,
                  prompt_batch: Callable[[], int] | None = None,
-                 on_prompt_batch: Callable[[int, int], None] | None = None):
+                 on_prompt_batch: Callable[[int, int], None] | None = None, experts_on_cpu: bool = False):
         _ensure_backend()
         # A streamed model is mapped without reading it (lazy_mapping.py says why and how);
         # load_note says why not where that is unavailable. A model that fits loads as before.
@@ -112,7 +118,8 @@ class LlamaSession:
         self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
         self.n_gpu_layers = n_gpu_layers if self.gpu_offload else 0
         self.gpu_note = "" if self.gpu_offload or n_gpu_layers == 0 else (
-            "this llama.cpp build has no GPU offload: n_gpu_layers is 0")
+            f"this llama.cpp build has no GPU offload: n_gpu_layers {n_gpu_layers} requested, the run computes on the CPU")
+        self.experts_on_cpu = experts_on_cpu and self.n_gpu_layers != 0  # routed experts kept in host memory
         self.n_ctx = n_ctx
         self.layer_hook = layer_hook
         # MoE expert streaming: called with (layer, expert ids per token) as soon as a
@@ -157,6 +164,9 @@ class LlamaSession:
         params.n_gpu_layers = self.n_gpu_layers
         params.load_mode = LOAD_MODE_MMAP
         params.use_extra_bufts = False
+        self._overrides = ExpertsOnCpu() if self.experts_on_cpu else None  # must outlive the model: held here
+        if self._overrides is not None:
+            params.tensor_buft_overrides = self._overrides.pointer
         if self._load_progress is not None:
             params.progress_callback = self._progress_callback
         _log_tail.clear()
@@ -170,6 +180,7 @@ class LlamaSession:
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_layer = llama_cpp.llama_model_n_layer(self._model)
+        self.clock = ComputeClock(self.n_gpu_layers, self.n_layer) if self.experts_on_cpu else None  # GPU vs CPU s
 
     def _create_context(self) -> None:
         params = llama_cpp.llama_context_default_params()
@@ -179,6 +190,8 @@ class LlamaSession:
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
         params.no_perf = False
+        if self.experts_on_cpu:  # a prompt must not copy whole expert banks to the GPU (gpu_split.py)
+            params.op_offload = False
         if self.hook_active:
             self._ggml = _load_ggml_base()
             self._get_name = self._ggml.ggml_get_name
@@ -263,16 +276,27 @@ class LlamaSession:
         if kind == "norm":
             self.norm_hook(layer, read_last_row_f32(self._ggml, tensor))
             return True
-        return self.topk_hook(layer, read_topk_ids(self._ggml, tensor))
+        if kind == "out":
+            self.clock.experts_done()
+            return True
+        if self.clock is not None:
+            self.clock.router_done(layer)
+        go_on = self.topk_hook(layer, read_topk_ids(self._ggml, tensor))
+        if self.clock is not None:
+            self.clock.restart()  # the hook's wait for experts is no compute
+        return go_on
 
     def _node_action(self, tensor):
-        """("topk", layer), ("norm", layer) when a norm hook wants the router input, else _SKIP."""
+        """("topk" | "norm" (a norm hook wants it) | "out" (GPU layers are timed), layer), else _SKIP."""
         name = self._get_name(tensor) or b""
         match = _TOPK_NODE.match(name)
         if match is not None:
             return "topk", int(match.group(1))
         norm = _FFN_NORM_NODE.match(name) if self.norm_hook is not None else None
-        return ("norm", int(norm.group(1))) if norm is not None else _SKIP
+        if norm is not None:
+            return "norm", int(norm.group(1))
+        out = _MOE_OUT_NODE.match(name) if self.experts_on_cpu else None
+        return ("out", int(out.group(1))) if out is not None else _SKIP
 
     def request_layer_hook(self) -> None:
         """Turn the per-layer hook on at the next token boundary (thread-safe flag)."""
@@ -317,7 +341,12 @@ class LlamaSession:
         arr = (llama_cpp.llama_token * len(tokens))(*tokens)
         self._graph_tokens = len(tokens)  # the eval callback's node lookup holds for one graph shape
         batch = llama_cpp.llama_batch_get_one(arr, len(tokens))
+        timed = self.clock is not None and self.hook_active
+        if timed:
+            self.clock.restart()
         rc = llama_cpp.llama_decode(self._ctx, batch)
+        if timed:
+            self.clock.graph_done()
         if rc != 0:
             raise _DecodeFailed(rc)
 

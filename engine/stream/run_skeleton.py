@@ -360,6 +360,7 @@ class RunSkeleton:
             stddev_ts=round(statistics.pstdev(rates), 3) if len(rates) > 1 else 0.0,
             peak_rss_mb=round(peak_rss_bytes(proc) / MIB, 1),
             resident_weights_mb=round(max(x.resident_weights_mb for x in gen), 1) if gen else math.nan,
+            gpu_mb=round(max(x.gpu_mb for x in gen), 1) if gen else 0.0,
             read_mb_per_token=round(read / MIB / per_tok, 3),
             streamed_mb_per_token=round(d.loaded_bytes / MIB / per_tok, 3),
             # Over wall time, not decode time: a budget cut replays the context between

@@ -52,6 +52,7 @@ class RunSummary:
     evict_mechanism: str
     stopped: bool = False
     io_path: str = ""  # mremap / portable / page cache (engine/stream/io_path.py)
+    gpu_mb: float = 0.0  # peak GPU memory in use while generating (0 on a CPU build; issue #35)
     text: str = ""
     device: str = ""
     projected_ts: float = math.nan
