@@ -18,7 +18,7 @@ llama.cpp's C API do it, and llama-cpp-python 0.3.36 wraps only the first two:
   is the figure ``gpu_mb`` (engine/measure/gpu_memory.py).
 
 On a build without GPU offload none of this applies: the run computes on the CPU (the
-session's gpu_note says so in one line), and ``gpu_mb`` is 0.
+CLI's note line says so, engine/cli/cli.py), and ``gpu_mb`` is 0.
 """
 
 from __future__ import annotations
