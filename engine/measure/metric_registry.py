@@ -52,7 +52,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("other_rss_mb", "MiB", "other", plot="memory", curve="other", timeline=True),
     # What the GPU holds with n_gpu_layers (device memory in use, engine/measure/gpu_memory.py):
     # host memory is the budget's, this is apart from it; 0 on a CPU build (issue #35).
-    Metric("gpu_mb", "MiB", "GPU memory", plot="memory", curve="gpu", timeline=True, live=True, summary=True),
+    Metric("gpu_mb", "MiB", "GPU memory", plot="memory", curve="gpu", timeline=True, live=True),
     Metric("ssd_mb_s", "MB/s", "SSD reads", plot="ssd", curve="ssd", timeline=True, live=True,
            source="/proc/<pid>/io read_bytes ÷ the outside clock"),
     Metric("read_mb_total", "MiB", "read in total", timeline=True, source="/proc/<pid>/io read_bytes, another process"),
