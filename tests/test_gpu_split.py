@@ -199,3 +199,39 @@ def test_dense_on_the_gpu_streams_the_experts_with_the_resident_runs_tokens(smal
     assert summary.resident_weights_mb <= 60
     assert 0 < summary.gpu_compute_ms_per_token <= summary.compute_ms_per_token
     assert tokens == runs["resident"][1]
+
+
+def test_dense_bytes_llama_cpp_left_unmapped_for_the_gpu_are_not_read(small_moe):
+    """With GPU layers llama.cpp unmaps the file's ends that hold GPU tensors only (seen on the
+    H200: the expert run's cold start then failed on "range … is not page-aligned inside the
+    mapping"); the streamer reads the dense bytes that are still mapped and skips the rest."""
+    import mmap
+    import os
+
+    from shardscope.engine.base.file_mapping import FileMapping
+    from shardscope.engine.experts.expert_io import ExpertIO
+    from shardscope.engine.layout.budget_minimum import dense_pages
+    from shardscope.engine.layout.gguf_layout import read_layout
+    from shardscope.engine.layout.moe_layout import read_moe_layout
+    from shardscope.engine.stream import io_path
+    from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
+
+    moe = read_moe_layout(read_layout(small_moe))
+    pages = dense_pages(moe)
+    last_expert_end = max(off + per * moe.n_expert for layer in moe.layers for off, per in moe.expert_tensors[layer])
+    cut = pages[-1][0]
+    assert cut >= last_expert_end, "the small synth's file ends with dense tensors (its output head)"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                              ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(small_moe, os.O_RDONLY)
+    address = libc.mmap(None, cut, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    try:
+        mapping = FileMapping(small_moe, address, address + cut, 0)
+        slots = io_path.open_slots(small_moe, mapping)
+        io = ExpertIO(moe, mapping, fd, None if isinstance(slots, str) else slots, SsdRateLimiter())
+        assert io.start() == sum(min(hi, cut) - lo for lo, hi in pages if lo < cut)
+    finally:
+        libc.munmap(address, cut)
+        os.close(fd)

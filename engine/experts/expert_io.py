@@ -75,7 +75,13 @@ class ExpertIO:
         else:  # ranges mapped back merge with their neighbours again (direct_slots.py: mappings)
             self.slots.adopt(MADV_RANDOM)
         total = 0
+        mapped_lo, mapped_hi = m.file_offset, m.file_offset + (m.end - m.start)
         for lo, hi in dense_pages(self.moe):
+            # With GPU layers llama.cpp unmaps the ends of the file that hold GPU tensors only
+            # (llama-model-loader's unmap_fragment; issue #35): there is no host copy to read there.
+            lo, hi = max(lo, mapped_lo), min(hi, mapped_hi)
+            if hi <= lo:
+                continue
             self.limiter.throttle(hi - lo)
             self._read_in([(lo, hi)])
             for page in (lo, hi - memory_calls.PAGE):  # a dense edge page may be an expert's edge too: it stays
