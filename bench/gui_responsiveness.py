@@ -29,22 +29,17 @@ from bench.bench_models import synthetic_model  # noqa: E402
 from bench.cold_cache import drop_from_cache  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.fake_expert_views import FakeExpertViews  # noqa: E402
+from bench.headless_child import rounds_in_child  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 MIB = 1024 * 1024
 
 
 def headless_tok_s(settings: RunSettings, rounds: int) -> float:
-    drop_from_cache(settings.model_path)
-    summaries = []
-    with open_run(settings, streams="layers") as run:
-        def keep(summary):
-            summaries.append(summary)
-            if len(summaries) >= rounds:
-                run.stop()
-        run.run(continuous=True, on_summary=keep)
-    steady = [s.avg_ts for s in summaries[1:] if not s.stopped] or [summaries[0].avg_ts]
+    """Mean avg_ts of the rounds after the first, in a child process (bench/headless_child.py: run
+    here, its OpenMP pool would slow the window's run that follows)."""
+    kept = rounds_in_child(settings, rounds=rounds, streams="layers", drop_cache=True)
+    steady = [ts for _n, ts, stopped in kept[1:] if not stopped] or [kept[0][1]]
     return statistics.mean(steady)
 
 

@@ -3,7 +3,9 @@
 For each case (a dense model and an MoE file, both below their size in budget) in one
 run of this script: headless continuous rounds for ``--headless-s`` seconds, then the
 real window (offscreen unless a display is there) running the same settings
-continuously for ``--minutes``, then headless again. Printed per case:
+continuously for ``--minutes``, then headless again. The headless runs are child
+processes, as a user's ``shardscope bench`` is (bench/headless_child.py says why). Printed
+per case:
 
 - window ÷ headless for the first and the last minute of the window session (the
   headless figure is the mean of the runs just before and just after the session, so
@@ -37,9 +39,9 @@ DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform o
 
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
+from bench.headless_child import decode_rate, rounds_in_child  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -54,23 +56,9 @@ def moe_model(size_mb: int) -> str:
     return str(path)
 
 
-def decode_rate(summaries) -> float:
-    """Tokens over decode seconds of complete rounds (NaN when none)."""
-    done = [s for s in summaries if not s.stopped and s.avg_ts > 0 and s.n_gen > 0]
-    seconds = sum(s.n_gen / s.avg_ts for s in done)
-    return sum(s.n_gen for s in done) / seconds if seconds > 0 else float("nan")
-
-
-def headless(settings: RunSettings, seconds: float) -> float:
-    summaries = []
-    start = time.perf_counter()
-    with open_run(settings) as run:
-        def keep(summary):
-            summaries.append(summary)
-            if time.perf_counter() - start >= seconds:
-                run.stop()
-        run.run(continuous=True, on_summary=keep)
-    return decode_rate(summaries[1:] or summaries)  # the first round pays the load
+def headless(case: str, settings: RunSettings, seconds: float) -> float:
+    """Continuous rounds for ``seconds`` in a child process (bench/headless_child.py)."""
+    return decode_rate(rounds_in_child(settings, seconds=seconds))
 
 
 def window_session(settings: RunSettings, minutes: float, shots: Path | None = None, name: str = "") -> dict:
@@ -103,8 +91,8 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
     stop(app, window)
     window.close()
     span = min(minutes * 60, time.perf_counter() - t0)
-    first = decode_rate([s for t, s in ended if t <= 60.0])
-    last = decode_rate([s for t, s in ended if t > span - 60.0])
+    first = decode_rate([s for t, s in ended if t <= 60.0])  # its first round (the load) left out
+    last = decode_rate([s for t, s in ended if t > span - 60.0], skip_first=False)
     second_minute = [r for t, r in rss if 60.0 < t <= 120.0] or [r for _, r in rss[: len(rss) // 2]]
     last_minute = [r for t, r in rss if t > span - 60.0]
     return {"first": first, "last": last, "rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
@@ -112,13 +100,14 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
             "rss_peak": max(r for _, r in rss)}
 
 
-def run_case(name: str, settings: RunSettings, minutes: float, headless_s: float, shots: Path | None) -> None:
+def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None:
+    minutes, headless_s, shots = args.minutes, args.headless_s, args.shots
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
           f"{settings.threads} threads, {settings.n_gen} tokens a round", flush=True)
-    before = headless(settings, headless_s)
+    before = headless(name, settings, headless_s)
     print(f"  headless before: {before:.2f} tok/s", flush=True)
     w = window_session(settings, minutes, shots, name)
-    after = headless(settings, headless_s)
+    after = headless(name, settings, headless_s)
     print(f"  headless after:  {after:.2f} tok/s", flush=True)
     ref = (before + after) / 2
     if max(before, after) > 1.25 * min(before, after):
@@ -134,6 +123,16 @@ def run_case(name: str, settings: RunSettings, minutes: float, headless_s: float
           flush=True)
 
 
+def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
+    if case == "dense":
+        return RunSettings(model_path=bundled_model(), budget_mb=215, shard_mb=8, prefetch_depth=1,  # min 202 MiB: globals 175
+                           threads=args.threads, n_gen=32, n_ctx=256)
+    model = moe_model(args.moe_size_mb)
+    size_mb = os.path.getsize(model) / MIB
+    return RunSettings(model_path=model, budget_mb=int(size_mb * 0.5), expert_cache_mb=0,
+                       threads=args.threads, n_gen=32, n_ctx=256)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each window session")
@@ -145,18 +144,9 @@ def main() -> None:
                         help="folder for screenshots of the window at 1600x1000 and 1280x800 after each session")
     args = parser.parse_args()
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
-    if args.case in ("dense", "both"):
-        model = bundled_model()
-        size_mb = os.path.getsize(model) / MIB
-        settings = RunSettings(model_path=model, budget_mb=215, shard_mb=8, prefetch_depth=1,  # min 202 MiB: globals 175
-                               threads=args.threads, n_gen=32, n_ctx=256)
-        run_case("dense", settings, args.minutes, args.headless_s, args.shots)
-    if args.case in ("moe", "both"):
-        model = moe_model(args.moe_size_mb)
-        size_mb = os.path.getsize(model) / MIB
-        settings = RunSettings(model_path=model, budget_mb=int(size_mb * 0.5), expert_cache_mb=0,
-                               threads=args.threads, n_gen=32, n_ctx=256)
-        run_case("moe", settings, args.minutes, args.headless_s, args.shots)
+    for case in ("dense", "moe"):
+        if args.case in (case, "both"):
+            run_case(case, case_settings(case, args), args)
 
 
 if __name__ == "__main__":

@@ -176,8 +176,10 @@ def test_numbers_panels_never_print_text_over_text(qtbot, tmp_path, moe_file, si
         _open(qtbot, window, moe_file, budget_mb=60)
         qtbot.waitUntil(lambda: window.expert_panel.isVisible(), timeout=10_000)
         window._on_summary(_summary(Path(moe_file).name, 1.37), True)
+        window.flush_display()  # the round panel shows on its timer
         window.pin_baseline(1)
         window._on_summary(_summary(Path(moe_file).name), True)
+        window.flush_display()  # the round panel shows on its timer
         if "io_path" in window.round_numbers.keys():
             window.round_numbers.set_value("io_path", "page cache")  # a word, wider than a number
         window.live_numbers.set_values({"tok_s": 8.69, "rss_mb": 612.4, "resident_weights_mb": 253.0,
@@ -247,6 +249,7 @@ def test_stop_another_policy_and_another_model_leave_no_stale_figures(qtbot, tmp
         assert window.shard_map.counts()[PINNED] == 0
         # Another model: no panel keeps the old model's figures.
         window._on_summary(_summary(window.model_info.path.split("/")[-1]), True)
+        window.flush_display()  # the round panel shows on its timer
         assert window.round_numbers.text("avg_ts") != MISSING
         _open(qtbot, window, moe_file)
         for panel in (window.live_numbers, window.round_numbers):
@@ -261,12 +264,15 @@ def test_baseline_from_another_model_says_so_instead_of_deltas(qtbot, tmp_path, 
     try:
         dense = Path(window.model_info.path).name
         window._on_summary(_summary(dense, 1.37), True)
+        window.flush_display()  # the round panel shows on its timer
         window.pin_baseline(1)
         window._on_summary(_summary(dense), True)
+        window.flush_display()  # the round panel shows on its timer
         assert window.round_numbers.delta("avg_ts") == "\u22123.22"  # 8.69 - 11.9 on the same model
         assert not window.round_numbers.baseline_note.isVisible()
         _open(qtbot, window, moe_file)
         window._on_summary(_summary(Path(moe_file).name), True)
+        window.flush_display()  # the round panel shows on its timer
         assert all(window.round_numbers.delta(k) == "" for k in window.round_numbers.keys())
         note = window.round_numbers.baseline_note
         assert note.isVisible() and note.text() == f"baseline: other model ({dense}), no deltas"

@@ -50,7 +50,10 @@ class RunWorker(QObject):
     # StreamingRun (fills the shard map) or the MoeLayout of an ExpertRun (the expert map)
     run_started = Signal(int, object, object)
     sample = Signal(int, object)  # run_index, MetricsSample
-    token = Signal(int, int, str, float)  # run_index, token index in round, piece, seconds
+    # Tokens wait in the worker (take_tokens); tokens_ready tells the GUI once that some are
+    # waiting, not once a token: 60-100 queued events a second woke the GUI thread, which
+    # shares two cores with the run (issue 32).
+    tokens_ready = Signal()
     phase = Signal(int, str)
     summary = Signal(int, object)  # run_index, RunSummary (one per round)
     failed = Signal(str)
@@ -58,6 +61,9 @@ class RunWorker(QObject):
 
     def __init__(self, settings: RunSettings) -> None:
         super().__init__()
+        self._tokens: list[tuple[int, int, str, float]] = []  # run_index, index in round, piece, seconds
+        self._tokens_told = False
+        self._tokens_lock = threading.Lock()
         self._lock = threading.Lock()
         self._settings = settings
         self._stop_requested = False
@@ -108,7 +114,21 @@ class RunWorker(QObject):
             run.stop()
         return answer
 
+    def take_tokens(self) -> list[tuple[int, int, str, float]]:
+        """The tokens decoded since the last call, in order (any thread; the GUI's drain)."""
+        with self._tokens_lock:
+            taken, self._tokens = self._tokens, []
+            self._tokens_told = False
+        return taken
+
     # --------------------------------------------------------------- worker thread
+    def _took_token(self, index: int, n: int, piece: str, dt: float) -> None:
+        with self._tokens_lock:
+            self._tokens.append((index, n, piece, dt))
+            tell, self._tokens_told = not self._tokens_told, True
+        if tell:
+            self.tokens_ready.emit()
+
     def work(self) -> None:
         """The thread's body: runs (and re-runs after restarts) until stopped or failed."""
         try:
@@ -121,7 +141,7 @@ class RunWorker(QObject):
                 self.run_index += 1
                 index = self.run_index
                 run = open_run(settings, on_sample=lambda s, i=index: self.sample.emit(i, s))
-                run.on_token = lambda n, piece, dt, i=index: self.token.emit(i, n, piece, dt)
+                run.on_token = lambda n, piece, dt, i=index: self._took_token(i, n, piece, dt)
                 run.on_phase = lambda name, i=index: self.phase.emit(i, name)
                 with self._lock:
                     wanted = self._settings

@@ -16,12 +16,14 @@ from PySide6.QtCore import QObject, Signal
 
 from shardscope.app.runs.run_worker import RunThread, RunWorker
 from shardscope.app.runs.sample_history import SampleHistory
+from shardscope.widgets.coalesced_calls import CoalescedCalls
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary
 
 CLOSE_WAIT_MS = 15_000  # a run stops within ~1-2 s; this only bounds a wedged llama.cpp load
 TIMELINE_MAX = 36_000  # one hour at 10 Hz: export what the session saw, bounded
+TOKEN_MS = 150  # tokens are taken from the worker a few times a second, not one event each
 _WEDGED_RUNS: list[RunThread] = []  # runs that outlived CLOSE_WAIT_MS: kept referenced until exit
 
 
@@ -47,6 +49,7 @@ class WindowRuns(QObject):
         self._run_index = 0
         self._t_offset = 0.0
         self._search_owner: str | None = None
+        self._tokens_waiting = CoalescedCalls(TOKEN_MS, self._take_tokens, keep="last", parent=self)
 
     # ------------------------------------------------------------------ state
     @property
@@ -76,7 +79,7 @@ class WindowRuns(QObject):
         # Bound methods of this QObject: Qt queues them to the GUI thread.
         w.run_started.connect(self._on_run_started)
         w.sample.connect(self._on_sample)
-        w.token.connect(self._on_token)
+        w.tokens_ready.connect(self._on_tokens_ready)
         w.phase.connect(self._on_phase)
         w.summary.connect(self._on_summary)
         w.failed.connect(self._on_failed)
@@ -137,6 +140,15 @@ class WindowRuns(QObject):
         self.timeline.append((self._t_offset, s))
         self.sample.emit(t, s)
 
+    def _on_tokens_ready(self) -> None:
+        self._tokens_waiting.push(True)
+
+    def _take_tokens(self, _waiting=None) -> None:
+        """Every token the worker holds, forwarded in order (at most TOKEN_MS after the first)."""
+        if self._run is not None:
+            for index, n, piece, dt in self._run.worker.take_tokens():
+                self._on_token(index, n, piece, dt)
+
     def _on_token(self, index: int, n: int, piece: str, _dt: float) -> None:
         if index == self._run_index:
             self.token.emit(n, piece)
@@ -159,6 +171,8 @@ class WindowRuns(QObject):
         self.failed.emit(message)
 
     def _on_thread_finished(self) -> None:
+        self._take_tokens()  # the last ones, before the run is let go
+        self._tokens_waiting.clear()
         run, self._run = self._run, None
         if run is None:
             return

@@ -54,8 +54,8 @@ class WindowIdlePanels:
     def _forget_shown_run(self) -> None:
         """Another model: no panel keeps the old model's figures (token count, rates, its last round,
         its text, its projection). The rounds table keeps its rows: each names its model."""
-        self._shown_text.clear()
-        self._shown_sample.clear()
+        for pending in (self._shown_text, self._shown_sample, self._shown_round):
+            pending.clear()
         self.live_numbers.clear()
         self.round_numbers.clear()
         self.run_view.round_box.setToolTip("")

@@ -59,6 +59,7 @@ from shardscope.engine.stream.streaming_run import RunSummary
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 
 DISPLAY_MS = 250  # text and numbers: 4 times a second reads as live
+ROUND_MS = 500  # the last round's panel, projection line and expert-cache figures
 
 
 class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, WindowIdlePanels, QMainWindow):
@@ -97,6 +98,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self._run_prompt: str | None = None
         self._shown_text = CoalescedCalls(DISPLAY_MS, self._show_tokens, parent=self)
         self._shown_sample = CoalescedCalls(DISPLAY_MS, self.run_view_sample, keep="last", parent=self)
+        self._shown_round = CoalescedCalls(ROUND_MS, self._show_round, keep="last", parent=self)
 
         self.setWindowTitle("shardscope")
         self.setAcceptDrops(True)
@@ -431,6 +433,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         """Show now what waits for the display timer (the run ended; a test reads the panels)."""
         self._shown_text.flush()
         self._shown_sample.flush()
+        self._shown_round.flush()
 
     def _set_level(self, key: str, value: float | None) -> None:
         if self._shown_levels.get(key) != value:
@@ -440,12 +443,16 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
     def _on_summary(self, summary: RunSummary, shown: bool) -> None:
         projection = self.device_panel.project(summary)  # every round: the CSV gets its device columns
         r = self.add_round(summary, projection)
-        if shown:
-            self.projection = projection
-            self.run_view.show_round(summary, r.mixed_text() if r is not None else "")
-            self._show_projection()
-            self._show_expert_cache()
-            self.expert_panel.show_advice(getattr(summary, "expert_advice", ""))
+        if shown:  # the panels show the newest round, twice a second at most (rounds can come 3 a second)
+            self._shown_round.push((summary, projection, r.mixed_text() if r is not None else ""))
+
+    def _show_round(self, shown: tuple[RunSummary, RoundProjection | None, str]) -> None:
+        summary, projection, mixed = shown
+        self.projection = projection
+        self.run_view.show_round(summary, mixed)
+        self._show_projection()
+        self._show_expert_cache()
+        self.expert_panel.show_advice(getattr(summary, "expert_advice", ""))
 
     # ================================================================== errors
     def show_error(self, message: str) -> None:
@@ -469,8 +476,8 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.qsettings.setValue("profile/last", self.current_profile.name)
         self.qsettings.sync()
         self.runs.close()
-        self._shown_text.clear()
-        self._shown_sample.clear()
+        for pending in (self._shown_text, self._shown_sample, self._shown_round):
+            pending.clear()
         self.expert_panel.close_tasks(CLOSE_WAIT_MS)
         tasks = list(self.model_panel.tasks)
         dialog = self._synth_dialog

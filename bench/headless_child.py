@@ -1,0 +1,74 @@
+"""Headless continuous rounds in a child process of their own, for benches that put the window
+beside ``shardscope bench``.
+
+Why a child: llama.cpp here is built with OpenMP, and libgomp keeps one thread pool per thread
+that ever ran a parallel region. A headless run in the bench's main thread leaves that pool
+behind; the window's run then computes on its own thread with a second pool, and with more
+managed threads than cores libgomp stops spinning between parallel regions: the window's run
+was 35 % slower than the same window in a fresh process (docs/decisions.md, issue 32). The app
+never computes on its main thread; a bench must not either.
+
+``rounds_in_child(settings, seconds=..., rounds=..., streams=..., drop_cache=...)`` returns each
+round's (n_gen, avg_ts, stopped); ``decode_rate`` turns them into decoded tokens per decode second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+
+__all__ = ["rounds_in_child", "decode_rate"]
+
+
+def decode_rate(rounds, skip_first: bool = True) -> float:
+    """Tokens over decode seconds of complete rounds, the load's first round left out when there
+    are others (NaN when none). ``rounds``: (n_gen, avg_ts, stopped) or RunSummary objects."""
+    rows = [(r.n_gen, r.avg_ts, r.stopped) if hasattr(r, "avg_ts") else tuple(r) for r in rounds]
+    if skip_first:
+        rows = rows[1:] or rows
+    done = [(n, ts) for n, ts, stopped in rows if not stopped and ts > 0 and n > 0]
+    seconds = sum(n / ts for n, ts in done)
+    return sum(n for n, _ in done) / seconds if seconds > 0 else float("nan")
+
+
+def rounds_in_child(settings: RunSettings, *, seconds: float | None = None, rounds: int | None = None,
+                    streams: str | None = None, drop_cache: bool = False) -> list[tuple[int, float, bool]]:
+    job = {"settings": dataclasses.asdict(settings), "seconds": seconds, "rounds": rounds,
+           "streams": streams, "drop_cache": drop_cache}
+    out = subprocess.run([sys.executable, __file__, json.dumps(job)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"headless child failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+    return [tuple(r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+def _child(job: dict) -> None:
+    from shardscope.engine.runs.run_factory import open_run
+
+    settings = RunSettings(**job["settings"])
+    if job["drop_cache"]:
+        from bench.cold_cache import drop_from_cache
+        drop_from_cache(settings.model_path)
+    kept: list = []
+    start = time.perf_counter()
+    kwargs = {"streams": job["streams"]} if job["streams"] else {}
+    with open_run(settings, **kwargs) as run:
+        def keep(summary):
+            kept.append((summary.n_gen, summary.avg_ts, bool(summary.stopped)))
+            if (job["rounds"] and len(kept) >= job["rounds"]) or \
+                    (job["seconds"] and time.perf_counter() - start >= job["seconds"]):
+                run.stop()
+        run.run(continuous=True, on_summary=keep)
+    print(json.dumps(kept))
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))
