@@ -167,7 +167,7 @@ def load_device(path: str | Path) -> Device:
     path = Path(path)
     try:
         st = path.stat()
-        key = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+        key = (str(path), st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     except OSError:
         return _read_device(path)  # the read names the file and what is wrong
     if key not in _LOADED:
