@@ -134,6 +134,7 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
         # The session's routing replayed, projected on the chosen device at each cache size:
         # more hits, fewer bytes from the disk, never a slower projection.
         wait_for(qtbot, window, lambda: window.last_round is not None, timeout=60_000)
+        window.flush_display()  # the round's panels (and the curve's projection inputs) show on a timer
         assert window.device_id()
         with qtbot.waitSignal(panel.computed, timeout=60_000):
             panel.compute_button.click()

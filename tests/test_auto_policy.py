@@ -154,3 +154,27 @@ def test_a_live_auto_run_and_its_replay_hit_alike(moe_model, tmp_path):
                           "auto", cache_bytes)
     assert (replayed.hits, replayed.misses) == (summary.expert_hits, summary.expert_misses), summary
     assert abs(replayed.expert_hit_rate - summary.expert_hit_rate) <= 0.005
+
+
+def test_a_rounds_advice_replays_only_the_last_tokens_walked_from_the_end():
+    """Each round's advice replays the last ADVICE_TOKENS decoded tokens; taking them must not copy
+    the whole session's routing (it grew with the session: issue 32). Prompt records are skipped,
+    the order is kept, and whether earlier tokens exist is said (the advice names "the last N")."""
+    import threading
+    from collections import deque
+    from types import SimpleNamespace
+
+    from shardscope.engine.experts.expert_streaming import ExpertStreamer
+    from shardscope.engine.experts.routing_trace import TraceRecord
+
+    records = deque()
+    for token in range(10):
+        records.append(TraceRecord(token, 0, (1, 2), (3, 3), prompt=True))  # a round's prompt pass
+        for layer in (0, 1):
+            records.append(TraceRecord(token, layer, (token % 4, 5)))
+    streamer = SimpleNamespace(records=records, _state_lock=threading.Lock())
+    tail, more = ExpertStreamer.routing_tail(streamer, 3)
+    assert [(r.token, r.layer) for r in tail] == [(7, 0), (7, 1), (8, 0), (8, 1), (9, 0), (9, 1)]
+    assert more and not any(r.prompt for r in tail)
+    everything, more = ExpertStreamer.routing_tail(streamer, 64)
+    assert len(everything) == 20 and not more

@@ -285,3 +285,22 @@ def test_sweep_prints_one_row_per_combination_with_its_passes_as_samples(bundled
     assert [r["shard_mb"] for r in rows] == [4, 8]
     assert all(len(r["samples_ns"]) == 2 and r["n_gen"] == 2 for r in rows)
     assert "sweep: 4 rows written" in proc.stderr  # the human lines moved to stderr
+
+
+def test_gpu_layers_with_streamed_experts_report_the_override_and_no_op_offload():
+    """A row of an expert-streaming run with GPU layers says what llama.cpp was told (the routed
+    experts pinned to the CPU buffer type, op offload off), as llama-bench prints -ot and -nopo;
+    a CPU build (n_gpu_layers 0 in effect) or a layer-streaming run keeps the defaults."""
+    from shardscope.engine.experts.expert_run import ExpertRunSummary
+    from shardscope.engine.output.llama_bench_format import bench_row
+    from shardscope.engine.stream.streaming_run import RunSummary
+
+    fields = {k: getattr(_summary(), k) for k in RunSummary.__dataclass_fields__}
+    split = ExpertRunSummary(**{**fields, "n_gpu_layers": 25, "n_gpu_layers_requested": 99}, expert_policy="auto")
+    row = bench_row([split], FACTS, test_time="t")
+    assert row["tensor_buft_overrides"] == r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU"
+    assert row["no_op_offload"] == 1 and row["n_gpu_layers"] == 25
+    cpu_build = ExpertRunSummary(**{**fields, "n_gpu_layers": 0, "n_gpu_layers_requested": 99}, expert_policy="auto")
+    assert bench_row([cpu_build], FACTS, test_time="t")["tensor_buft_overrides"] == "none"
+    layers = _summary(n_gpu_layers=8, n_gpu_layers_requested=8)
+    assert bench_row([layers], FACTS, test_time="t")["no_op_offload"] == 0

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QGraphicsItem, QWidget
 
 from shardscope.widgets.number_format import format_number
@@ -53,6 +53,7 @@ class _Plot:
     level_within: float = 0.0  # > 0: a level line higher than this many times the data's top is not drawn
     title: str = ""
     title_note: str = ""
+    title_width: int = 0  # the width the shown title was elided to
     above: list = field(default_factory=list)  # level texts named in the title: far above the data
 
 
@@ -527,10 +528,21 @@ class LiveChart(pg.GraphicsLayoutWidget):
         return rects
 
     def _set_title_note(self, plot: _Plot, note: str) -> None:
-        if note == plot.title_note:
+        # The title is cut at the plot's width (_title_never_widens); a note that does not fit
+        # ends in "…" rather than mid-number ("…(USB-C SSD): 19" read as 19 tok/s at 1280 × 800).
+        width = int(plot.item.width()) - 12
+        if note == plot.title_note and width == plot.title_width:
             return
-        plot.title_note = note
+        plot.title_note, plot.title_width = note, width
         text = f"{plot.title} \u2014 {note}" if note else plot.title
+        font = QFont(self.font())
+        font.setPointSizeF(9.0)
+        metrics = QFontMetrics(font)
+        if not note and (width <= 0 or metrics.horizontalAdvance(text) <= width):
+            plot.item.setTitle(text, size="9pt", color=self._fg.name())  # as add_plot set it
+            return
+        if width > 0:
+            text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
         plot.item.setTitle(text, size="9pt", color=self._fg.name(), justify="left")
 
     def _on_user_moved_view(self, *_: object) -> None:

@@ -23,7 +23,7 @@ from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
-from shardscope.engine.experts.policy_advice import cache_advice
+from shardscope.engine.experts.policy_advice import ADVICE_TOKENS, cache_advice
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
@@ -185,6 +185,12 @@ class ExpertRun(RunSkeleton):
         records = self.streamer.routing_records() if self.streamer is not None else ()
         return RoutingTrace(self._trace_header(), records)
 
+    def _advice_trace(self) -> tuple[RoutingTrace, str, bool]:
+        """(trace, its name, whether earlier tokens were left out) for cache_advice: the last
+        ADVICE_TOKENS decoded tokens' routing, which it replays each round."""
+        records, more = self.streamer.routing_tail(ADVICE_TOKENS) if self.streamer is not None else ((), False)
+        return RoutingTrace(self._trace_header(), records), "this run's routing", more
+
     def _trace_header(self) -> TraceHeader:
         return TraceHeader(Path(self.model_path).name, self.moe.n_expert, self.moe.n_expert_used,
                            {layer: self.moe.unit_bytes(layer) for layer in self.moe.layers})
@@ -305,7 +311,7 @@ class ExpertRun(RunSkeleton):
             n_expert=self.moe.n_expert, n_expert_used=self.moe.n_expert_used,
             expert_cache_mb=round(self.cache_bytes / MIB, 1), expert_policy=s.expert_policy,
             expert_advice=cache_advice(s.expert_policy, self.cache_bytes, streamer.unit_bytes, self.moe.n_expert_used,
-                                       self.routing_records()),
+                                       *self._advice_trace()),
             expert_speculation=s.expert_speculation,
             trace_path=self.trace_path or "",
             prompt_batch_tokens=min(self.prompt_batch_tokens or result.prompt_tokens, result.prompt_tokens),

@@ -36,8 +36,9 @@ def compare(rates: dict[str, float], policy: str, where: str, cache_mb: float) -
     return f"{head}: {best} by {margin:.1f} points (expert policy {best})"
 
 
-def advise(trace: RoutingTrace, cache_bytes: int, policy: str, where: str) -> str:
-    """Replay ``trace`` at ``cache_bytes`` through ``policy`` and the online policies; compare()."""
+def advise(trace: RoutingTrace, cache_bytes: int, policy: str, where: str, earlier: bool = False) -> str:
+    """Replay ``trace`` at ``cache_bytes`` through ``policy`` and the online policies; compare().
+    ``earlier``: the trace is already the tail of a longer routing (a live run's last tokens)."""
     from shardscope.engine.experts.replay import min_cache_bytes, replay_one
 
     decoded = sorted({r.token for r in trace.records if not r.prompt})
@@ -47,6 +48,8 @@ def advise(trace: RoutingTrace, cache_bytes: int, policy: str, where: str) -> st
         first = decoded[-ADVICE_TOKENS]
         trace = RoutingTrace(trace.header, tuple(r for r in trace.records if not r.prompt and r.token >= first))
         label = f"the last {ADVICE_TOKENS} tokens of {where}"
+    elif earlier:
+        label = f"the last {len(decoded)} tokens of {where}"
     else:
         label = f"{where} ({len(decoded)} tokens)"
     policies = dict.fromkeys(ONLINE + (policy,))
@@ -75,7 +78,7 @@ def best_lines(rows, where: str) -> list[str]:
 
 
 def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n_expert_used: int,
-                 trace=None, where: str = "this run's routing") -> str:
+                 trace=None, where: str = "this run's routing", earlier: bool = False) -> str:
     """One line naming a better policy for this cache, the trace replayed and the margin, else "".
 
     With ``trace`` (a RoutingTrace: the run's own routing), policy_advice replays it at
@@ -85,7 +88,7 @@ def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n
     trace at that size (docs/real-traces.md).
     """
     if trace is not None:
-        return advise(trace, cache_bytes, policy, where)
+        return advise(trace, cache_bytes, policy, where, earlier)
     working_set = n_expert_used * sum(unit_bytes.values())
     if policy != "lru" or cache_bytes >= working_set:
         return ""

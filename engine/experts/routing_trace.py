@@ -54,7 +54,7 @@ class TraceHeader:
         return bool(self.dense_bytes) and set(self.unit_bytes) <= set(self.dense_bytes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a long session keeps ~10^5 of them in memory
 class TraceRecord:
     token: int
     layer: int

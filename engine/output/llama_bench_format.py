@@ -31,6 +31,7 @@ import statistics
 from typing import Iterable, Sequence
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.stream.gpu_split import EXPERT_TENSOR_PATTERN
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS
 from shardscope.engine.measure.metric_registry import markdown_columns
 
@@ -138,6 +139,11 @@ def bench_row(repetitions: Sequence, facts: dict, *, test_time: str) -> dict:
         samples_ns=samples_ns,
         samples_ts=samples_ts,
     )
+    if int(last.n_gpu_layers) != 0 and getattr(last, "expert_policy", ""):
+        # Layers on the GPU while the experts stream: the run kept the routed experts in the CPU
+        # buffer and turned op offload off (engine/stream/gpu_split.py), as llama-bench would print
+        # for `-ot <pattern>=CPU -nopo 1`.
+        row.update(tensor_buft_overrides=f"{EXPERT_TENSOR_PATTERN}=CPU", no_op_offload=1)
     missing = [f for f in LLAMA_BENCH_FIELDS if f not in row]
     if missing:
         raise ShardscopeError(f"llama-bench row: no value for {', '.join(missing)}")
