@@ -42,10 +42,11 @@ from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 
 HEAT_WINDOW = 64  # decoded tokens the expert view's heat counts over
-# Routing records kept in memory for the window's "this session" cacheability and the round's
-# advice (a --trace file keeps them all, on disk). 500,000 grew a 10-minute window session's RSS
-# by 60 MiB (15 %) on a 5-layer model at 110 tok/s; 100,000 slotted records are ~20 MiB at most.
-MAX_RECORDS = 100_000
+# Routing records kept in memory: the window's "this session" cacheability replays the last of
+# them (a --trace file keeps them all, on disk). 500,000 grew a 10-minute window session's RSS by
+# 60 MiB (15 %) on a 5-layer model at 110 tok/s; 30,000 slotted records are ~6 MiB, the routing of
+# the last ~600 tokens of a 48-layer model (docs/decisions.md, issue 32).
+MAX_RECORDS = 30_000
 
 
 @dataclass
