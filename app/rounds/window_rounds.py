@@ -21,6 +21,8 @@ class WindowRounds:
     def _build_rounds(self) -> RoundsTable:
         self.rounds: list[Round] = []
         self._round_rows: list[dict] = []  # round_values of each round, in order
+        self._fit: dict[str, list] = {}  # per fitted column: [every value empty, first value, all equal]
+        self._fit_shown: tuple | None = None  # (hidden, shared) last set on the table
         self._round_start: float | None = None  # window time of the running round's first sample
         # Live knob changes the running run took: (window time, settings before). A round
         # that spans one is recorded as mixed, with both values (rounds.Round.start_settings).
@@ -67,29 +69,37 @@ class WindowRounds:
             r.start_settings = None  # changed and changed back, or a knob the table does not show
         self.rounds.append(r)
         values = round_values(r)
-        self._round_rows.append(values)  # kept: the column fit reads every row each round
+        self._round_rows.append(values)
         self.rounds_table.add_row(r.number, values, round_tips(r))
-        self._fit_columns()
+        self._fit_columns(values)
         return r
 
-    def _fit_columns(self) -> None:
+    def _fit_columns(self, values: dict) -> None:
         """Room for what differs: a knob column no round has a value for (an expert knob on a
         dense model) is hidden, and so is one every round shares once there are two rounds;
-        the shared values are listed under the table instead."""
+        the shared values are listed under the table instead. Kept per column as rounds come
+        (no value yet, the first value, all the same): reading every row at each round grew
+        with the session, a thousand rounds in ten minutes of a small MoE."""
+        n = len(self._round_rows)
         shared, hidden = [], []
-        rows = self._round_rows
         for col in round_columns():
             if col.key not in ("model", "mixed", *SWEPT):
                 continue
-            values = [row[col.key] for row in rows]
-            if all(v is None or v == "" for v in values):
+            v = values[col.key]
+            fit = self._fit.setdefault(col.key, [True, v, True])  # [every value empty, first, all equal]
+            fit[0] = fit[0] and (v is None or v == "")
+            fit[2] = fit[2] and v == fit[1]
+            if fit[0]:
                 hidden.append(col.key)
-            elif col.key != "mixed" and len(rows) > 1 and all(v == values[0] for v in values):
+            elif col.key != "mixed" and n > 1 and fit[2]:
                 hidden.append(col.key)
                 spec = KNOBS.get(col.key)
-                shared.append(f"{spec.brief} {spec.text(values[0])}" if spec else f"{col.key} {values[0]}")
-        self.rounds_table.set_hidden(hidden)
-        self.rounds_table.note.setText(f"same in every round: {', '.join(shared)}" if shared else "")
+                shared.append(f"{spec.brief} {spec.text(fit[1])}" if spec else f"{col.key} {fit[1]}")
+        shown = (tuple(hidden), tuple(shared))
+        if shown != self._fit_shown:
+            self._fit_shown = shown
+            self.rounds_table.set_hidden(hidden)
+            self.rounds_table.note.setText(f"same in every round: {', '.join(shared)}" if shared else "")
 
     def round_by_number(self, number: int) -> Round:
         return self.rounds[number - 1]
