@@ -225,7 +225,8 @@ class LiveChart(pg.GraphicsLayoutWidget):
         plot.item.addItem(line)
         self._levels[line_key] = _Level(plot_key=plot_key, line=line, label=label)
 
-    def set_level(self, line_key: str, value: float | None) -> None:
+    def set_level(self, line_key: str, value: float | None, text: str | None = None) -> None:
+        """Show a level line at ``value`` (None hides it), labelled "<label> <value> <units>" or ``text``."""
         try:
             level = self._levels[line_key]
         except KeyError:
@@ -236,12 +237,18 @@ class LiveChart(pg.GraphicsLayoutWidget):
             self._dirty = True
             return
         units = self._plots[level.plot_key].units
-        text = f"{level.label} {format_number(float(value))} {units}".strip()
-        level.line.setValue(float(value))
-        level.line.label.setFormat(_escape_format(text))
+        if text is None:
+            text = f"{level.label} {format_number(float(value))} {units}".strip()
+        # A label the legend covered stays hidden (named in the title, _place_level_labels); it is
+        # shown while its text is set, since pyqtgraph updates only a visible label's text.
+        placed_away = level.shown and not level.line.label.isVisibleTo(level.line)
         level.shown = True
         level.line.setVisible(True)
         level.line.label.setVisible(True)
+        level.line.setValue(float(value))
+        level.line.label.setFormat(_escape_format(text))
+        if placed_away:
+            level.line.label.setVisible(False)
         self._dirty = True
 
     def scale_from_zero(self, plot_key: str, headroom: float = 1.33, level_within: float = 0.0) -> None:
@@ -530,7 +537,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
     def _set_title_note(self, plot: _Plot, note: str) -> None:
         # The title is cut at the plot's width (_title_never_widens); a note that does not fit
         # ends in "…" rather than mid-number ("…(USB-C SSD): 19" read as 19 tok/s at 1280 × 800).
-        width = int(plot.item.width()) - 12
+        width = int(plot.item.getViewBox().width()) - 8  # the title spans the view, not the axis
         if note == plot.title_note and width == plot.title_width:
             return
         plot.title_note, plot.title_width = note, width

@@ -97,8 +97,5 @@ def sample_values(s: MetricsSample) -> dict[str, float]:
 
 def set_projection(chart: LiveChart, tok_s: float | None, label: str) -> None:
     """Show (or hide, with None) the projected tok/s line with a device's name on it."""
-    chart.set_level("projected", tok_s)
-    if tok_s is not None and math.isfinite(tok_s):
-        text = f"{label} {format_number(float(tok_s))} tok/s".strip()
-        # The label runs str.format on its text: braces in a device name must survive.
-        chart.level_line("projected").label.setFormat(text.replace("{", "{{").replace("}", "}}"))
+    text = f"{label} {format_number(float(tok_s))} tok/s".strip() if tok_s is not None and math.isfinite(tok_s) else None
+    chart.set_level("projected", tok_s, text)  # braces in a device name survive (set_level escapes them)
