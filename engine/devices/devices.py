@@ -39,7 +39,7 @@ from pathlib import Path
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import ZERO_OR_MORE, finite_number
 from shardscope.engine.base.toml_file import read_toml
-from shardscope.engine.base.units import MB_S, MIB
+from shardscope.engine.base.units import MIB
 from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, _check_positive_number,
                                                     _quantity, _string, _table, _type_name)
 from shardscope.engine.stream.ssd_rate_limiter import SsdModel
