@@ -44,11 +44,49 @@ def test_the_widget_sorts_by_value_and_keeps_its_baseline_by_id(qtbot):
     table.pin_button.click()
     assert table.baseline() == 1 and pinned == [1] and table.text(1, "round") == "1"
     table.sort_by("round", descending=True)
-    assert table.baseline() == 1 and table.table.item(table.row_ids().index(1), 0).text() == BASELINE_MARK
+    assert table.baseline() == 1 and table.mark(1) == BASELINE_MARK and table.is_bold(1) and not table.is_bold(2)
     table.select(1)
     assert table.pin_button.text() == "Unpin baseline"
     table.pin_button.click()
     assert table.baseline() is None and pinned == [1, None]
+    assert table.mark(1) == "" and not table.is_bold(1)
+
+
+def test_a_new_row_lands_in_its_sorted_place_and_a_replaced_value_moves_its_row(qtbot):
+    table = RoundsTable([TableColumn("round", "round"), TableColumn("avg_ts", "tok/s"),
+                         TableColumn("device", "device")])
+    qtbot.addWidget(table)
+    asked = []
+
+    def tips(rid):
+        def make():
+            asked.append(rid)
+            return {"device": f"projection of row {rid}"}
+        return make
+
+    for rid, ts in ((1, 9.5), (2, 10.25), (3, None)):
+        table.add_row(rid, {"round": rid, "avg_ts": ts, "device": "phone"}, tips(rid))
+    assert asked == []  # tooltips are made when one is asked for, not kept per row
+    table.sort_by("avg_ts", descending=True)
+    table.select(2)
+    for rid, ts in ((4, 12.0), (5, 10.25), (6, None), (7, 1.0)):
+        table.add_row(rid, {"round": rid, "avg_ts": ts, "device": "phone"}, tips(rid))
+        assert table.row_ids() == sorted(table.row_ids(), key=_descending_missing_last(table))
+    # fastest first, a tie after the row it ties with (as a stable sort puts it), missing last
+    assert table.row_ids() == [4, 2, 5, 1, 7, 3, 6]
+    assert table.selected() == 2  # the selection stays on its row while rows land around it
+    assert table.tip(5, "device") == "projection of row 5" and asked == [5]
+    assert table.tip(5, "avg_ts") == "10.25" and table.text(5, "avg_ts") == "10.2"
+    table.set_cell(7, "avg_ts", 20.0, "remeasured")
+    assert table.row_ids()[0] == 7 and table.tip(7, "avg_ts") == "remeasured"
+    assert table.tip(7, "device") == "projection of row 7"  # the row keeps its other tips
+    table.sort_by("round")
+    assert table.row_ids() == [1, 2, 3, 4, 5, 6, 7] and table.selected() == 2
+
+
+def _descending_missing_last(table):
+    values = dict(zip(table.row_ids(), table.column_values("avg_ts")))
+    return lambda rid: (values[rid] is None, -(values[rid] or 0))
 
 
 def test_phase_kinds_are_named_once_however_many_rounds(qtbot):
@@ -88,7 +126,7 @@ def test_rounds_appear_with_their_settings_pin_a_baseline_and_save_a_row(qtbot, 
 
     # One row per complete round, in order, with the settings the window ran it with.
     complete = [s for s in w.summaries if not s.stopped]
-    assert len(w.rounds) == len(complete) == table.table.rowCount()
+    assert len(w.rounds) == len(complete) == table.row_count()
     assert [r.summary for r in w.rounds] == complete
     assert table.value(1, "threads") == 1 and table.value(len(w.rounds), "threads") == 2
     assert all(table.value(r.number, "budget_mb") == 1024 for r in w.rounds)

@@ -8,24 +8,38 @@ so it knows nothing of runs or settings; the caller decides what a row means and
 
 Rows are found by id, never by position: a sorted table moves rows, and "the baseline" or
 "the row to apply" must stay the round the user pointed at.
+
+Why a model of plain values and not a QTableWidget: a small MoE runs 160 rounds a minute,
+1,600 in a ten-minute session. As items, every round kept two dozen Qt items with their
+text and tooltips (about 20 KiB of the window's memory a round), and each new row re-sorted
+the whole table through Python comparisons, so a round cost the window more the longer the
+session ran. Here a row is one tuple of values; text, alignment, font and tooltips are
+made when Qt asks for a cell on screen, and a new row goes to its sorted place by bisection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import bisect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableView, QVBoxLayout, QWidget
 
-from shardscope.widgets.sort_item import SortItem
+from shardscope.widgets.sort_item import cell_text, is_missing, order_key
 
 __all__ = ["RoundsTable", "TableColumn", "BASELINE_MARK"]
 
-ROW_ID_ROLE = Qt.ItemDataRole.UserRole + 2
 BASELINE_MARK = "\u2605"  # ★ in the first column: which row the deltas and faint curves are against
+
+Tips = Mapping[str, str] | Callable[[], Mapping[str, str]] | None
+
+_DISPLAY = Qt.ItemDataRole.DisplayRole
+_TOOLTIP = Qt.ItemDataRole.ToolTipRole
+_ALIGN = Qt.ItemDataRole.TextAlignmentRole
+_FONT = Qt.ItemDataRole.FontRole
+_RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,137 @@ class TableColumn:
     key: str
     title: str
     tip: str = ""
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class _Reversed:
+    """A key that sorts the other way round (a descending bisection over an ascending list)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key) -> None:
+        self.key = key
+
+    def __eq__(self, other) -> bool:
+        return self.key == other.key
+
+    def __lt__(self, other) -> bool:
+        return other.key < self.key
+
+
+class _RoundsModel(QAbstractTableModel):
+    """Rows as tuples of values in the order they came; ``order`` is the shown order."""
+
+    def __init__(self, columns: Sequence[TableColumn], parent=None) -> None:
+        super().__init__(parent)
+        self.columns = list(columns)  # column 0 is the baseline mark
+        self.values: list[tuple] = []  # per row as added: the value of each column after the mark
+        self.ids: list[int] = []
+        self.tips: list[Tips] = []
+        self.row_of_id: dict[int, int] = {}  # id → index into values
+        self.order: list[int] = []  # shown row → index into values
+        self.sort_column: int | None = None
+        self.descending = False
+        self.baseline: int | None = None
+        self.bold = QFont()
+        self.bold.setBold(True)
+
+    # ------------------------------------------------------------------ Qt's questions
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.order)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(self, section: int, orientation, role=_DISPLAY):
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(self.columns):
+            return None
+        col = self.columns[section]
+        if role == _DISPLAY:
+            return col.title
+        if role == _TOOLTIP:
+            return col.tip or col.key
+        return None
+
+    def data(self, index: QModelIndex, role=_DISPLAY):
+        if role not in (_DISPLAY, _ALIGN, _TOOLTIP, _FONT) or not index.isValid():
+            return None
+        i, c = self.order[index.row()], index.column()
+        if role == _FONT:
+            return self.bold if self.ids[i] == self.baseline else None
+        value = self.value_at(i, c)
+        if role == _DISPLAY:
+            return cell_text(value)
+        if role == _ALIGN:
+            return _RIGHT if _is_number(value) else None
+        tips = self.tips[i]
+        tips = tips() if callable(tips) else tips
+        key = self.columns[c].key
+        if tips and key in tips:
+            return tips[key]
+        return repr(value) if _is_number(value) and not is_missing(value) else None
+
+    # ------------------------------------------------------------------ values and order
+    def value_at(self, i: int, c: int):
+        if c == 0:
+            return BASELINE_MARK if self.ids[i] == self.baseline else ""
+        return self.values[i][c - 1]
+
+    def _key(self, i: int) -> tuple:
+        """Row i's place in the current sort: missing values last in both directions."""
+        value = self.value_at(i, self.sort_column)
+        if is_missing(value):
+            return (1,)
+        key = order_key(value)
+        return (0, _Reversed(key) if self.descending else key)
+
+    def add(self, row_id: int, values: tuple, tips: Tips) -> None:
+        i = len(self.values)
+        self.values.append(values)
+        self.ids.append(row_id)
+        self.tips.append(tips)
+        self.row_of_id[row_id] = i
+        if self.sort_column is None:
+            row = len(self.order)
+        else:  # after the rows it ties with: a new row lands where a stable sort would put it
+            row = bisect.bisect_right(self.order, self._key(i), key=self._key)
+        self.beginInsertRows(QModelIndex(), row, row)
+        self.order.insert(row, i)
+        self.endInsertRows()
+
+    def replace(self, i: int, c: int, value, tip: str) -> None:
+        values = list(self.values[i])
+        values[c - 1] = value
+        self.values[i] = tuple(values)
+        if tip:
+            tips = self.tips[i]
+            tips = dict(tips() if callable(tips) else tips or {})
+            tips[self.columns[c].key] = tip
+            self.tips[i] = tips
+        row = self.shown_row(i)
+        self.dataChanged.emit(self.index(row, c), self.index(row, c))
+
+    def shown_row(self, i: int) -> int:
+        return self.order.index(i)
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        """Qt's header click (and sort_by): every row to its place; selection and the
+        baseline follow their rows (persistent indexes)."""
+        self.layoutAboutToBeChanged.emit()
+        self.sort_column, self.descending = column, order == Qt.SortOrder.DescendingOrder
+        old = self.persistentIndexList()
+        held = [(self.order[ix.row()], ix.column()) for ix in old]
+        self.order = sorted(range(len(self.values)), key=self._key)
+        place = {i: row for row, i in enumerate(self.order)}
+        self.changePersistentIndexList(old, [self.index(place[i], c) for i, c in held])
+        self.layoutChanged.emit()
+
+    def resort(self) -> None:
+        if self.sort_column is not None:
+            self.sort(self.sort_column, Qt.SortOrder.DescendingOrder if self.descending else Qt.SortOrder.AscendingOrder)
 
 
 class RoundsTable(QWidget):
@@ -46,25 +191,27 @@ class RoundsTable(QWidget):
         if len(set(keys)) != len(keys) or "" in keys:
             raise ValueError(f"RoundsTable: column keys must be distinct and non-empty, got {keys}")
         self.columns = [TableColumn("", BASELINE_MARK, "the pinned baseline round"), *columns]
-        self._baseline: int | None = None
-        self.table = t = QTableWidget(0, len(self.columns), self)
+        self._model = _RoundsModel(self.columns, self)
+        # A replaced value in the sorted column moves its row once, after every replacement
+        # of one pass (a device change re-projects every round).
+        self._resort = QTimer(self, singleShot=True, interval=0)
+        self._resort.timeout.connect(self._model.resort)
+        self.table = t = QTableView(self)
+        t.setModel(self._model)
         t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         t.setAlternatingRowColors(True)
         t.verticalHeader().setVisible(False)
         t.verticalHeader().setDefaultSectionSize(t.fontMetrics().lineSpacing() + 6)
-        for i, col in enumerate(self.columns):
-            header = SortItem(col.title)
-            header.setToolTip(col.tip or col.key)
-            t.setHorizontalHeaderItem(i, header)
         t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         # Sized from the rows on screen, not up to 1000 of them (Qt's default): a round's cost to
         # the window must not grow with the session.
         t.horizontalHeader().setResizeContentsPrecision(0)
         t.horizontalHeader().setStretchLastSection(True)
         t.setSortingEnabled(True)
-        t.itemSelectionChanged.connect(self._update_buttons)
+        t.sortByColumn(1 if len(self.columns) > 1 else 0, Qt.SortOrder.AscendingOrder)  # as they came
+        t.selectionModel().selectionChanged.connect(self._update_buttons)
 
         self.pin_button = QPushButton("Pin as baseline", self)
         self.pin_button.setToolTip("Numbers show deltas against this round; charts draw its curves faintly")
@@ -90,48 +237,55 @@ class RoundsTable(QWidget):
         self._update_buttons()
 
     # ------------------------------------------------------------------ rows
-    def add_row(self, row_id: int, values: Mapping[str, object], tips: Mapping[str, str] | None = None) -> None:
-        """A new row; keys without a column are ignored, columns without a key stay empty."""
-        if self._row_of(row_id) is not None:
+    def add_row(self, row_id: int, values: Mapping[str, object], tips: Tips = None) -> None:
+        """A new row; keys without a column are ignored, columns without a key stay empty.
+        ``tips``: tooltips by column key, or a function that gives them when one is shown."""
+        if row_id in self._model.row_of_id:
             raise ValueError(f"RoundsTable already has a row {row_id}")
-        t = self.table
-        t.setSortingEnabled(False)  # on while inserting, the row would move between setItem calls
-        row = t.rowCount()
-        t.insertRow(row)
-        for i, col in enumerate(self.columns):
-            item = SortItem("" if not col.key else values.get(col.key))
-            item.setData(ROW_ID_ROLE, row_id)
-            if tips and col.key in tips:
-                item.setToolTip(tips[col.key])
-            t.setItem(row, i, item)
-        t.setSortingEnabled(True)
+        self._model.add(row_id, tuple(values.get(col.key) for col in self.columns[1:]), tips)
         self._update_buttons()
 
     def set_cell(self, row_id: int, key: str, value: object, tip: str = "") -> None:
         """Replace one value (a projection recomputed for another device)."""
-        row, col = self._require(row_id), self.column_index(key)
-        t = self.table
-        t.setSortingEnabled(False)
-        item = SortItem(value)
-        item.setData(ROW_ID_ROLE, row_id)
-        if tip:
-            item.setToolTip(tip)
-        t.setItem(row, col, item)
-        t.setSortingEnabled(True)
+        c = self.column_index(key)
+        self._model.replace(self._require(row_id), c, value, tip)
+        if c == self._model.sort_column:
+            self._resort.start()
+
+    def row_count(self) -> int:
+        return self._model.rowCount()
 
     def row_ids(self) -> list[int]:
         """Row ids top to bottom as shown (after sorting)."""
-        return [self.table.item(r, 0).data(ROW_ID_ROLE) for r in range(self.table.rowCount())]
+        self._settle()
+        return [self._model.ids[i] for i in self._model.order]
 
     def value(self, row_id: int, key: str):
-        return self.table.item(self._require(row_id), self.column_index(key)).value
+        return self._model.value_at(self._require(row_id), self.column_index(key))
 
     def text(self, row_id: int, key: str) -> str:
-        return self.table.item(self._require(row_id), self.column_index(key)).text()
+        return cell_text(self.value(row_id, key))
+
+    def mark(self, row_id: int) -> str:
+        """The first column's text: the baseline mark or nothing."""
+        return self._model.value_at(self._require(row_id), 0)
+
+    def is_bold(self, row_id: int) -> bool:
+        self._settle()
+        row = self._model.shown_row(self._require(row_id))
+        font = self._model.data(self._model.index(row, 1), _FONT)
+        return font is not None and font.bold()
+
+    def tip(self, row_id: int, key: str) -> str | None:
+        self._settle()
+        row = self._model.shown_row(self._require(row_id))
+        return self._model.data(self._model.index(row, self.column_index(key)), _TOOLTIP)
 
     def column_values(self, key: str) -> list:
-        col = self.column_index(key)
-        return [self.table.item(r, col).value for r in range(self.table.rowCount())]
+        """The column's values top to bottom as shown."""
+        c = self.column_index(key)
+        self._settle()
+        return [self._model.value_at(i, c) for i in self._model.order]
 
     def column_index(self, key: str) -> int:
         for i, col in enumerate(self.columns):
@@ -151,37 +305,32 @@ class RoundsTable(QWidget):
 
     def sort_by(self, key: str, descending: bool = False) -> None:
         order = Qt.SortOrder.DescendingOrder if descending else Qt.SortOrder.AscendingOrder
-        self.table.sortItems(self.column_index(key), order)
+        self.table.sortByColumn(self.column_index(key), order)
 
     # ------------------------------------------------------------------ selection and baseline
     def select(self, row_id: int) -> None:
-        self.table.selectRow(self._require(row_id))
+        self._settle()
+        self.table.selectRow(self._model.shown_row(self._require(row_id)))
 
     def selected(self) -> int | None:
         rows = self.table.selectionModel().selectedRows()
-        return self.table.item(rows[0].row(), 0).data(ROW_ID_ROLE) if rows else None
+        return self._model.ids[self._model.order[rows[0].row()]] if rows else None
 
     def baseline(self) -> int | None:
-        return self._baseline
+        return self._model.baseline
 
     def pin(self, row_id: int | None) -> None:
         """Make ``row_id`` the baseline (None: no baseline); the ★ and a bold row say which."""
         if row_id is not None:
             self._require(row_id)
-        old, self._baseline = self._baseline, row_id
-        for rid, on in ((old, False), (row_id, True)):
-            row = self._row_of(rid) if rid is not None else None
-            if row is None:
-                continue
-            for c in range(self.table.columnCount()):
-                item = self.table.item(row, c)
-                font = QFont(item.font())
-                font.setBold(on)
-                item.setFont(font)
-            mark = self.table.item(row, 0)
-            mark.setText(BASELINE_MARK if on else "")
-            mark.value = BASELINE_MARK if on else ""
-            mark.missing = not on
+        m = self._model
+        old, m.baseline = m.baseline, row_id
+        for rid in (old, row_id):
+            if rid is not None and rid in m.row_of_id:
+                row = m.shown_row(m.row_of_id[rid])
+                m.dataChanged.emit(m.index(row, 0), m.index(row, len(self.columns) - 1))
+        if m.sort_column == 0:
+            m.resort()
         self.caption.setText(f"baseline: {self._describe(row_id)}" if row_id is not None else "no baseline")
         self._update_buttons()
         if old != row_id:
@@ -189,35 +338,35 @@ class RoundsTable(QWidget):
 
     def _describe(self, row_id: int) -> str:
         """"round 3": the first column's title and the row's value there."""
-        if self.table.columnCount() < 2:
+        if len(self.columns) < 2:
             return str(row_id)
-        return f"{self.columns[1].title} {self.table.item(self._require(row_id), 1).text()}"
+        return f"{self.columns[1].title} {self.text(row_id, self.columns[1].key)}"
 
     def _toggle_pin(self) -> None:
         chosen = self.selected()
         if chosen is not None:
-            self.pin(None if chosen == self._baseline else chosen)
+            self.pin(None if chosen == self._model.baseline else chosen)
 
     def _emit_selected(self, signal) -> None:
         chosen = self.selected()
         if chosen is not None:
             signal.emit(chosen)
 
-    def _update_buttons(self) -> None:
+    def _update_buttons(self, *_) -> None:
         chosen = self.selected()
         for b in (self.pin_button, self.apply_button, self.save_button):
             b.setEnabled(chosen is not None)
-        self.pin_button.setText("Unpin baseline" if chosen is not None and chosen == self._baseline
+        self.pin_button.setText("Unpin baseline" if chosen is not None and chosen == self._model.baseline
                                 else "Pin as baseline")
 
-    def _row_of(self, row_id: int) -> int | None:
-        for r in range(self.table.rowCount()):
-            if self.table.item(r, 0).data(ROW_ID_ROLE) == row_id:
-                return r
-        return None
+    def _settle(self) -> None:
+        """A re-sort waiting for the event loop happens now (a caller reads the order)."""
+        if self._resort.isActive():
+            self._resort.stop()
+            self._model.resort()
 
     def _require(self, row_id: int) -> int:
-        row = self._row_of(row_id)
-        if row is None:
+        i = self._model.row_of_id.get(row_id)
+        if i is None:
             raise KeyError(f"RoundsTable has no row {row_id}")
-        return row
+        return i

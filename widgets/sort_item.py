@@ -1,9 +1,10 @@
-"""A table cell that sorts by its value, shared by the sweep table and the rounds table.
+"""How a table cell sorts by its value, shared by the sweep table and the rounds table.
 
-Why a custom item: QTableWidget sorts text, so "10.5" would land before "9.2" and
-a skipped row's dash would land among the numbers. Each cell keeps its value for
-sorting (missing values always last, in both directions) and shows it in the
-shared number format.
+Why not Qt's own order: a table of text sorts "10.5" before "9.2" and a skipped row's
+dash among the numbers. A cell sorts by its value: numbers numerically (before text),
+a value with a ``sort_key`` (a knob that changed during a round: "200→605") by that key,
+and a missing value last in both directions. ``SortItem`` is that rule as a
+QTableWidgetItem (the sweep table); the rounds table's model sorts by ``order_key``.
 """
 
 from __future__ import annotations
@@ -15,23 +16,41 @@ from PySide6.QtWidgets import QTableWidgetItem
 
 from shardscope.widgets.number_format import format_number
 
-__all__ = ["SortItem"]
+__all__ = ["SortItem", "is_missing", "order_key", "cell_text"]
+
+
+def is_missing(value) -> bool:
+    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+
+
+def order_key(value) -> tuple:
+    """The key a present value sorts by: numbers numerically and before text."""
+    v = getattr(value, "sort_key", value)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, v, "")
+    return (1, 0, str(v))
+
+
+def cell_text(value) -> str:
+    """What a cell shows: the shared number format; a missing number is blank, a value with
+    a ``sort_key`` its own text."""
+    if hasattr(value, "sort_key"):
+        return str(value)
+    if is_missing(value) and not isinstance(value, str):
+        return ""
+    return format_number(value)
 
 
 class SortItem(QTableWidgetItem):
     """A cell that sorts by its value: numbers numerically, missing values last."""
 
     def __init__(self, value) -> None:
-        missing = value is None or (isinstance(value, float) and math.isnan(value))
-        # A value with a ``sort_key`` (a knob that changed during a round: "200→605") shows its
-        # own text and sorts by the key.
-        shown = str(value) if hasattr(value, "sort_key") else format_number(value)
-        super().__init__("" if missing and not isinstance(value, str) else shown)
+        super().__init__(cell_text(value))
         self.value = value
-        self.missing = missing or value == ""
+        self.missing = is_missing(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            self.setToolTip("" if missing else repr(value))
+            self.setToolTip("" if self.missing else repr(value))
 
     def __lt__(self, other: QTableWidgetItem) -> bool:
         if not isinstance(other, SortItem):
@@ -42,7 +61,4 @@ class SortItem(QTableWidgetItem):
             descending = (table is not None
                           and table.horizontalHeader().sortIndicatorOrder() == Qt.SortOrder.DescendingOrder)
             return self.missing != other.missing and other.missing != descending
-        a, b = getattr(self.value, "sort_key", self.value), getattr(other.value, "sort_key", other.value)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return a < b
-        return str(a) < str(b)
+        return order_key(self.value) < order_key(other.value)

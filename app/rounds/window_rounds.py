@@ -20,7 +20,6 @@ from shardscope.widgets import ChartGhosts, RoundsTable, format_number
 class WindowRounds:
     def _build_rounds(self) -> RoundsTable:
         self.rounds: list[Round] = []
-        self._round_rows: list[dict] = []  # round_values of each round, in order
         self._fit: dict[str, list] = {}  # per fitted column: [every value empty, first value, all equal]
         self._fit_shown: tuple | None = None  # (hidden, shared) last set on the table
         self._round_start: float | None = None  # window time of the running round's first sample
@@ -63,14 +62,16 @@ class WindowRounds:
         end = self.runs.last_t
         during = [before for t, before in self._live_changes if start <= t <= end]
         self._live_changes = [(t, b) for t, b in self._live_changes if t > end]
-        r = Round(len(self.rounds) + 1, self.current_settings(), summary, start, end, projection,
+        settings = self.current_settings()
+        if self.rounds and self.rounds[-1].settings == settings:
+            settings = self.rounds[-1].settings  # one object for a run of rounds at one setting (160 a minute)
+        r = Round(len(self.rounds) + 1, settings, summary, start, end, projection,
                   start_settings=during[0] if during else None)
         if not r.mixed_knobs():
             r.start_settings = None  # changed and changed back, or a knob the table does not show
         self.rounds.append(r)
         values = round_values(r)
-        self._round_rows.append(values)
-        self.rounds_table.add_row(r.number, values, round_tips(r))
+        self.rounds_table.add_row(r.number, values, lambda: round_tips(r))  # made when one is shown
         self._fit_columns(values)
         return r
 
@@ -80,7 +81,7 @@ class WindowRounds:
         the shared values are listed under the table instead. Kept per column as rounds come
         (no value yet, the first value, all the same): reading every row at each round grew
         with the session, a thousand rounds in ten minutes of a small MoE."""
-        n = len(self._round_rows)
+        n = len(self.rounds)
         shared, hidden = [], []
         for col in round_columns():
             if col.key not in ("model", "mixed", *SWEPT):
@@ -126,10 +127,9 @@ class WindowRounds:
     def _reproject_rounds(self) -> None:
         for r in self.rounds:
             r.projection = self.device_panel.project(r.summary)
-            values, tips = round_values(r), round_tips(r)
-            self._round_rows[r.number - 1] = values
+            values = round_values(r)
             for key in ("projected_ts", "device", "bound"):
-                self.rounds_table.set_cell(r.number, key, values[key], tips.get(key, ""))
+                self.rounds_table.set_cell(r.number, key, values[key])  # the tips are made from r when shown
         base = self.baseline_round()
         if base is not None:
             self.round_numbers.set_baseline(baseline_values(base))
