@@ -25,6 +25,11 @@ from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsRectItem
 __all__ = ["TimeMarks"]
 
 _LABEL_ALPHA = 200
+# A span narrower than this on screen is not drawn (it stays in the history). A small MoE
+# runs four rounds a second, each with a prompt pass of a few milliseconds: the 60 s view
+# held 200 hairline spans, three scene items each, that shaded the plots grey and took most
+# of a chart repaint, showing no phase anyone could see.
+MIN_SPAN_PX = 2.0
 
 
 @dataclass
@@ -107,8 +112,10 @@ class TimeMarks:
         # Stretched a whole range past each end: an auto-ranged plot pads its range after this
         # sync, and the view clips what lies outside anyway.
         y_ranges = [(lo - (hi - lo), hi + (hi - lo)) for lo, hi in (p.getViewBox().viewRange()[1] for p in plots)]
+        width = plots[0].getViewBox().width()
+        min_s = MIN_SPAN_PX * (x1 - x0) / width if width > 0 and math.isfinite(x1 - x0) else 0.0
         for span in self._spans:
-            if span.t1 >= x0 and span.t0 <= x1:
+            if span.t1 >= x0 and span.t0 <= x1 and span.t1 - span.t0 >= min_s:
                 if not span.items:
                     self._add_rects(span, plots)
                 for (_, rect), (y0, y1) in zip(span.items, y_ranges):

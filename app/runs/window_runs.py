@@ -40,6 +40,7 @@ class WindowRuns(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.summaries: list[RunSummary] = []
+        self._complete = 0  # of them, rounds not cut short (the status bar names it at every phase)
         self.timeline = SampleHistory(TIMELINE_MAX)  # (time offset, sample) pairs, kept as numbers
         self.last_sample: MetricsSample | None = None
         self.last_round: RunSummary | None = None  # the last complete round
@@ -64,7 +65,7 @@ class WindowRuns(QObject):
         return self._run is not None
 
     def complete_rounds(self) -> int:
-        return sum(1 for x in self.summaries if not x.stopped)
+        return self._complete
 
     # ------------------------------------------------------------------ control
     def start(self, settings: RunSettings) -> str | None:
@@ -161,6 +162,7 @@ class WindowRuns(QObject):
         """Every round is kept (the CSV); the last *complete* one is what panels quote,
         because a round cut short by Stop or a restart has too few tokens (avg 0 tok/s)."""
         self.summaries.append(summary)
+        self._complete += not summary.stopped
         shown = not (summary.stopped and self.last_round is not None)
         if shown:
             self.last_round = summary

@@ -99,6 +99,8 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self._shown_text = CoalescedCalls(DISPLAY_MS, self._show_tokens, parent=self)
         self._shown_sample = CoalescedCalls(DISPLAY_MS, self.run_view_sample, keep="last", parent=self)
         self._shown_round = CoalescedCalls(ROUND_MS, self._show_round, keep="last", parent=self)
+        # The phase in the status bar: three phases a round, up to a dozen a second on a small MoE.
+        self._shown_phase = CoalescedCalls(ROUND_MS, self._show_phase, keep="last", parent=self)
 
         self.setWindowTitle("shardscope")
         self.setAcceptDrops(True)
@@ -358,13 +360,17 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         """Returns at once; the run ends after the current token (run_finished)."""
         if self.is_running():
             self.runs.stop()
+            self._shown_phase.clear()  # a phase that began before Stop must not cover "stopping"
             self.statusBar().showMessage("stopping …")
             self.stop_action.setEnabled(False)
             self.stop_button.setEnabled(False)
 
     def _on_phase(self, name: str) -> None:
-        self.statusBar().showMessage(f"{name} — {plural(self.runs.complete_rounds(), 'complete round')} this session")
+        self._shown_phase.push(name)
         self.phase_bands.phase(name, self.runs.last_t)
+
+    def _show_phase(self, name: str) -> None:
+        self.statusBar().showMessage(f"{name} — {plural(self.runs.complete_rounds(), 'complete round')} this session")
 
     def _on_run_finished(self) -> None:
         self.flush_display()  # the last tokens and the tokens count, before the rates are blanked
@@ -431,9 +437,8 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
 
     def flush_display(self) -> None:
         """Show now what waits for the display timer (the run ended; a test reads the panels)."""
-        self._shown_text.flush()
-        self._shown_sample.flush()
-        self._shown_round.flush()
+        for pending in (self._shown_text, self._shown_sample, self._shown_round, self._shown_phase):
+            pending.flush()
 
     def _set_level(self, key: str, value: float | None) -> None:
         if self._shown_levels.get(key) != value:
@@ -458,6 +463,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
     def show_error(self, message: str) -> None:
         """Status bar + a non-blocking dialog; the app carries on (a new Run works)."""
         self.last_error = message
+        self._shown_phase.clear()  # a phase message waiting for its timer must not cover the error
         self.statusBar().showMessage(message.splitlines()[0] if message else "error")
         self.error_shown.emit(message)
         self.message_hook(message)
@@ -476,7 +482,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.qsettings.setValue("profile/last", self.current_profile.name)
         self.qsettings.sync()
         self.runs.close()
-        for pending in (self._shown_text, self._shown_sample, self._shown_round):
+        for pending in (self._shown_text, self._shown_sample, self._shown_round, self._shown_phase):
             pending.clear()
         self.expert_panel.close_tasks(CLOSE_WAIT_MS)
         tasks = list(self.model_panel.tasks)
