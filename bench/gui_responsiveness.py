@@ -39,7 +39,7 @@ def headless_tok_s(settings: RunSettings, rounds: int) -> float:
     """Mean avg_ts of the rounds after the first, in a child process (bench/headless_child.py: run
     here, its OpenMP pool would slow the window's run that follows)."""
     kept = rounds_in_child(settings, rounds=rounds, streams="layers", drop_cache=True)
-    steady = [ts for _n, ts, stopped in kept[1:] if not stopped] or [kept[0][1]]
+    steady = [r.avg_ts for r in kept[1:] if not r.stopped] or [kept[0].avg_ts]
     return statistics.mean(steady)
 
 

@@ -39,7 +39,7 @@ DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform o
 
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
-from bench.headless_child import decode_rate, rounds_in_child  # noqa: E402
+from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
@@ -56,9 +56,17 @@ def moe_model(size_mb: int) -> str:
     return str(path)
 
 
-def headless(case: str, settings: RunSettings, seconds: float) -> float:
+def headless(settings: RunSettings, seconds: float) -> list:
     """Continuous rounds for ``seconds`` in a child process (bench/headless_child.py)."""
-    return decode_rate(rounds_in_child(settings, seconds=seconds))
+    return rounds_in_child(settings, seconds=seconds)
+
+
+def gui_thread_cpu_s(proc: psutil.Process) -> float:
+    """CPU seconds of the GUI thread (the process's main thread) so far."""
+    for t in proc.threads():
+        if t.id == proc.pid:
+            return t.user_time + t.system_time
+    return float("nan")
 
 
 def window_session(settings: RunSettings, minutes: float, shots: Path | None = None, name: str = "") -> dict:
@@ -67,15 +75,19 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
     proc = psutil.Process()
     ended: list[tuple[float, object]] = []  # (seconds into the session, summary)
     rss: list[tuple[float, float]] = []
+    gui_cpu: list[tuple[float, float]] = []  # (seconds into the session, GUI thread CPU seconds)
     probe = StallProbe()
     window.start_run()
     pump(app, 300, until=lambda: window.last_sample is not None)
     t0 = time.perf_counter()
-    window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter() - t0, s)))
+    window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter() - t0, row_of(s))))
     probe.start()
+    gui_cpu.append((0.0, gui_thread_cpu_s(proc)))
     while (now := time.perf_counter() - t0) < minutes * 60:
         pump(app, 2.0)
+        now = time.perf_counter() - t0
         rss.append((now, proc.memory_info().rss / MIB))
+        gui_cpu.append((now, gui_thread_cpu_s(proc)))
         if not window.is_running():
             print(f"  the run ended by itself: {window.last_error}")
             break
@@ -91,24 +103,61 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
     stop(app, window)
     window.close()
     span = min(minutes * 60, time.perf_counter() - t0)
+    minutes_seen = max(1, int(span // 60))
+    per_minute = [minute_row(m, ended, rss, gui_cpu) for m in range(minutes_seen)]
     first = decode_rate([s for t, s in ended if t <= 60.0])  # its first round (the load) left out
     last = decode_rate([s for t, s in ended if t > span - 60.0], skip_first=False)
     second_minute = [r for t, r in rss if 60.0 < t <= 120.0] or [r for _, r in rss[: len(rss) // 2]]
     last_minute = [r for t, r in rss if t > span - 60.0]
     return {"first": first, "last": last, "rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
-            "rss_peak": max(r for _, r in rss)}
+            "rss_peak": max(r for _, r in rss), "per_minute": per_minute}
+
+
+def minute_row(m: int, ended, rss, gui_cpu) -> dict:
+    """Minute m of the session: decode speed and where a token's time went (a slower disk shows in
+    the wait, a busier CPU in the compute), the GUI thread's share of a core, RSS at its end."""
+    lo, hi = 60.0 * m, 60.0 * (m + 1)
+    rounds = [s for t, s in ended if lo < t <= hi]
+    steady = [s for s in rounds if not s.stopped and s.n_gen > 0]
+    cpu = [(t, c) for t, c in gui_cpu if lo <= t <= hi + 2.5]
+    return {"minute": m + 1, "rounds": len(rounds),
+            "tok_s": decode_rate(rounds, skip_first=m == 0),
+            "compute_ms": median_of(s.compute_ms_per_token for s in steady),
+            "wait_ms": median_of(s.expert_wait_ms_per_token for s in steady),
+            "read_mb": median_of(s.read_mb_per_token for s in steady),
+            "gui_core": (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) > 1 else float("nan"),
+            "rss": next((r for t, r in reversed(rss) if t <= hi + 2.5), float("nan"))}
+
+
+def median_of(values) -> float:
+    data = [v for v in values if v == v]
+    return statistics.median(data) if data else float("nan")
+
+
+def print_minutes(rows: list[dict], headless_rows: list) -> None:
+    print("  minute  rounds   tok/s  compute ms/tok  wait ms/tok  read MB/tok  GUI thread  RSS MiB")
+    h_rounds = [r for r in headless_rows if not r.stopped and r.n_gen > 0]
+    print(f"  headless        {decode_rate(headless_rows, skip_first=False):7.2f}  {median_of(r.compute_ms_per_token for r in h_rounds):14.2f}"
+          f"  {median_of(r.expert_wait_ms_per_token for r in h_rounds):11.2f}"
+          f"  {median_of(r.read_mb_per_token for r in h_rounds):11.2f}")
+    for r in rows:
+        print(f"  {r['minute']:6d}  {r['rounds']:6d}  {r['tok_s']:6.2f}  {r['compute_ms']:14.2f}  {r['wait_ms']:11.2f}"
+              f"  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %  {r['rss']:7.0f}")
 
 
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None:
     minutes, headless_s, shots = args.minutes, args.headless_s, args.shots
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
           f"{settings.threads} threads, {settings.n_gen} tokens a round", flush=True)
-    before = headless(name, settings, headless_s)
+    before_rows = headless(settings, headless_s)
+    before = decode_rate(before_rows)
     print(f"  headless before: {before:.2f} tok/s", flush=True)
     w = window_session(settings, minutes, shots, name)
-    after = headless(name, settings, headless_s)
+    after_rows = headless(settings, headless_s)
+    after = decode_rate(after_rows)
     print(f"  headless after:  {after:.2f} tok/s", flush=True)
+    print_minutes(w["per_minute"], before_rows[1:] + after_rows[1:])
     ref = (before + after) / 2
     if max(before, after) > 1.25 * min(before, after):
         print(f"  note: headless before and after differ by more than 25 % ({before:.2f} vs {after:.2f}): "
@@ -125,11 +174,13 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None
 
 def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
     if case == "dense":
-        return RunSettings(model_path=bundled_model(), budget_mb=215, shard_mb=8, prefetch_depth=1,  # min 202 MiB: globals 175
+        model = args.dense_model or bundled_model()
+        budget = args.dense_budget_mb or 215  # the bundled gemma's minimum is 202 MiB (globals 175)
+        return RunSettings(model_path=model, budget_mb=budget, shard_mb=8, prefetch_depth=1,
                            threads=args.threads, n_gen=32, n_ctx=256)
-    model = moe_model(args.moe_size_mb)
+    model = args.moe_model or moe_model(args.moe_size_mb)
     size_mb = os.path.getsize(model) / MIB
-    return RunSettings(model_path=model, budget_mb=int(size_mb * 0.5), expert_cache_mb=0,
+    return RunSettings(model_path=model, budget_mb=int(size_mb * args.moe_budget_share), expert_cache_mb=0,
                        threads=args.threads, n_gen=32, n_ctx=256)
 
 
@@ -139,10 +190,20 @@ def main() -> None:
     parser.add_argument("--headless-s", type=float, default=60.0, help="headless seconds before and after")
     parser.add_argument("--case", choices=("dense", "moe", "both"), default="both")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--moe-size-mb", type=int, default=240)
+    parser.add_argument("--moe-size-mb", type=int, default=240, help="size of the qwen3moe synth written for the MoE case")
+    parser.add_argument("--moe-model", default=None, help="an MoE GGUF of your own for the MoE case (else the synth)")
+    parser.add_argument("--moe-budget-share", type=float, default=0.5,
+                        help="the MoE case's budget as a share of its file's size (below 1: experts stream)")
+    parser.add_argument("--dense-model", default=None, help="a dense GGUF of your own (else the bundled gemma)")
+    parser.add_argument("--dense-budget-mb", type=int, default=None, help="the dense case's budget (default 215)")
     parser.add_argument("--shots", type=Path, default=None,
                         help="folder for screenshots of the window at 1600x1000 and 1280x800 after each session")
     args = parser.parse_args()
+    for flag, path in (("--moe-model", args.moe_model), ("--dense-model", args.dense_model)):
+        if path is not None and not os.path.isfile(path):
+            parser.exit(2, f"{flag} {path}: no such file\n")
+    if not 0 < args.moe_budget_share < 1:
+        parser.exit(2, f"--moe-budget-share {args.moe_budget_share}: must be between 0 and 1 (below the file's size)\n")
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     for case in ("dense", "moe"):
         if args.case in (case, "both"):

@@ -9,16 +9,19 @@ was 35 % slower than the same window in a fresh process (docs/decisions.md, issu
 never computes on its main thread; a bench must not either.
 
 ``rounds_in_child(settings, seconds=..., rounds=..., streams=..., drop_cache=...)`` returns each
-round's (n_gen, avg_ts, stopped); ``decode_rate`` turns them into decoded tokens per decode second.
+round's figures (``ROW``: n_gen, avg_ts, stopped and where a token's time went); ``decode_rate``
+turns them into decoded tokens per decode second.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 import time
+from collections import namedtuple
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -26,13 +29,21 @@ if __package__ in (None, ""):
 
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
-__all__ = ["rounds_in_child", "decode_rate"]
+__all__ = ["rounds_in_child", "decode_rate", "row_of", "Row", "ROW"]
+
+# A round as a bench compares it (RunSummary's names): the expert split is NaN for a layer run.
+ROW = ("n_gen", "avg_ts", "stopped", "compute_ms_per_token", "expert_wait_ms_per_token", "read_mb_per_token")
+Row = namedtuple("Row", ROW)
+
+
+def row_of(summary) -> Row:
+    return Row(*(float(getattr(summary, k, math.nan)) if k != "stopped" else bool(summary.stopped) for k in ROW))
 
 
 def decode_rate(rounds, skip_first: bool = True) -> float:
     """Tokens over decode seconds of complete rounds, the load's first round left out when there
-    are others (NaN when none). ``rounds``: (n_gen, avg_ts, stopped) or RunSummary objects."""
-    rows = [(r.n_gen, r.avg_ts, r.stopped) if hasattr(r, "avg_ts") else tuple(r) for r in rounds]
+    are others (NaN when none). ``rounds``: Rows or RunSummary objects."""
+    rows = [(r.n_gen, r.avg_ts, r.stopped) for r in rounds]
     if skip_first:
         rows = rows[1:] or rows
     done = [(n, ts) for n, ts, stopped in rows if not stopped and ts > 0 and n > 0]
@@ -41,13 +52,13 @@ def decode_rate(rounds, skip_first: bool = True) -> float:
 
 
 def rounds_in_child(settings: RunSettings, *, seconds: float | None = None, rounds: int | None = None,
-                    streams: str | None = None, drop_cache: bool = False) -> list[tuple[int, float, bool]]:
+                    streams: str | None = None, drop_cache: bool = False) -> list[Row]:
     job = {"settings": dataclasses.asdict(settings), "seconds": seconds, "rounds": rounds,
            "streams": streams, "drop_cache": drop_cache}
     out = subprocess.run([sys.executable, __file__, json.dumps(job)], capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"headless child failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
-    return [tuple(r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
+    return [Row(*r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
 def _child(job: dict) -> None:
@@ -62,12 +73,12 @@ def _child(job: dict) -> None:
     kwargs = {"streams": job["streams"]} if job["streams"] else {}
     with open_run(settings, **kwargs) as run:
         def keep(summary):
-            kept.append((summary.n_gen, summary.avg_ts, bool(summary.stopped)))
+            kept.append(row_of(summary))
             if (job["rounds"] and len(kept) >= job["rounds"]) or \
                     (job["seconds"] and time.perf_counter() - start >= job["seconds"]):
                 run.stop()
         run.run(continuous=True, on_summary=keep)
-    print(json.dumps(kept))
+    print(json.dumps([list(r) for r in kept]))  # NaN is written as NaN, which json reads back
 
 
 if __name__ == "__main__":
