@@ -34,6 +34,9 @@ from shardscope.engine.knobs.knobs import LIVE, changed
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.knobs.settings import RunSettings, validate
 
+# Samples the run itself keeps (the window's timeline holds each as numbers): a few seconds,
+# not the CLI's ten minutes, which grew the window by 5 MiB over its first ten minutes.
+RUN_SAMPLES = 100
 
 def describe_exception(exc: BaseException, model_path: str | None) -> str:
     """One line for the status bar and the dialog: the engine's own words, or "internal error"."""
@@ -141,6 +144,7 @@ class RunWorker(QObject):
                 self.run_index += 1
                 index = self.run_index
                 run = open_run(settings, on_sample=lambda s, i=index: self.sample.emit(i, s))
+                run.keep_samples(RUN_SAMPLES)  # the window keeps each sample itself, as numbers
                 run.on_token = lambda n, piece, dt, i=index: self._took_token(i, n, piece, dt)
                 run.on_phase = lambda name, i=index: self.phase.emit(i, name)
                 with self._lock:

@@ -40,12 +40,13 @@ from shardscope.engine.knobs.knobs import KNOBS, changed
 from shardscope.engine.knobs.settings import RunSettings, validate
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.measure.phase_progress import PhaseProgress
+from shardscope.engine.measure.round_peaks import RoundPeaks
 from shardscope.engine.stream import io_path
 from shardscope.engine.stream.file_guard import ModelFileGuard
 from shardscope.engine.stream.load_progress import LoadWatch
 
 GUARD_POLL_S = 0.02  # the file guard's promise, for both run kinds: checked ≤ 20 ms apart
-TIMELINE_SAMPLES = 6000  # a window session can run for hours: the timeline keeps the last 10 minutes
+TIMELINE_SAMPLES = 6000  # the CLI's timeline and --verify: the last 10 minutes of samples
 
 
 def share(part: float, whole: float) -> float:
@@ -107,6 +108,7 @@ class RunSkeleton:
         self.on_phase = on_phase
         self.clock = TokenClock()
         self.samples: deque[MetricsSample] = deque(maxlen=TIMELINE_SAMPLES)
+        self._peaks = RoundPeaks()  # the round's figures come from these, not from ``samples``
         self._on_sample = on_sample
         self._sample_interval = sample_interval_s
         self._apply_lock = threading.Lock()
@@ -129,6 +131,11 @@ class RunSkeleton:
         self._load_watch: LoadWatch | None = None  # the kinds hand it to LlamaSession(load_progress=)
 
     # ------------------------------------------------------------ control
+    def keep_samples(self, n: int) -> None:
+        """Keep only the last ``n`` samples in ``samples`` (before ``run``): for a caller that
+        stores each sample itself, as the window's timeline does; the CLI keeps TIMELINE_SAMPLES."""
+        self.samples = deque(self.samples, maxlen=max(1, n))
+
     def stop(self) -> None:
         self._stop.set()
         if self.streamer is not None:
@@ -262,6 +269,7 @@ class RunSkeleton:
         # the prompt pass are charted too; its baselines count the cold-start loads as well.
         self.sampler = MetricsSampler(self.streamer, self.mapping, self.clock, self._sample_interval,
                                       progress=self.progress, model_path=self.model_path)
+        self.sampler.subscribe(self._peaks.take)
         start_sampling(self.sampler, self.samples, self._on_sample)
         try:
             if self.session is None:
@@ -281,6 +289,7 @@ class RunSkeleton:
         proc = psutil.Process()
         reset_peak_rss()
         round_start = time.perf_counter()
+        self._peaks.begin(round_start - self.sampler._t0)
         self._begin_round()
         marks: dict = {}
 
@@ -340,14 +349,11 @@ class RunSkeleton:
         per_tok = max(n_decoded, 1)
         decode_s = sum(result.token_s)
         rates = [1.0 / x for x in result.token_s if x > 0]
-        # list() copies in one step under the GIL; iterating the deque itself races the
-        # sampler thread's appends ("deque mutated during iteration", found by the soak).
-        since = round_start - self.sampler._t0
-        gen = [x for x in list(self.samples) if x.phase == "generating" and x.t_s >= since]
-        if not gen and n_decoded and self.sampler is not None:
+        peaks = self._peaks
+        if not peaks.count and n_decoded and self.sampler is not None:
             # Tokens faster than the sampler's interval: one reading now, still in "generating",
             # so the row's peak is measured, never missing.
-            gen = [self.sampler.sample()]
+            peaks = RoundPeaks.reading(self.sampler.sample())
         read = end_read - read0
         return dict(
             model_filename=Path(self.model_path).name,
@@ -359,8 +365,8 @@ class RunSkeleton:
             avg_ts=round(n_decoded / decode_s, 3) if decode_s > 0 else 0.0,
             stddev_ts=round(statistics.pstdev(rates), 3) if len(rates) > 1 else 0.0,
             peak_rss_mb=round(peak_rss_bytes(proc) / MIB, 1),
-            resident_weights_mb=round(max(x.resident_weights_mb for x in gen), 1) if gen else math.nan,
-            gpu_mb=round(max(x.gpu_mb for x in gen), 1) if gen else 0.0,
+            resident_weights_mb=round(peaks.resident_weights_mb, 1) if peaks.count else math.nan,
+            gpu_mb=round(peaks.gpu_mb, 1) if peaks.count else 0.0,
             read_mb_per_token=round(read / MIB / per_tok, 3),
             streamed_mb_per_token=round(d.loaded_bytes / MIB / per_tok, 3),
             # Over wall time, not decode time: a budget cut replays the context between
