@@ -35,6 +35,21 @@ def test_keep_last_hands_the_newest_item_and_flush_applies_now(qtbot) -> None:
     assert seen == ["c"]
 
 
+def test_leading_applies_the_first_push_after_a_quiet_interval_at_once(qtbot) -> None:
+    seen: list[str] = []
+    c = CoalescedCalls(300, seen.append, keep="last", leading=True)
+    c.push("loading")
+    assert seen == ["loading"]  # the first phase of a run shows when it begins
+    for s in ("prompt", "generating", "prompt"):
+        c.push(s)  # within the interval: they wait, the newest wins
+    assert seen == ["loading"] and c.pending() == 1
+    qtbot.waitUntil(lambda: len(seen) == 2, timeout=10_000)
+    assert seen == ["loading", "prompt"]
+    qtbot.wait(400)  # quiet again
+    c.push("generating")
+    assert seen[-1] == "generating"
+
+
 def test_run_view_shows_a_batch_from_its_last_round_start() -> None:
     """Tokens of two rounds in one batch: the text restarts from the prompt at the second round's
     first token (index 0) and holds only that round's pieces."""

@@ -84,6 +84,23 @@ def test_a_new_row_lands_in_its_sorted_place_and_a_replaced_value_moves_its_row(
     assert table.row_ids() == [1, 2, 3, 4, 5, 6, 7] and table.selected() == 2
 
 
+def test_the_table_follows_new_rounds_unless_the_user_scrolled_up(qtbot):
+    table = RoundsTable([TableColumn("round", "round"), TableColumn("avg_ts", "tok/s")])
+    qtbot.addWidget(table)
+    table.resize(400, 220)
+    table.show()
+    view, bar = table.table, table.table.verticalScrollBar()
+    for rid in range(1, 41):
+        table.add_row(rid, {"round": rid, "avg_ts": float(rid)})
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=10_000)
+    assert bar.value() == bar.maximum()  # the newest round is on screen, not round 1
+    last = view.model().index(view.model().rowCount() - 1, 1)
+    assert view.visualRect(last).bottom() <= view.viewport().height()
+    bar.setValue(0)  # the user looks at round 1
+    table.add_row(41, {"round": 41, "avg_ts": 41.0})
+    assert bar.value() == 0
+
+
 def _descending_missing_last(table):
     values = dict(zip(table.row_ids(), table.column_values("avg_ts")))
     return lambda rid: (values[rid] is None, -(values[rid] or 0))

@@ -242,7 +242,11 @@ class RoundsTable(QWidget):
         ``tips``: tooltips by column key, or a function that gives them when one is shown."""
         if row_id in self._model.row_of_id:
             raise ValueError(f"RoundsTable already has a row {row_id}")
+        bar = self.table.verticalScrollBar()
+        following = bar.value() >= bar.maximum()  # at the end: the newest rounds stay in sight
         self._model.add(row_id, tuple(values.get(col.key) for col in self.columns[1:]), tips)
+        if following:
+            self.table.scrollToBottom()
         self._update_buttons()
 
     def set_cell(self, row_id: int, key: str, value: object, tip: str = "") -> None:

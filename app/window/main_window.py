@@ -100,7 +100,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self._shown_sample = CoalescedCalls(DISPLAY_MS, self.run_view_sample, keep="last", parent=self)
         self._shown_round = CoalescedCalls(ROUND_MS, self._show_round, keep="last", parent=self)
         # The phase in the status bar: three phases a round, up to a dozen a second on a small MoE.
-        self._shown_phase = CoalescedCalls(ROUND_MS, self._show_phase, keep="last", parent=self)
+        self._shown_phase = CoalescedCalls(ROUND_MS, self._show_phase, keep="last", parent=self, leading=True)
 
         self.setWindowTitle("shardscope")
         self.setAcceptDrops(True)
