@@ -96,6 +96,9 @@ def test_the_table_follows_new_rounds_unless_the_user_scrolled_up(qtbot):
     assert bar.value() == bar.maximum()  # the newest round is on screen, not round 1
     last = view.model().index(view.model().rowCount() - 1, 1)
     assert view.visualRect(last).bottom() <= view.viewport().height()
+    table.resize(400, 160)  # a smaller window: still the newest rounds
+    qtbot.waitUntil(lambda: view.visualRect(last).bottom() <= view.viewport().height(), timeout=10_000)
+    assert bar.value() == bar.maximum()
     bar.setValue(0)  # the user looks at round 1
     table.add_row(41, {"round": 41, "avg_ts": 41.0})
     assert bar.value() == 0

@@ -212,6 +212,12 @@ class RoundsTable(QWidget):
         t.setSortingEnabled(True)
         t.sortByColumn(1 if len(self.columns) > 1 else 0, Qt.SortOrder.AscendingOrder)  # as they came
         t.selectionModel().selectionChanged.connect(self._update_buttons)
+        # Scrolled to its end, the table stays there as rows come and as it is resized (the newest
+        # rounds in sight); scrolled up by the user, it stays where they look.
+        self._following = True
+        bar = t.verticalScrollBar()
+        bar.valueChanged.connect(lambda v: setattr(self, "_following", v >= bar.maximum()))
+        bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._following else None)
 
         self.pin_button = QPushButton("Pin as baseline", self)
         self.pin_button.setToolTip("Numbers show deltas against this round; charts draw its curves faintly")
@@ -242,11 +248,7 @@ class RoundsTable(QWidget):
         ``tips``: tooltips by column key, or a function that gives them when one is shown."""
         if row_id in self._model.row_of_id:
             raise ValueError(f"RoundsTable already has a row {row_id}")
-        bar = self.table.verticalScrollBar()
-        following = bar.value() >= bar.maximum()  # at the end: the newest rounds stay in sight
         self._model.add(row_id, tuple(values.get(col.key) for col in self.columns[1:]), tips)
-        if following:
-            self.table.scrollToBottom()
         self._update_buttons()
 
     def set_cell(self, row_id: int, key: str, value: object, tip: str = "") -> None:
