@@ -124,7 +124,7 @@ def minute_row(m: int, ended, rss, gui_cpu) -> dict:
     return {"minute": m + 1, "rounds": len(rounds),
             "tok_s": decode_rate(rounds, skip_first=m == 0),
             "compute_ms": median_of(s.compute_ms_per_token for s in steady),
-            "wait_ms": median_of(s.expert_wait_ms_per_token for s in steady),
+            "wait_ms": median_of(s.wait_ms_per_token for s in steady),
             "read_mb": median_of(s.read_mb_per_token for s in steady),
             "gui_core": (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) > 1 else float("nan"),
             "rss": next((r for t, r in reversed(rss) if t <= hi + 2.5), float("nan"))}
@@ -139,7 +139,7 @@ def print_minutes(rows: list[dict], headless_rows: list) -> None:
     print("  minute  rounds   tok/s  compute ms/tok  wait ms/tok  read MB/tok  GUI thread  RSS MiB")
     h_rounds = [r for r in headless_rows if not r.stopped and r.n_gen > 0]
     print(f"  headless        {decode_rate(headless_rows, skip_first=False):7.2f}  {median_of(r.compute_ms_per_token for r in h_rounds):14.2f}"
-          f"  {median_of(r.expert_wait_ms_per_token for r in h_rounds):11.2f}"
+          f"  {median_of(r.wait_ms_per_token for r in h_rounds):11.2f}"
           f"  {median_of(r.read_mb_per_token for r in h_rounds):11.2f}")
     for r in rows:
         print(f"  {r['minute']:6d}  {r['rounds']:6d}  {r['tok_s']:6.2f}  {r['compute_ms']:14.2f}  {r['wait_ms']:11.2f}"

@@ -31,13 +31,19 @@ from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
 __all__ = ["rounds_in_child", "decode_rate", "row_of", "Row", "ROW"]
 
-# A round as a bench compares it (RunSummary's names): the expert split is NaN for a layer run.
-ROW = ("n_gen", "avg_ts", "stopped", "compute_ms_per_token", "expert_wait_ms_per_token", "read_mb_per_token")
+# A round as a bench compares it: its decode time per token split into waiting for weights
+# (the expert loads of an expert run, the shard loads of a layer run) and the rest (compute).
+ROW = ("n_gen", "avg_ts", "stopped", "compute_ms_per_token", "wait_ms_per_token", "read_mb_per_token")
 Row = namedtuple("Row", ROW)
 
 
 def row_of(summary) -> Row:
-    return Row(*(float(getattr(summary, k, math.nan)) if k != "stopped" else bool(summary.stopped) for k in ROW))
+    wait = getattr(summary, "expert_wait_ms_per_token", None)
+    if wait is None:
+        wait = summary.wait_ms_per_token
+    decode_ms = 1000.0 / summary.avg_ts if summary.avg_ts > 0 else math.nan
+    return Row(float(summary.n_gen), float(summary.avg_ts), bool(summary.stopped), decode_ms - wait, float(wait),
+               float(summary.read_mb_per_token))
 
 
 def decode_rate(rounds, skip_first: bool = True) -> float:
