@@ -27,7 +27,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableView, QVBoxLayout, QWidget
 
-from shardscope.widgets.sort_item import cell_text, is_missing, order_key
+from shardscope.widgets.sort_item import cell_text, is_missing, is_number, order_key
 
 __all__ = ["RoundsTable", "TableColumn", "BASELINE_MARK"]
 
@@ -47,10 +47,6 @@ class TableColumn:
     key: str
     title: str
     tip: str = ""
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class _Reversed:
@@ -112,13 +108,13 @@ class _RoundsModel(QAbstractTableModel):
         if role == _DISPLAY:
             return cell_text(value)
         if role == _ALIGN:
-            return _RIGHT if _is_number(value) else None
+            return _RIGHT if is_number(value) else None
         tips = self.tips[i]
         tips = tips() if callable(tips) else tips
         key = self.columns[c].key
         if tips and key in tips:
             return tips[key]
-        return repr(value) if _is_number(value) and not is_missing(value) else None
+        return repr(value) if is_number(value) and not is_missing(value) else None
 
     # ------------------------------------------------------------------ values and order
     def value_at(self, i: int, c: int):

@@ -16,7 +16,12 @@ from PySide6.QtWidgets import QTableWidgetItem
 
 from shardscope.widgets.number_format import format_number
 
-__all__ = ["SortItem", "is_missing", "order_key", "cell_text"]
+__all__ = ["SortItem", "is_number", "is_missing", "order_key", "cell_text"]
+
+
+def is_number(value) -> bool:
+    """A number a cell sorts numerically and aligns right (a bool reads "yes"/"no": text)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def is_missing(value) -> bool:
@@ -26,7 +31,7 @@ def is_missing(value) -> bool:
 def order_key(value) -> tuple:
     """The key a present value sorts by: numbers numerically and before text."""
     v = getattr(value, "sort_key", value)
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if is_number(v):
         return (0, v, "")
     return (1, 0, str(v))
 
@@ -48,7 +53,7 @@ class SortItem(QTableWidgetItem):
         super().__init__(cell_text(value))
         self.value = value
         self.missing = is_missing(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.setToolTip("" if self.missing else repr(value))
 
