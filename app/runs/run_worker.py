@@ -38,6 +38,7 @@ from shardscope.engine.knobs.settings import RunSettings, validate
 # not the CLI's ten minutes, which grew the window by 5 MiB over its first ten minutes.
 RUN_SAMPLES = 100
 
+
 def describe_exception(exc: BaseException, model_path: str | None) -> str:
     """One line for the status bar and the dialog: the engine's own words, or "internal error"."""
     if isinstance(exc, KnobRefusal):  # named as the window names it: the slider, not the CLI flag

@@ -101,6 +101,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         self._shown_round = CoalescedCalls(ROUND_MS, self._show_round, keep="last", parent=self)
         # The phase in the status bar: three phases a round, up to a dozen a second on a small MoE.
         self._shown_phase = CoalescedCalls(ROUND_MS, self._show_phase, keep="last", parent=self, leading=True)
+        self._shown_all = (self._shown_text, self._shown_sample, self._shown_round, self._shown_phase)
 
         self.setWindowTitle("shardscope")
         self.setAcceptDrops(True)
@@ -437,7 +438,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
 
     def flush_display(self) -> None:
         """Show now what waits for the display timer (the run ended; a test reads the panels)."""
-        for pending in (self._shown_text, self._shown_sample, self._shown_round, self._shown_phase):
+        for pending in self._shown_all:
             pending.flush()
 
     def _set_level(self, key: str, value: float | None) -> None:
@@ -482,7 +483,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.qsettings.setValue("profile/last", self.current_profile.name)
         self.qsettings.sync()
         self.runs.close()
-        for pending in (self._shown_text, self._shown_sample, self._shown_round, self._shown_phase):
+        for pending in self._shown_all:
             pending.clear()
         self.expert_panel.close_tasks(CLOSE_WAIT_MS)
         tasks = list(self.model_panel.tasks)
