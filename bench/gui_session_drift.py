@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -77,14 +78,18 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
     rss: list[tuple[float, float]] = []
     gui_cpu: list[tuple[float, float]] = []  # (seconds into the session, GUI thread CPU seconds)
     probe = StallProbe()
+    # Ctrl-C inside Qt's loop would raise in whatever Python override Qt was calling, which Qt
+    # prints and carries on from: here it only asks the loop below to end the session cleanly.
+    interrupted: list[bool] = []
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     window.start_run()
-    pump(app, 300, until=lambda: window.last_sample is not None)
+    pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
     t0 = time.perf_counter()
     window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter() - t0, row_of(s))))
     probe.start()
     gui_cpu.append((0.0, gui_thread_cpu_s(proc)))
-    while (now := time.perf_counter() - t0) < minutes * 60:
-        pump(app, 2.0)
+    while time.perf_counter() - t0 < minutes * 60 and not interrupted:
+        pump(app, 2.0, until=lambda: bool(interrupted))
         now = time.perf_counter() - t0
         rss.append((now, proc.memory_info().rss / MIB))
         gui_cpu.append((now, gui_thread_cpu_s(proc)))
@@ -92,6 +97,11 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
             print(f"  the run ended by itself: {window.last_error}")
             break
     probe.stop()
+    signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        stop(app, window)
+        window.close()
+        raise KeyboardInterrupt
     if shots is not None:  # what the user sees after the session, at both window sizes
         shots.mkdir(parents=True, exist_ok=True)
         for w, h in ((1600, 1000), (1280, 800)):
@@ -204,10 +214,20 @@ def main() -> None:
             parser.exit(2, f"{flag} {path}: no such file\n")
     if not 0 < args.moe_budget_share < 1:
         parser.exit(2, f"--moe-budget-share {args.moe_budget_share}: must be between 0 and 1 (below the file's size)\n")
+    if args.shots is not None:  # checked now, not after ten minutes of session
+        try:
+            args.shots.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            parser.exit(2, f"--shots {args.shots}: cannot create the folder ({e.strerror})\n")
+        if not os.access(args.shots, os.W_OK):
+            parser.exit(2, f"--shots {args.shots}: the folder is not writable\n")
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
-    for case in ("dense", "moe"):
-        if args.case in (case, "both"):
-            run_case(case, case_settings(case, args), args)
+    try:
+        for case in ("dense", "moe"):
+            if args.case in (case, "both"):
+                run_case(case, case_settings(case, args), args)
+    except KeyboardInterrupt:
+        parser.exit(130, "gui_session_drift: interrupted; nothing printed for the case under way\n")
 
 
 if __name__ == "__main__":
