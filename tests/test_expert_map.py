@@ -76,3 +76,27 @@ def test_cacheability_plot_holds_the_points_and_emits_a_chosen_size(qtbot):
     with qtbot.waitSignal(plot.size_chosen) as got:
         plot.size_chosen.emit(plot.nearest_size(90))
     assert got.args == [100.0]
+
+
+def test_the_drawn_map_shows_each_cells_colour(qtbot):
+    """What reaches the screen (a grab), not the map's own pixel array: the map is drawn as a
+    same-size blit of its own scaling, and a wrong channel order or scale would show here."""
+    m = ExpertMap()
+    qtbot.addWidget(m)
+    m.resize(700, 300)
+    m.show()
+    m.set_shape(5, 128)
+    states = np.full((5, 128), EVICTED, dtype=np.uint8)
+    states[1, 3] = PINNED
+    states[4, 127] = LOADING
+    states[2, 64] = RESIDENT
+    m.set_states(states)
+    image = m.grab().toImage()
+    rect = m._grid_rect()
+    for layer, expert, colour in ((1, 3, STATE_COLORS[PINNED]), (4, 127, STATE_COLORS[LOADING]),
+                                  (2, 64, STATE_COLORS[RESIDENT]), (0, 0, STATE_COLORS[EVICTED])):
+        x = rect.left() + (2 * expert + 1) * rect.width() // (2 * 128)
+        y = rect.top() + (2 * layer + 1) * rect.height() // (2 * 5)
+        assert m.cell_at(QPoint(x, y)) == (layer, expert)
+        pixel = image.pixelColor(x, y)
+        assert (pixel.red(), pixel.green(), pixel.blue()) == _rgb(colour), (layer, expert)

@@ -42,6 +42,7 @@ class ExpertMap(QWidget):
         self._view = "state"
         self._image: QImage | None = None
         self._pixels: np.ndarray | None = None  # keeps the QImage's buffer alive
+        self._blit: tuple[tuple[int, int], QImage, np.ndarray] | None = None  # (size, image, its buffer)
         lut = np.zeros((256, 4), dtype=np.uint8)
         lut[:, :3] = _rgb("#e8467c")  # an unknown state is loud
         lut[:, 3] = 255
@@ -157,7 +158,29 @@ class ExpertMap(QWidget):
             pixels[..., 3] = 255
         self._pixels = np.ascontiguousarray(pixels)
         self._image = QImage(self._pixels.data, n_experts, n_layers, 4 * n_experts, QImage.Format.Format_RGBA8888)
+        self._blit = None
         self.update()
+
+    def _blit_image(self, width: int, height: int) -> QImage:
+        """The map at the grid's size in pixels, in the window's own format (0xffRRGGBB).
+
+        Why not ``drawImage(rect, self._image)``: a scaled RGBA image is converted and
+        scaled on Qt's GUI thread pool while the GUI thread waits for it, holding the GIL
+        the decode thread's callbacks need (py-spy --gil --native: QLatch::waitInternal
+        under ExpertMap.paintEvent; docs/decisions.md, issue 32). A same-size RGB32 image
+        is a plain copy."""
+        if self._blit is not None and self._blit[0] == (width, height):
+            return self._blit[1]
+        assert self._pixels is not None
+        n_layers, n_experts = self._pixels.shape[:2]
+        rows = np.arange(height) * n_layers // height
+        cols = np.arange(width) * n_experts // width
+        rgba = self._pixels[rows][:, cols]
+        bgra = np.ascontiguousarray(rgba[..., [2, 1, 0, 3]])
+        bgra[..., 3] = 255
+        image = QImage(bgra.data, width, height, 4 * width, QImage.Format.Format_RGB32)
+        self._blit = ((width, height), image, bgra)
+        return image
 
     # -- painting -----------------------------------------------------------------------
     def sizeHint(self) -> QSize:
@@ -175,8 +198,8 @@ class ExpertMap(QWidget):
             if self._image is None:
                 return
             rect = self._grid_rect()
-            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
-            painter.drawImage(rect, self._image)
+            if rect.width() > 0 and rect.height() > 0:
+                painter.drawImage(rect.topLeft(), self._blit_image(rect.width(), rect.height()))
             if self._current_layer is not None:
                 n_layers = self._states.shape[0]
                 top = rect.top() + self._current_layer * rect.height() // n_layers

@@ -23,7 +23,7 @@ from shardscope.app.base.config_paths import default_config_dir, profiles_dir, w
 from shardscope.app.window.control_column import ControlColumn
 from shardscope.app.experts.expert_charts import add_expert_curves, expert_values
 from shardscope.app.base.first_start import startup_profile
-from shardscope.app.base.gui_thread_gc import collect_garbage_on_gui_thread
+from shardscope.app.base.gui_thread_gc import collect_garbage_on_gui_thread, freeze_built_window
 from shardscope.app.files.model_probe import ModelInfo
 from shardscope.app.runs.overbudget_watch import OverBudgetWatch
 from shardscope.app.run_view.phase_bands import PhaseBands
@@ -124,6 +124,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
             self.load_profile(wanted)
         self.open_model(self.model_path)
         self._update_actions()
+        freeze_built_window()
 
     # What the window's runs hold, under the names the window has always offered.
     summaries = property(lambda self: self.runs.summaries)
