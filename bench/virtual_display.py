@@ -25,8 +25,10 @@ def start_display(first: int = 90, last: int = 99) -> str:
         for n in range(first, last + 1):
             if Path(f"/tmp/.X11-unix/X{n}").exists() or Path(f"/tmp/.X{n}-lock").exists():
                 continue
+            # A session of its own: Ctrl-C in the terminal reaches the bench, which ends its window
+            # cleanly, and not the X server under it (that printed "The X11 connection broke").
             proc = subprocess.Popen([xvfb, f":{n}", "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             atexit.register(_stop, proc)
             for _ in range(100):  # up to 5 s for the socket
                 if Path(f"/tmp/.X11-unix/X{n}").exists():

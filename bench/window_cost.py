@@ -1,0 +1,96 @@
+"""What the window costs the run it measures, steady state, by rotation in the same minutes.
+
+One window stays open for the whole bench; in each round, in turns (the order reversed every
+other round, so a drifting host hits all three alike), the same settings run for ``--seconds``:
+
+- **shown**: the window's own run, window visible (charts, expert map, tables drawn);
+- **hidden**: the window's own run, window hidden (its run plumbing, timers and polls only);
+- **headless**: a headless child process (bench/headless_child.py), as ``shardscope bench``.
+
+Prints each period's decode tok/s, then the means and shown ÷ headless, hidden ÷ headless,
+shown ÷ hidden. Single periods on a noisy VM swing ±15 %; the means over rounds are what
+``bench/gui_session_drift.py``'s first and last minutes can land either side of
+(docs/decisions.md, issue 32). Default: the MoE synth of gui_session_drift at half its size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.virtual_display import start_display  # noqa: E402
+
+DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
+
+from bench.gui_session import open_window, pump, stop  # noqa: E402
+from bench.gui_session_drift import moe_model  # noqa: E402
+from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+
+MODES = ("shown", "hidden", "headless")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=4, help="rotations of the three modes")
+    parser.add_argument("--seconds", type=float, default=40.0, help="length of each period")
+    parser.add_argument("--model", default=None, help="a GGUF of your own (else the 240 MB qwen3moe synth)")
+    parser.add_argument("--budget-share", type=float, default=0.5, help="budget as a share of the file's size")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    if args.model is not None and not os.path.isfile(args.model):
+        parser.exit(2, f"--model {args.model}: no such file\n")
+    if not 0 < args.budget_share <= 2:
+        parser.exit(2, f"--budget-share {args.budget_share}: must be above 0 (and at most 2)\n")
+    if args.rounds < 1 or not args.seconds >= 10:
+        parser.exit(2, "--rounds must be at least 1 and --seconds at least 10\n")
+    model = args.model or moe_model(240)
+    settings = RunSettings(model_path=model, budget_mb=int(os.path.getsize(model) / 2**20 * args.budget_share),
+                           expert_cache_mb=0, threads=args.threads, n_gen=32, n_ctx=256)
+    print(DISPLAY_LINE, f"cores {os.cpu_count()};", Path(model).name, f"budget {settings.budget_mb} MiB", flush=True)
+    interrupted: list[bool] = []
+    signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))  # Qt's loop would swallow it
+    app, window = open_window(model, settings)
+    window.resize(1600, 1000)
+    ended: list = []
+    window.runs.summary.connect(lambda s, _shown: ended.append(row_of(s)))
+
+    def in_window(shown: bool) -> float:
+        window.show() if shown else window.hide()
+        ended.clear()
+        window.start_run()
+        pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
+        pump(app, args.seconds, until=lambda: bool(interrupted))
+        stop(app, window)
+        window.show()
+        return decode_rate(list(ended))  # the load's first round left out
+
+    rates: dict[str, list[float]] = {m: [] for m in MODES}
+    for r in range(args.rounds):
+        for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+            try:
+                rate = decode_rate(rounds_in_child(settings, seconds=args.seconds)) if mode == "headless" \
+                    else in_window(mode == "shown")
+            except SystemExit:  # the child, which got the Ctrl-C too
+                if not interrupted:
+                    raise
+            if interrupted:
+                window.close()
+                parser.exit(130, "window_cost: interrupted; nothing printed for the periods under way\n")
+            rates[mode].append(rate)
+            print(f"  round {r + 1} {mode:8s} {rate:7.1f} tok/s", flush=True)
+    window.close()
+    mean = {m: statistics.mean(v) for m, v in rates.items()}
+    print("  means: " + ", ".join(f"{m} {mean[m]:.1f}" for m in MODES))
+    print(f"  shown/headless {mean['shown'] / mean['headless']:.3f}, hidden/headless "
+          f"{mean['hidden'] / mean['headless']:.3f}, shown/hidden {mean['shown'] / mean['hidden']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
