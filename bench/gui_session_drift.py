@@ -188,10 +188,14 @@ def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
         budget = args.dense_budget_mb or 215  # the bundled gemma's minimum is 202 MiB (globals 175)
         return RunSettings(model_path=model, budget_mb=budget, shard_mb=8, prefetch_depth=1,
                            threads=args.threads, n_gen=32, n_ctx=256)
-    model = args.moe_model or moe_model(args.moe_size_mb)
+    return moe_settings(args.moe_model or moe_model(args.moe_size_mb), args.moe_budget_share, args.threads)
+
+
+def moe_settings(model: str, budget_share: float, threads: int) -> RunSettings:
+    """The MoE case: a budget of ``budget_share`` of the file, expert cache auto, 32-token rounds."""
     size_mb = os.path.getsize(model) / MIB
-    return RunSettings(model_path=model, budget_mb=int(size_mb * args.moe_budget_share), expert_cache_mb=0,
-                       threads=args.threads, n_gen=32, n_ctx=256)
+    return RunSettings(model_path=model, budget_mb=int(size_mb * budget_share), expert_cache_mb=0,
+                       threads=threads, n_gen=32, n_ctx=256)
 
 
 def main() -> None:

@@ -29,9 +29,8 @@ from bench.virtual_display import start_display  # noqa: E402
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
 
 from bench.gui_session import open_window, pump, stop  # noqa: E402
-from bench.gui_session_drift import moe_model  # noqa: E402
+from bench.gui_session_drift import moe_model, moe_settings  # noqa: E402
 from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
 MODES = ("shown", "hidden", "headless")
 
@@ -51,8 +50,7 @@ def main() -> None:
     if args.rounds < 1 or not args.seconds >= 10:
         parser.exit(2, "--rounds must be at least 1 and --seconds at least 10\n")
     model = args.model or moe_model(240)
-    settings = RunSettings(model_path=model, budget_mb=int(os.path.getsize(model) / 2**20 * args.budget_share),
-                           expert_cache_mb=0, threads=args.threads, n_gen=32, n_ctx=256)
+    settings = moe_settings(model, args.budget_share, args.threads)
     print(DISPLAY_LINE, f"cores {os.cpu_count()};", Path(model).name, f"budget {settings.budget_mb} MiB", flush=True)
     interrupted: list[bool] = []
     signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))  # Qt's loop would swallow it

@@ -40,8 +40,7 @@ class ExpertMap(QWidget):
         self._heat_window = 0
         self._current_layer: int | None = None
         self._view = "state"
-        self._image: QImage | None = None
-        self._pixels: np.ndarray | None = None  # keeps the QImage's buffer alive
+        self._pixels: np.ndarray | None = None  # each cell's RGBA, (layers, experts, 4); None: no map
         self._blit: tuple[tuple[int, int], QImage, np.ndarray] | None = None  # (size, image, its buffer)
         lut = np.zeros((256, 4), dtype=np.uint8)
         lut[:, :3] = _rgb("#e8467c")  # an unknown state is loud
@@ -143,7 +142,7 @@ class ExpertMap(QWidget):
     def _rebuild(self) -> None:
         n_layers, n_experts = self._states.shape
         if n_layers == 0 or n_experts == 0:
-            self._image, self._pixels = None, None
+            self._pixels, self._blit = None, None
             self.update()
             return
         if self._view == "state":
@@ -156,15 +155,14 @@ class ExpertMap(QWidget):
             pixels = np.empty((n_layers, n_experts, 4), dtype=np.uint8)
             pixels[..., :3] = rgb.astype(np.uint8)
             pixels[..., 3] = 255
-        self._pixels = np.ascontiguousarray(pixels)
-        self._image = QImage(self._pixels.data, n_experts, n_layers, 4 * n_experts, QImage.Format.Format_RGBA8888)
+        self._pixels = pixels
         self._blit = None
         self.update()
 
     def _blit_image(self, width: int, height: int) -> QImage:
         """The map at the grid's size in pixels, in the window's own format (0xffRRGGBB).
 
-        Why not ``drawImage(rect, self._image)``: a scaled RGBA image is converted and
+        Why not ``drawImage(rect, image of the cells)``: a scaled RGBA image is converted and
         scaled on Qt's GUI thread pool while the GUI thread waits for it, holding the GIL
         the decode thread's callbacks need (py-spy --gil --native: QLatch::waitInternal
         under ExpertMap.paintEvent; docs/decisions.md, issue 32). A same-size RGB32 image
@@ -175,9 +173,7 @@ class ExpertMap(QWidget):
         n_layers, n_experts = self._pixels.shape[:2]
         rows = np.arange(height) * n_layers // height
         cols = np.arange(width) * n_experts // width
-        rgba = self._pixels[rows][:, cols]
-        bgra = np.ascontiguousarray(rgba[..., [2, 1, 0, 3]])
-        bgra[..., 3] = 255
+        bgra = np.ascontiguousarray(self._pixels[rows[:, None], cols][..., [2, 1, 0, 3]])  # alpha: 255 in every colour
         image = QImage(bgra.data, width, height, 4 * width, QImage.Format.Format_RGB32)
         self._blit = ((width, height), image, bgra)
         return image
@@ -195,7 +191,7 @@ class ExpertMap(QWidget):
         painter = QPainter(self)
         try:
             self._paint_legend(painter)
-            if self._image is None:
+            if self._pixels is None:
                 return
             rect = self._grid_rect()
             if rect.width() > 0 and rect.height() > 0:

@@ -50,9 +50,6 @@ class GuiThreadCollector(QObject):
                     self.next_full = start + took + took / FULL_DUTY
 
 
-_FROZEN: list[bool] = []
-
-
 def freeze_built_window() -> None:
     """Once a process: what is alive when the first window is built (Qt wrappers, pyqtgraph
     items, numpy, llama_cpp's bindings; ~10^5 objects) moves out of the collector's reach.
@@ -61,8 +58,7 @@ def freeze_built_window() -> None:
     most of what it walked was this, which lives as long as the process. Done once, not per
     window: a test session builds hundreds of windows, and a frozen window that is closed
     later would never be collected."""
-    if not _FROZEN:
-        _FROZEN.append(True)
+    if gc.get_freeze_count() == 0:
         gc.collect()
         gc.freeze()
 
