@@ -11,7 +11,8 @@ per case:
   headless figure is the mean of the runs just before and just after the session, so
   a disk or host that drifts over the minutes hits both sides alike);
 - last minute ÷ first minute of the window;
-- rounds per minute, the GUI event loop's stall p99, and RSS growth (the mean of the
+- rounds per minute, the GUI event loop's stall p99, and RSS growth of the window and its run
+  process together (the mean of the
   last minute against the mean of the second minute: weights come and go under the
   budget, so single samples swing by a shard).
 
@@ -70,6 +71,19 @@ def gui_thread_cpu_s(proc: psutil.Process) -> float:
     return float("nan")
 
 
+def session_rss_mb(proc: psutil.Process, window) -> float:
+    """The session's RSS: the window's process and its run's (the engine runs in a process of
+    its own, engine/runs/run_host.py)."""
+    total = proc.memory_info().rss
+    run = window.runs.run_process
+    if run is not None and run.pid is not None:
+        try:
+            total += psutil.Process(run.pid).memory_info().rss
+        except psutil.Error:  # between two runs: the window's part only
+            pass
+    return total / MIB
+
+
 def window_session(settings: RunSettings, minutes: float, shots: Path | None = None, name: str = "") -> dict:
     app, window = open_window(settings.model_path, settings)
     window.resize(1600, 1000)
@@ -91,7 +105,7 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
     while time.perf_counter() - t0 < minutes * 60 and not interrupted:
         pump(app, 2.0, until=lambda: bool(interrupted))
         now = time.perf_counter() - t0
-        rss.append((now, proc.memory_info().rss / MIB))
+        rss.append((now, session_rss_mb(proc, window)))
         gui_cpu.append((now, gui_thread_cpu_s(proc)))
         if not window.is_running():
             print(f"  the run ended by itself: {window.last_error}")

@@ -71,7 +71,7 @@ def test_kimi_model_streams_in_the_window_with_a_384_wide_map(qtbot, tmp_path, k
                  is not None and window.last_sample is not None and window.last_sample.phase == "generating",
                  timeout=90_000)
         run = window.worker.run
-        assert type(run).__name__ == "ExpertRun" and run.moe.architecture == "deepseek2"
+        assert run.type_name == "ExpertRun" and run.moe.architecture == "deepseek2"
         wait_for(qtbot, window, lambda: panel.map.states().shape == (3, 384)
                  and {0, 2} <= set(np.unique(panel.map.states())), timeout=60_000)
         wait_for(qtbot, window, lambda: window.last_round is not None, timeout=120_000)

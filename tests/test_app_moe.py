@@ -107,7 +107,7 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
         assert panel.isVisible() and not window.run_view.plan  # no shard plan: experts stream
         assert window.chart.plot_item("per_token") in window.chart.ci.items  # the MoE row is in
         run = window.worker.run
-        assert type(run).__name__ == "ExpertRun" and run.moe.n_expert == 16
+        assert run.type_name == "ExpertRun" and run.moe.n_expert == 16
         # Streaming shows: some experts resident, some evicted, in the map drawn from the view.
         wait_for(qtbot, window, lambda: seen and seen[-1] is not None and {0, 2} <= set(np.unique(seen[-1].states))
                  and panel.map.states().shape == (len(run.moe.layers), 16), timeout=30_000)
@@ -256,14 +256,14 @@ def test_budget_below_the_model_restarts_a_layer_streamed_moe_as_expert_streamin
         wait_for(qtbot, window, lambda: window.worker is not None and window.worker.run is not None
                  and window.last_sample is not None and window.last_sample.phase == "generating", timeout=90_000)
         first = window.worker.run
-        assert type(first).__name__ == "StreamingRun" and window.worker.expert_view() is None
+        assert first.type_name == "StreamingRun" and window.worker.expert_view() is None
         marks, mark = [], window.mark
         window.mark = lambda label: (marks.append(label), mark(label))  # what the chart is told
         window.controls.commit("budget_mb", BUDGET_MB)  # as the slider would
         assert window.last_error is None, window.last_error
         wait_for(qtbot, window, lambda: engine_ready_moe(window) and window.worker.run is not first, timeout=90_000)
         run = window.worker.run
-        assert type(run).__name__ == "ExpertRun" and run.settings.budget_mb == BUDGET_MB
+        assert run.type_name == "ExpertRun" and run.settings.budget_mb == BUDGET_MB
         wait_for(qtbot, window, lambda: window.expert_panel.isVisible() and 2 in window.expert_panel.map.states(),
                  timeout=30_000)
         assert marks == [f"budget {big}\u2192{BUDGET_MB} MiB (restart)"]

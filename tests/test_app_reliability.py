@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from shardscope.app.window.main_window import MainWindow
@@ -25,12 +26,35 @@ from shardscope.engine.knobs.settings import RunSettings
 STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
 
 
+def _run_processes() -> list[psutil.Process]:
+    """The window's run processes still alive (engine/runs/run_host.py)."""
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "shardscope.engine.runs.run_host" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.Error:
+            pass
+    return alive
+
+
 def _engine_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("shardscope-")]
+    """The engine's threads in this process and the run processes left: none once runs end."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("shardscope-")] + \
+        [f"run process {p.pid}" for p in _run_processes()]
 
 
 def _mapped(path: str) -> bool:
-    return os.path.realpath(path) in open("/proc/self/maps").read()
+    """Whether this process or a run process it started still maps ``path``."""
+    maps = [f"/proc/{pid}/maps" for pid in ["self"] + [p.pid for p in _run_processes()]]
+    real = os.path.realpath(path)
+    for name in maps:
+        try:
+            if real in open(name).read():
+                return True
+        except OSError:  # it ended meanwhile
+            pass
+    return False
 
 
 def _bad_models(tmp_path, synthetic_model) -> dict[str, str]:

@@ -10,6 +10,7 @@ window state go to a temp folder: the user's own settings are never touched.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -180,7 +181,7 @@ def test_close_during_generation_stops_the_worker(qtbot, tmp_path, synthetic_mod
     window.start_run()
     qtbot.waitUntil(lambda: window.last_sample is not None and window.last_sample.phase == "generating",
                     timeout=30_000)
-    thread = window.run_thread
+    thread = window.run_process
     started = time.perf_counter()
     window.close()
     elapsed = time.perf_counter() - started
@@ -208,12 +209,17 @@ def test_bad_file_and_refusals_are_shown_and_a_new_run_still_works(qtbot, window
     assert "below the minimum" in window.last_error and "gemma-3-270m" in window.last_error
 
     # Any other exception: "internal error", no traceback text.
-    from shardscope.engine.stream.streaming_run import StreamingRun
+    # (the run goes in a process of its own: that process is started with StreamingRun.run broken)
+    from shardscope.app.runs import run_worker
 
-    def broken(self, *args, **kwargs):
-        raise RuntimeError("simulated llama.cpp failure")
-
-    monkeypatch.setattr(StreamingRun, "run", broken)
+    broken = ("import sys\n"
+              "from shardscope.engine.stream.streaming_run import StreamingRun\n"
+              "def broken(self, *args, **kwargs):\n"
+              "    raise RuntimeError('simulated llama.cpp failure')\n"
+              "StreamingRun.run = broken\n"
+              "from shardscope.engine.runs.run_host import main\n"
+              "sys.exit(main())\n")
+    monkeypatch.setattr(run_worker, "run_host_command", lambda: [sys.executable, "-c", broken])
     window.apply_settings(window.current_settings().with_changes(budget_mb=2048))
     window.start_run()
     qtbot.waitUntil(lambda: not window.is_running(), timeout=20_000)

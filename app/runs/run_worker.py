@@ -1,52 +1,64 @@
-"""Drives a run (StreamingRun, or ExpertRun for an MoE model over its budget: the engine's
-``open_run`` decides) on its own QThread and turns its callbacks into Qt signals.
+"""The window's side of a run: the engine runs in a process of its own
+(engine/runs/run_host.py says why), and this turns what it sends into Qt signals.
 
-Why a worker object: ``StreamingRun.run`` blocks for as long as the user lets it
-generate, and its callbacks fire on the decode thread and on the sampler's own
-thread. Widgets may only be touched from the GUI thread, so every callback here
-does nothing but ``emit``; Qt queues the plain payload (a MetricsSample, a
-RunSummary, a token string) to the window.
+One ``RunProcess`` lives for one press of Run. Inside it a *restart* (new shard size,
+n_gpu_layers or model) stops the current StreamingRun and starts a fresh one with the
+new settings in the same process, so the charts keep one timeline. Each StreamingRun or
+ExpertRun gets a number (``run_index``) that rides along with its signals, so a late
+sample of a replaced run can never be charted as the new one's.
 
-One worker lives for one press of Run. Inside it, a *restart* (new shard size,
-n_gpu_layers or model) stops the current StreamingRun and starts a fresh one
-with the new settings without ending the thread, so the charts keep one timeline.
-Each StreamingRun gets a number (``run_index``) that rides along with its
-signals, so a late sample of a replaced run can never be charted as the new one's.
-
-New settings go through ``apply``, which hands them to the run's ``apply``: the
-engine answers "live" or "restart", or refuses (raised back to the caller, nothing
-changed, so the window can revert the slider).
-
-The expert map polls ``expert_view()`` from the GUI thread: the engine copies its view
-under its own lock, and this worker's lock keeps the run from being closed meanwhile.
+A reader thread receives the run's messages and only emits; Qt queues the plain payload
+(a MetricsSample, a RunSummary) to the window, because widgets may only be touched from
+the GUI thread. New settings go through ``apply``, answered by the run's own ``apply``:
+"live" or "restart", or refused (raised here, nothing changed, so the window can revert
+the slider). The expert map asks for ``expert_view()`` from the GUI thread; the run copies
+its view under its own lock and sends it.
 """
 
 from __future__ import annotations
 
+import itertools
+import socket
+import subprocess
+import sys
 import threading
-from pathlib import Path
+from multiprocessing.connection import Connection
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal
+from PySide6.QtCore import QObject, Signal
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knob_refusal import KnobRefusal
-from shardscope.engine.knobs.knobs import LIVE, changed
-from shardscope.engine.runs.run_factory import open_run
-from shardscope.engine.knobs.settings import RunSettings, validate
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_host import RemoteObject, describe_exception
 
-# Samples the run itself keeps (the window's timeline holds each as numbers): a few seconds,
-# not the CLI's ten minutes, which grew the window by 5 MiB over its first ten minutes.
-RUN_SAMPLES = 100
+__all__ = ["RunProcess", "RunWorker", "RemoteRun", "describe_exception"]
+
+ANSWER_S = 30.0  # a reply comes in milliseconds; this only bounds a run process that hangs
 
 
-def describe_exception(exc: BaseException, model_path: str | None) -> str:
-    """One line for the status bar and the dialog: the engine's own words, or "internal error"."""
-    if isinstance(exc, KnobRefusal):  # named as the window names it: the slider, not the CLI flag
-        return exc.for_window()
-    if isinstance(exc, ShardscopeError):
-        return str(exc)
-    where = Path(model_path).name if model_path else "the bundled model"
-    return f"internal error: {type(exc).__name__}: {exc} (while running {where})"
+def run_host_command() -> list[str]:
+    """How a run process starts (then the fd of its end of the socket pair); tests start another."""
+    return [sys.executable, "-m", "shardscope.engine.runs.run_host"]
+
+
+class RunRefused(ShardscopeError):
+    """The run's refusal, in the words the run chose for the window."""
+
+
+class RemoteRun:
+    """A running StreamingRun or ExpertRun as the window's tests see it: every attribute is read
+    from the run process when asked (``run.controller.budget_bytes``), a copy when it pickles."""
+
+    def __init__(self, worker: "RunWorker", index: int, path: str = "", type_name: str = "") -> None:
+        self._worker, self._index, self._path = worker, index, path
+        self.type_name = type_name or worker.read(index, "").type_name
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        path = f"{self._path}.{name}" if self._path else name
+        value = self._worker.read(self._index, path)
+        return RemoteRun(self._worker, self._index, path, value.type_name) if isinstance(value, RemoteObject) \
+            else value
 
 
 class RunWorker(QObject):
@@ -54,9 +66,8 @@ class RunWorker(QObject):
     # StreamingRun (fills the shard map) or the MoeLayout of an ExpertRun (the expert map)
     run_started = Signal(int, object, object)
     sample = Signal(int, object)  # run_index, MetricsSample
-    # Tokens wait in the worker (take_tokens); tokens_ready tells the GUI once that some are
-    # waiting, not once a token: 60-100 queued events a second woke the GUI thread, which
-    # shares two cores with the run (issue 32).
+    # Tokens wait here (take_tokens); tokens_ready tells the GUI once that some are waiting,
+    # not once a token: 60-100 queued events a second woke the GUI thread (issue 32).
     tokens_ready = Signal()
     phase = Signal(int, str)
     summary = Signal(int, object)  # run_index, RunSummary (one per round)
@@ -67,12 +78,16 @@ class RunWorker(QObject):
         super().__init__()
         self._tokens: list[tuple[int, int, str, float]] = []  # run_index, index in round, piece, seconds
         self._tokens_told = False
-        self._tokens_lock = threading.Lock()
         self._lock = threading.Lock()
         self._settings = settings
-        self._stop_requested = False
-        self._restart_requested = False
-        self.run = None  # the live StreamingRun or ExpertRun; tests read its state
+        self._conn: Connection | None = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, list] = {}  # request id -> [event, ok, value]
+        self._ended = False
+        self.killed = False  # the window ended the run process (it did not stop in time)
+        self._current = 0  # the run process's live run, 0 when none
+        self._run: RemoteRun | None = None
         self.run_index = 0
 
     # ------------------------------------------------------------------ GUI thread
@@ -81,126 +96,205 @@ class RunWorker(QObject):
         with self._lock:
             return self._settings
 
-    def request_stop(self) -> None:
-        """Thread-safe; returns at once. The thread ends after the current token."""
+    @property
+    def run(self) -> RemoteRun | None:
+        """The live run, read from its process (tests); the same object while it lives."""
         with self._lock:
-            self._stop_requested = True
-            run = self.run
-        if run is not None:
-            run.stop()
+            index, run = self._current, self._run
+        if index == 0:
+            return None
+        if run is None or run._index != index:
+            try:
+                run = RemoteRun(self, index)
+            except ShardscopeError:  # it ended meanwhile
+                return None
+            with self._lock:
+                self._run = run
+        return run
+
+    def request_stop(self) -> None:
+        """Thread-safe; returns at once. The run ends after the current token."""
+        self._send(("stop",))
 
     def expert_view(self):
         """The running ExpertRun's ExpertView (a copy), or None (dense run, none running)."""
-        with self._lock:
-            view = getattr(self.run, "expert_view", None)
-            return view() if view is not None else None
+        return self._ask("view", quiet=True)
 
     def routing_records(self):
         """The running ExpertRun's routing so far (what engine.replay takes), or None."""
-        with self._lock:
-            records = getattr(self.run, "routing_records", None)
-            return records() if records is not None else None
+        return self._ask("records", quiet=True)
+
+    def read(self, index: int, path: str):
+        """Run ``index``'s attribute at ``path``: a copy, or a RemoteObject (RemoteRun reads on)."""
+        return self._ask("read", index, path)
 
     def apply(self, settings: RunSettings) -> str:
-        """The run's answer to new settings: "live" or "restart" (then a new StreamingRun
-        starts with them). Raises ShardscopeError, changing nothing, when refused."""
+        """The run's answer to new settings: "live" or "restart" (then a new run starts with
+        them). Raises ShardscopeError, changing nothing, when refused."""
+        answer = self._ask("apply", settings)
         with self._lock:
-            run = self.run
-            if run is not None:
-                answer = run.apply(settings)
-            else:  # being planned: work() hands the newest settings to the run before it starts
-                validate(settings)
-                answer = "restart" if any(k not in LIVE for k in changed(self._settings, settings)) else "live"
             self._settings = settings
-            if answer == "restart":
-                self._restart_requested = True
-        if answer == "restart" and run is not None:
-            run.stop()
         return answer
 
     def take_tokens(self) -> list[tuple[int, int, str, float]]:
         """The tokens decoded since the last call, in order (any thread; the GUI's drain)."""
-        with self._tokens_lock:
+        with self._lock:
             taken, self._tokens = self._tokens, []
             self._tokens_told = False
         return taken
 
-    # --------------------------------------------------------------- worker thread
-    def _took_token(self, index: int, n: int, piece: str, dt: float) -> None:
-        with self._tokens_lock:
-            self._tokens.append((index, n, piece, dt))
-            tell, self._tokens_told = not self._tokens_told, True
-        if tell:
-            self.tokens_ready.emit()
+    # ------------------------------------------------------------------ the connection
+    def attach(self, conn: Connection) -> None:
+        self._conn = conn
+        self._send(self._settings)
 
-    def work(self) -> None:
-        """The thread's body: runs (and re-runs after restarts) until stopped or failed."""
+    def _send(self, message) -> bool:
+        with self._send_lock:
+            if self._conn is None or self._ended:
+                return False
+            try:
+                self._conn.send(message)
+            except OSError:
+                return False
+            return True
+
+    def _ask(self, kind: str, *args, quiet: bool = False):
+        ident = next(self._ids)
+        slot = [threading.Event(), False, None]
+        with self._lock:
+            self._waiting[ident] = slot
+        try:
+            if not self._send((kind, ident, *args)):
+                if quiet:
+                    return None
+                raise RunRefused("the run has ended")
+            if not slot[0].wait(ANSWER_S) and not quiet:
+                raise RunRefused(f"the run did not answer within {ANSWER_S:.0f} s")
+        finally:
+            with self._lock:
+                self._waiting.pop(ident, None)
+        if not slot[1]:
+            if quiet:
+                return None
+            raise RunRefused(slot[2] or "the run has ended")
+        return slot[2]
+
+    def receive(self, exit_code=lambda: None) -> None:
+        """The reader thread's body: every message in order, until the run process ends.
+        ``exit_code()`` waits for the process: a run that ended without a word is a failure."""
         try:
             while True:
-                with self._lock:
-                    if self._stop_requested:
-                        return
-                    settings = self._settings
-                    self._restart_requested = False
-                self.run_index += 1
-                index = self.run_index
-                run = open_run(settings, on_sample=lambda s, i=index: self.sample.emit(i, s))
-                run.keep_samples(RUN_SAMPLES)  # the window keeps each sample itself, as numbers
-                run.on_token = lambda n, piece, dt, i=index: self._took_token(i, n, piece, dt)
-                run.on_phase = lambda name, i=index: self.phase.emit(i, name)
-                with self._lock:
-                    wanted = self._settings
-                    try:  # knobs moved while it was planned: the run takes them, or a new plan does
-                        if not (self._stop_requested or self._restart_requested) and wanted != settings \
-                                and run.apply(wanted) == "restart":
-                            self._restart_requested = True
-                    except Exception:
-                        run.close()
-                        raise
-                    if self._stop_requested or self._restart_requested:
-                        run.close()
-                        continue
-                    self.run = run
                 try:
-                    self.run_started.emit(index, getattr(run, "plan", None) or run.moe, run.settings)
-                    run.run(continuous=True, on_summary=lambda s, i=index: self.summary.emit(i, s))
-                except Exception:
-                    if not run.stopping:
-                        raise
-                    # Stop pressed mid-layer can surface as "run stopped": not a failure.
-                finally:
+                    message = self._conn.recv()
+                except (EOFError, OSError):
+                    if not self.killed:  # else the window says why it ended it
+                        self.failed.emit(f"the run's process ended unexpectedly (exit code {exit_code()})")
+                    return
+                except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: end the run
+                    self.failed.emit(f"internal error: {type(exc).__name__}: {exc} (reading the run's messages)")
+                    self._conn.send(("stop",))
+                    return
+                kind = message[0]
+                if kind == "sample":
+                    self.sample.emit(message[1], message[2])
+                elif kind == "token":
                     with self._lock:
-                        self.run = None
-                    run.close()
-                with self._lock:
-                    if self._stop_requested or not self._restart_requested:
-                        return
-        except Exception as exc:
-            self.failed.emit(describe_exception(exc, self.settings.model_path))
+                        self._tokens.append(message[1:])
+                        tell, self._tokens_told = not self._tokens_told, True
+                    if tell:
+                        self.tokens_ready.emit()
+                elif kind == "reply":
+                    with self._lock:
+                        slot = self._waiting.get(message[1])
+                    if slot is not None:
+                        slot[1], slot[2] = message[2], message[3]
+                        slot[0].set()
+                elif kind == "run":
+                    with self._lock:
+                        self._current = message[1]
+                        if message[1]:
+                            self.run_index = message[1]
+                elif kind == "started":
+                    self.run_started.emit(message[1], message[2], message[3])
+                elif kind == "phase":
+                    self.phase.emit(message[1], message[2])
+                elif kind == "summary":
+                    self.summary.emit(message[1], message[2])
+                elif kind == "failed":
+                    self.failed.emit(message[1])
+                elif kind == "finished":
+                    return
         finally:
+            with self._lock:
+                self._ended, self._current = True, 0
+                for slot in self._waiting.values():
+                    slot[0].set()  # no answer will come: ok stays False
             self.finished.emit()
 
 
-class RunThread:
-    """A RunWorker on its own QThread: the pair the window starts on Run."""
+class RunProcess:
+    """A RunWorker and the process it drives: the pair the window starts on Run."""
 
     def __init__(self, settings: RunSettings) -> None:
-        self.thread = QThread()
-        self.thread.setObjectName("shardscope-run")
         self.worker = RunWorker(settings)
-        self.worker.moveToThread(self.thread)
-        self.thread.started.connect(self.worker.work)
-        # Direct: quit() runs on the worker thread itself, so it works even while the
-        # GUI thread is blocked in stop_and_wait() (closing the window). quit() is
-        # thread-safe, and one that lands before exec() makes exec() return at once.
-        self.worker.finished.connect(self.thread.quit, Qt.ConnectionType.DirectConnection)
+        self.finished = self.worker.finished
+        self._process: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
-        self.thread.start()
+        mine, theirs = socket.socketpair()
+        try:
+            self._process = subprocess.Popen(
+                run_host_command() + [str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.worker.attach(Connection(mine.detach()))
+        self._reader = threading.Thread(target=self.worker.receive, args=(self._exit_code,), name="run-reader",
+                                        daemon=True)
+        self._reader.start()
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self._process.wait(ANSWER_S)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop_and_wait(self, timeout_ms: int) -> bool:
         self.worker.request_stop()
-        return self.thread.wait(timeout_ms)
+        return self.wait(timeout_ms)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Whether the run process ended within ``timeout_ms`` (and its messages were all read)."""
+        try:
+            self._process.wait(timeout_ms / 1000)
+        except subprocess.TimeoutExpired:
+            return False
+        self._reader.join(timeout_ms / 1000)
+        return not self._reader.is_alive()
+
+    def kill(self) -> None:
+        """End a run process that did not stop (llama.cpp wedged in a call)."""
+        if self._process is not None and self._process.poll() is None:
+            self.worker.killed = True
+            self._process.kill()
+            self._process.wait()
 
     def is_running(self) -> bool:
-        return self.thread.isRunning()
+        return self._process is not None and self._process.poll() is None
+
+    def isFinished(self) -> bool:  # QThread's name, kept for the window's callers
+        return self._process is not None and self._process.poll() is not None
+
+    def close(self) -> None:
+        """After the process ended: the reader has sent its last signal, then the worker goes."""
+        if self._reader is not None:
+            self._reader.join(ANSWER_S)
+        if self.worker._conn is not None:
+            self.worker._conn.close()
+        self.worker.deleteLater()
+

@@ -1,4 +1,4 @@
-"""The window's runs, without widgets: the run thread, which run is current,
+"""The window's runs, without widgets: the run process, which run is current,
 the window time axis, the timeline, the round summaries and the search lock.
 
 The window and its panels only draw what this object announces, so everything about
@@ -14,17 +14,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from shardscope.app.runs.run_worker import RunThread, RunWorker
+from shardscope.app.runs.run_worker import RunProcess, RunWorker
 from shardscope.app.runs.sample_history import SampleHistory
 from shardscope.widgets.coalesced_calls import CoalescedCalls
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary
 
-CLOSE_WAIT_MS = 15_000  # a run stops within ~1-2 s; this only bounds a wedged llama.cpp load
+CLOSE_WAIT_MS = 15_000  # a run stops within ~1-2 s; this only bounds a wedged llama.cpp load (then killed)
 TIMELINE_MAX = 36_000  # one hour at 10 Hz: export what the session saw, bounded
 TOKEN_MS = 150  # tokens are taken from the worker a few times a second, not one event each
-_WEDGED_RUNS: list[RunThread] = []  # runs that outlived CLOSE_WAIT_MS: kept referenced until exit
 
 
 class WindowRuns(QObject):
@@ -34,7 +33,7 @@ class WindowRuns(QObject):
     phase = Signal(str)
     summary = Signal(object, bool)  # RunSummary, whether it is now the last complete round
     failed = Signal(str)
-    run_finished = Signal()  # the run thread ended (stopped, failed or wedged)
+    run_finished = Signal()  # the run process ended (stopped, failed or wedged and killed)
     state_changed = Signal()  # running or search lock changed: actions need a redraw
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -46,7 +45,7 @@ class WindowRuns(QObject):
         self.last_round: RunSummary | None = None  # the last complete round
         self.last_t = 0.0
         self.failed_now = False  # the current press of Run ended in an error
-        self._run: RunThread | None = None
+        self._run: RunProcess | None = None
         self._run_index = 0
         self._t_offset = 0.0
         self._search_owner: str | None = None
@@ -58,8 +57,8 @@ class WindowRuns(QObject):
         return self._run.worker if self._run is not None else None
 
     @property
-    def run_thread(self):
-        return self._run.thread if self._run is not None else None
+    def run_process(self) -> RunProcess | None:
+        return self._run
 
     def is_running(self) -> bool:
         return self._run is not None
@@ -69,13 +68,13 @@ class WindowRuns(QObject):
 
     # ------------------------------------------------------------------ control
     def start(self, settings: RunSettings) -> str | None:
-        """Start a run thread with ``settings``; a refusal's text, or None."""
+        """Start a run process with ``settings``; a refusal's text, or None."""
         if self._run is not None:
             return "a run is already going"
         if self._search_owner is not None:
             return (f"{self._search_owner} is running: Run is disabled until it ends "
                     "(cancel it in its dialog)")
-        run = RunThread(settings)
+        run = RunProcess(settings)
         w = run.worker
         # Bound methods of this QObject: Qt queues them to the GUI thread.
         w.run_started.connect(self._on_run_started)
@@ -84,7 +83,7 @@ class WindowRuns(QObject):
         w.phase.connect(self._on_phase)
         w.summary.connect(self._on_summary)
         w.failed.connect(self._on_failed)
-        run.thread.finished.connect(self._on_thread_finished)
+        run.finished.connect(self._on_thread_finished)
         self._run = run
         self._run_index = 0  # the new worker numbers its StreamingRuns from 1
         self.failed_now = False
@@ -103,7 +102,7 @@ class WindowRuns(QObject):
         return self._run.worker.apply(settings) if self._run is not None else None
 
     def close(self, wait_ms: int = CLOSE_WAIT_MS) -> None:
-        """Stop and wait (closing the window): the thread must not outlive its objects."""
+        """Stop and wait (closing the window): the run process must not outlive the window."""
         if self._run is not None:
             self._run.stop_and_wait(wait_ms)
             self._on_thread_finished()
@@ -178,14 +177,11 @@ class WindowRuns(QObject):
         run, self._run = self._run, None
         if run is None:
             return
-        if run.thread.wait(CLOSE_WAIT_MS):
-            run.worker.deleteLater()
-            run.thread.deleteLater()
-        else:
-            # llama.cpp wedged in a call that cannot be interrupted: never block the GUI
-            # forever, and keep the QThread alive (destroying a running one aborts).
-            _WEDGED_RUNS.append(run)
+        if not run.wait(CLOSE_WAIT_MS):
+            # llama.cpp wedged in a call that cannot be interrupted: its process is ended
+            run.kill()
             self._on_failed(f"the run did not stop within {CLOSE_WAIT_MS // 1000} s (llama.cpp busy); "
-                            "it is left to finish on its own")
+                            "its process was ended")
+        run.close()
         self.state_changed.emit()
         self.run_finished.emit()

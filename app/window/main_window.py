@@ -132,7 +132,7 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
     last_sample = property(lambda self: self.runs.last_sample)
     last_round = property(lambda self: self.runs.last_round)
     worker = property(lambda self: self.runs.worker)
-    run_thread = property(lambda self: self.runs.run_thread)
+    run_process = property(lambda self: self.runs.run_process)
     sweep_dialog = property(lambda self: self.dialogs.get("sweep"))
     tune_dialog = property(lambda self: self.dialogs.get("tune"))
 
