@@ -42,8 +42,10 @@ DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform o
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
+from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.runs.run_factory import check_run  # noqa: E402
 
 MIB = 1024 * 1024
 
@@ -198,11 +200,26 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None
 
 def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
     if case == "dense":
-        model = args.dense_model or bundled_model()
-        budget = args.dense_budget_mb or 215  # the bundled gemma's minimum is 202 MiB (globals 175)
-        return RunSettings(model_path=model, budget_mb=budget, shard_mb=8, prefetch_depth=1,
-                           threads=args.threads, n_gen=32, n_ctx=256)
+        return dense_settings(args.dense_model or bundled_model(), args.dense_budget_mb, args.threads)
     return moe_settings(args.moe_model or moe_model(args.moe_size_mb), args.moe_budget_share, args.threads)
+
+
+def dense_settings(model: str, budget_mb: int | None, threads: int) -> RunSettings:
+    """The dense case: 8 MiB shards, depth 1, 32-token rounds; 215 MiB unless given (the bundled
+    gemma's minimum is 202 MiB, globals 175)."""
+    return RunSettings(model_path=model, budget_mb=budget_mb or 215, shard_mb=8, prefetch_depth=1,
+                       threads=threads, n_gen=32, n_ctx=256)
+
+
+def checked(settings: RunSettings, what: str) -> RunSettings:
+    """``settings`` if a run would take them, else one line naming ``what`` and exit 2 (before any
+    minute is spent)."""
+    try:
+        check_run(settings)
+    except ShardscopeError as exc:
+        print(f"{what}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    return settings
 
 
 def moe_settings(model: str, budget_share: float, threads: int) -> RunSettings:
@@ -239,11 +256,11 @@ def main() -> None:
             parser.exit(2, f"--shots {args.shots}: cannot create the folder ({e.strerror})\n")
         if not os.access(args.shots, os.W_OK):
             parser.exit(2, f"--shots {args.shots}: the folder is not writable\n")
+    cases = [(c, checked(case_settings(c, args), f"the {c} case")) for c in ("dense", "moe") if args.case in (c, "both")]
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     try:
-        for case in ("dense", "moe"):
-            if args.case in (case, "both"):
-                run_case(case, case_settings(case, args), args)
+        for case, settings in cases:
+            run_case(case, settings, args)
     except KeyboardInterrupt:
         parser.exit(130, "gui_session_drift: interrupted; nothing printed for the case under way\n")
 

@@ -29,7 +29,8 @@ from bench.virtual_display import start_display  # noqa: E402
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
 
 from bench.gui_session import open_window, pump, stop  # noqa: E402
-from bench.gui_session_drift import moe_model, moe_settings  # noqa: E402
+from bench.bench_models import bundled_model  # noqa: E402
+from bench.gui_session_drift import checked, dense_settings, moe_model, moe_settings  # noqa: E402
 from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
 
 MODES = ("shown", "hidden", "headless")
@@ -39,8 +40,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=4, help="rotations of the three modes")
     parser.add_argument("--seconds", type=float, default=40.0, help="length of each period")
-    parser.add_argument("--model", default=None, help="a GGUF of your own (else the 240 MB qwen3moe synth)")
-    parser.add_argument("--budget-share", type=float, default=0.5, help="budget as a share of the file's size")
+    parser.add_argument("--case", choices=("moe", "dense"), default="moe",
+                        help="gui_session_drift's case: its MoE settings or its dense ones")
+    parser.add_argument("--model", default=None,
+                        help="a GGUF of your own (else the 240 MB qwen3moe synth, or the bundled gemma for dense)")
+    parser.add_argument("--budget-share", type=float, default=0.5, help="MoE: budget as a share of the file's size")
+    parser.add_argument("--budget-mb", type=int, default=None, help="dense: the budget (default 215)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     if args.model is not None and not os.path.isfile(args.model):
@@ -49,8 +54,12 @@ def main() -> None:
         parser.exit(2, f"--budget-share {args.budget_share}: must be above 0 (and at most 2)\n")
     if args.rounds < 1 or not args.seconds >= 10:
         parser.exit(2, "--rounds must be at least 1 and --seconds at least 10\n")
-    model = args.model or moe_model(240)
-    settings = moe_settings(model, args.budget_share, args.threads)
+    if args.case == "dense":
+        model = args.model or bundled_model()
+        settings = checked(dense_settings(model, args.budget_mb, args.threads), "window_cost")
+    else:
+        model = args.model or moe_model(240)
+        settings = checked(moe_settings(model, args.budget_share, args.threads), "window_cost")
     print(DISPLAY_LINE, f"cores {os.cpu_count()};", Path(model).name, f"budget {settings.budget_mb} MiB", flush=True)
     interrupted: list[bool] = []
     signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))  # Qt's loop would swallow it
@@ -63,8 +72,13 @@ def main() -> None:
         window.show() if shown else window.hide()
         ended.clear()
         window.start_run()
-        pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
-        pump(app, args.seconds, until=lambda: bool(interrupted))
+        pump(app, 300, until=lambda: window.last_sample is not None or not window.is_running() or bool(interrupted))
+        pump(app, args.seconds, until=lambda: not window.is_running() or bool(interrupted))
+        if window.last_error:  # the run failed: no figure to print, say why in one line
+            message = window.last_error
+            stop(app, window)
+            window.close()
+            parser.exit(2, f"window_cost: the window's run failed: {message}\n")
         stop(app, window)
         window.show()
         return decode_rate(list(ended))  # the load's first round left out
