@@ -7,7 +7,8 @@ other round, so a drifting host hits all three alike), the same settings run for
 - **hidden**: the window's own run, window hidden (its run plumbing, timers and polls only);
 - **headless**: a headless child process (bench/headless_child.py), as ``shardscope bench``.
 
-Prints each period's decode tok/s, then the means and shown ÷ headless, hidden ÷ headless,
+Prints each period's decode tok/s and each round's shown ÷ headless (first rounds against last:
+does the cost grow with the session?), then the means and shown ÷ headless, hidden ÷ headless,
 shown ÷ hidden. Single periods on a noisy VM swing ±15 %; the means over rounds are what
 ``bench/gui_session_drift.py``'s first and last minutes can land either side of
 (docs/decisions.md, issue 32). Default: the MoE synth of gui_session_drift at half its size.
@@ -97,6 +98,11 @@ def main() -> None:
                 parser.exit(130, "window_cost: interrupted; nothing printed for the periods under way\n")
             rates[mode].append(rate)
             print(f"  round {r + 1} {mode:8s} {rate:7.1f} tok/s", flush=True)
+        # the round's own ratio, its three periods in the same two minutes: the first rounds
+        # against the last say whether the window's cost grows with the session (its rounds,
+        # samples and marks pile up across the periods; the host's drift hits all three alike)
+        print(f"  round {r + 1} shown/headless {rates['shown'][-1] / rates['headless'][-1]:.3f}, "
+              f"session {window.runs.complete_rounds()} rounds", flush=True)
     window.close()
     mean = {m: statistics.mean(v) for m, v in rates.items()}
     print("  means: " + ", ".join(f"{m} {mean[m]:.1f}" for m in MODES))
