@@ -87,3 +87,19 @@ def test_a_run_process_that_dies_is_a_failure_in_one_line(qtbot, bundled_model):
     finally:
         run.kill()
         run.close()
+
+
+@pytest.mark.hang_bound
+def test_ctrl_c_closes_the_window_and_exits_130(tmp_path):
+    """The app as a user starts it (offscreen here; the test's own config and cache dirs)."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    app = subprocess.Popen([sys.executable, "-m", "shardscope.app"], env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(8)  # the window is up (a Ctrl-C before Qt starts is Python's own KeyboardInterrupt)
+        assert app.poll() is None, app.stdout.read()
+        app.send_signal(signal.SIGINT)
+        assert app.wait(timeout=30) == 130  # hang bound
+        assert "Traceback" not in app.stdout.read()
+    finally:
+        app.kill()

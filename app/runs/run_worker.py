@@ -183,6 +183,12 @@ class RunWorker(QObject):
         """The reader thread's body: every message in order, until the run process ends.
         ``exit_code()`` waits for the process: a run that ended without a word is a failure."""
         try:
+            self._receive(exit_code)
+        except RuntimeError:  # "Signal source has been deleted": the app is exiting without a close
+            pass             # (its X server died, say); the run process ends when this side closes
+
+    def _receive(self, exit_code) -> None:
+        try:
             while True:
                 try:
                     message = self._conn.recv()
@@ -192,7 +198,7 @@ class RunWorker(QObject):
                     return
                 except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: end the run
                     self.failed.emit(f"internal error: {type(exc).__name__}: {exc} (reading the run's messages)")
-                    self._conn.send(("stop",))
+                    self._send(("stop",))
                     return
                 kind = message[0]
                 if kind == "sample":

@@ -26,7 +26,32 @@ def run_gui(model_path: str | None = None) -> int:
     app.setApplicationDisplayName("shardscope")
     window = MainWindow(model_path=model_path)
     window.show()
-    return app.exec()
+    stop = _close_on_signals(window)
+    code = app.exec()
+    return 128 + stop[0] if stop else code
+
+
+def _close_on_signals(window) -> list[int]:
+    """Ctrl-C (or a SIGTERM) closes the window as its close button does: the run process is told to
+    stop and waited for, then the app quits. Python runs its handler only between bytecodes of the
+    main thread, which Qt's loop may not run for a while: a timer lets it in four times a second.
+    Returns the list a signal's number is put in (the app then exits 128 + it: 130 for Ctrl-C)."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    seen: list[int] = []
+
+    def close(number, _frame) -> None:
+        seen.append(number)
+        QTimer.singleShot(0, window.close)
+
+    signal.signal(signal.SIGINT, close)
+    signal.signal(signal.SIGTERM, close)
+    wake = QTimer(window)
+    wake.timeout.connect(lambda: None)
+    wake.start(250)
+    return seen
 
 
 def main(argv: list[str] | None = None) -> int:
