@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,17 +13,13 @@ from multiprocessing.connection import Connection
 import psutil
 import pytest
 
-from shardscope.app.runs.run_worker import RunProcess
+from shardscope.app.runs.run_worker import RunProcess, run_host_command, spawn_run_host
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.settings import RunSettings
 
 
 def _spawn_host(settings: RunSettings) -> tuple[subprocess.Popen, Connection]:
-    mine, theirs = socket.socketpair()
-    process = subprocess.Popen([sys.executable, "-m", "shardscope.engine.runs.run_host", str(theirs.fileno())],
-                               pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
-    theirs.close()
-    conn = Connection(mine.detach())
+    process, conn = spawn_run_host(run_host_command())
     conn.send(settings)
     return process, conn
 

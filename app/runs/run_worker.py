@@ -40,6 +40,17 @@ def run_host_command() -> list[str]:
     return [sys.executable, "-m", "shardscope.engine.runs.run_host"]
 
 
+def spawn_run_host(command: list[str]) -> tuple[subprocess.Popen, Connection]:
+    """A run process started with ``command`` + its end of a new socket pair, and this side's end."""
+    mine, theirs = socket.socketpair()
+    try:
+        process = subprocess.Popen(command + [str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                                   stdin=subprocess.DEVNULL)
+    finally:
+        theirs.close()
+    return process, Connection(mine.detach())
+
+
 class RunRefused(ShardscopeError):
     """The run's refusal, in the words the run chose for the window."""
 
@@ -252,14 +263,8 @@ class RunProcess:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
-        mine, theirs = socket.socketpair()
-        try:
-            self._process = subprocess.Popen(
-                run_host_command() + [str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
-        finally:
-            theirs.close()
-        self.worker.attach(Connection(mine.detach()))
+        self._process, conn = spawn_run_host(run_host_command())
+        self.worker.attach(conn)
         self._reader = threading.Thread(target=self.worker.receive, args=(self._exit_code,), name="run-reader",
                                         daemon=True)
         self._reader.start()
@@ -289,9 +294,6 @@ class RunProcess:
             self.worker.killed = True
             self._process.kill()
             self._process.wait()
-
-    def is_running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def isFinished(self) -> bool:  # QThread's name, kept for the window's callers
         return self._process is not None and self._process.poll() is not None

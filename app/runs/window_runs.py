@@ -83,7 +83,7 @@ class WindowRuns(QObject):
         w.phase.connect(self._on_phase)
         w.summary.connect(self._on_summary)
         w.failed.connect(self._on_failed)
-        run.finished.connect(self._on_thread_finished)
+        run.finished.connect(self._on_run_ended)
         self._run = run
         self._run_index = 0  # the new worker numbers its StreamingRuns from 1
         self.failed_now = False
@@ -105,7 +105,7 @@ class WindowRuns(QObject):
         """Stop and wait (closing the window): the run process must not outlive the window."""
         if self._run is not None:
             self._run.stop_and_wait(wait_ms)
-            self._on_thread_finished()
+            self._on_run_ended()
 
     # ------------------------------------------------------------------ searches
     def search_owner(self) -> str | None:
@@ -171,7 +171,7 @@ class WindowRuns(QObject):
         self.failed_now = True
         self.failed.emit(message)
 
-    def _on_thread_finished(self) -> None:
+    def _on_run_ended(self) -> None:
         self._take_tokens()  # the last ones, before the run is let go
         self._tokens_waiting.clear()
         run, self._run = self._run, None
