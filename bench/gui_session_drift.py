@@ -1,23 +1,26 @@
 """Does the window slow the run it measures as the session goes on?
 
-For each case (a dense model and an MoE file, both below their size in budget) in one
-run of this script: headless continuous rounds for ``--headless-s`` seconds, then the
-real window (offscreen unless a display is there) running the same settings
-continuously for ``--minutes``, then headless again. The headless runs are child
-processes, as a user's ``shardscope bench`` is (bench/headless_child.py says why). Printed
-per case:
+For each case (a dense model and an MoE file, both below their size in budget): the real window
+(offscreen unless a display is there) runs continuously for ``--minutes`` beside a headless run
+of the same settings (a child process, as a user's ``shardscope bench`` is: bench/headless_child.py
+says why), and the two take turns on the cores: ``--turn-s`` seconds the window's run, then as
+long the headless one, each paused (SIGSTOP) while the other goes. Both runs and the window live
+through the whole session; a round a pause cut into is left out. So window ÷ headless is measured
+in the same minutes, and the host's own drift over the session shows as the headless run's last
+minute ÷ first minute, beside the window's. (Before, the headless runs went before and after the
+session: a host that lost a fifth of its speed within it could not be told from the window.)
 
-- window ÷ headless for the first and the last minute of the window session (the
-  headless figure is the mean of the runs just before and just after the session, so
-  a disk or host that drifts over the minutes hits both sides alike);
-- last minute ÷ first minute of the window;
-- rounds per minute, the GUI event loop's stall p99, and RSS growth of the window and its run
-  process together (the mean of the
-  last minute against the mean of the second minute: weights come and go under the
-  budget, so single samples swing by a shard).
+Printed per case, per minute and for the first and the last minute:
 
-tok/s of a minute is the decoded tokens of the rounds that ended in it over their
-decode seconds (n_gen / avg_ts each), i.e. decode speed, as the rounds table shows it.
+- window ÷ headless;
+- the window's last minute ÷ first minute, and the headless run's in the same minutes;
+- rounds per minute, the GUI event loop's stall p99, the GUI thread's share of a core (also
+  during the headless turns, when it only waits), and RSS growth of the window and its run
+  process together (the mean of the last minute against the mean of the second minute:
+  weights come and go under the budget, so single samples swing by a shard).
+
+tok/s is the decoded tokens of the rounds that ended in a minute's turns over their decode
+seconds (n_gen / avg_ts each), i.e. decode speed, as the rounds table shows it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform o
 
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
-from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
+from bench.headless_child import RoundStream, decode_rate, row_of  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
@@ -58,11 +61,6 @@ def moe_model(size_mb: int) -> str:
         subprocess.run([str(Path(sys.executable).with_name("shardscope")), "synth", "--moe", "--arch", "qwen3moe",
                         "--quant", "q4_k_m", "--size-mb", str(size_mb), "--out", str(path)], check=True)
     return str(path)
-
-
-def headless(settings: RunSettings, seconds: float) -> list:
-    """Continuous rounds for ``seconds`` in a child process (bench/headless_child.py)."""
-    return rounds_in_child(settings, seconds=seconds)
 
 
 def gui_thread_cpu_s(proc: psutil.Process) -> float:
@@ -86,13 +84,23 @@ def session_rss_mb(proc: psutil.Process, window) -> float:
     return total / MIB
 
 
-def window_session(settings: RunSettings, minutes: float, shots: Path | None = None, name: str = "") -> dict:
+def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: Path | None = None,
+                   name: str = "") -> dict:
+    partner = RoundStream(settings)  # loads beside nothing else, then waits paused for its turns
+    deadline = time.perf_counter() + 300
+    while not partner.ended and partner.process.poll() is None and time.perf_counter() < deadline:
+        time.sleep(0.2)
+    if not partner.ended:
+        partner.end()
+        raise SystemExit("the headless run did not finish its first round within 300 s")
+    os.kill(partner.pid, signal.SIGSTOP)
     app, window = open_window(settings.model_path, settings)
     window.resize(1600, 1000)
     proc = psutil.Process()
-    ended: list[tuple[float, object]] = []  # (seconds into the session, summary)
+    ended: list[tuple[float, object]] = []  # (perf_counter when the window heard of it, the round)
+    turns: list[tuple[float, float, str]] = []  # (start, end, "window" or "headless")
     rss: list[tuple[float, float]] = []
-    gui_cpu: list[tuple[float, float]] = []  # (seconds into the session, GUI thread CPU seconds)
+    gui_cpu: list[tuple[float, float]] = []  # (perf_counter, GUI thread CPU seconds)
     probe = StallProbe()
     # Ctrl-C inside Qt's loop would raise in whatever Python override Qt was calling, which Qt
     # prints and carries on from: here it only asks the loop below to end the session cleanly.
@@ -100,20 +108,37 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     window.start_run()
     pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
+    window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter(), row_of(s))))
     t0 = time.perf_counter()
-    window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter() - t0, row_of(s))))
     probe.start()
-    gui_cpu.append((0.0, gui_thread_cpu_s(proc)))
-    while time.perf_counter() - t0 < minutes * 60 and not interrupted:
-        pump(app, 2.0, until=lambda: bool(interrupted))
-        now = time.perf_counter() - t0
-        rss.append((now, session_rss_mb(proc, window)))
-        gui_cpu.append((now, gui_thread_cpu_s(proc)))
-        if not window.is_running():
-            print(f"  the run ended by itself: {window.last_error}")
-            break
-    probe.stop()
-    signal.signal(signal.SIGINT, previous)
+    gui_cpu.append((t0, gui_thread_cpu_s(proc)))
+
+    def go(who: str, until: float) -> None:
+        """One turn: ``who``'s run goes until ``until`` while the window draws as ever."""
+        start = time.perf_counter()
+        while time.perf_counter() < until and not interrupted:
+            pump(app, min(2.0, max(0.0, until - time.perf_counter())), until=lambda: bool(interrupted))
+            rss.append((time.perf_counter(), session_rss_mb(proc, window)))
+            gui_cpu.append((time.perf_counter(), gui_thread_cpu_s(proc)))
+        turns.append((start, time.perf_counter(), who))
+
+    try:
+        while time.perf_counter() - t0 < minutes * 60 and not interrupted and window.is_running():
+            go("window", time.perf_counter() + turn_s)
+            run_pid = window.runs.run_process.pid
+            os.kill(run_pid, signal.SIGSTOP)
+            os.kill(partner.pid, signal.SIGCONT)
+            try:
+                go("headless", time.perf_counter() + turn_s)
+            finally:
+                os.kill(partner.pid, signal.SIGSTOP)
+                os.kill(run_pid, signal.SIGCONT)
+    finally:
+        partner.end()
+        probe.stop()
+        signal.signal(signal.SIGINT, previous)
+    if not window.is_running() and not interrupted:
+        print(f"  the run ended by itself: {window.last_error}")
     if interrupted:
         stop(app, window)
         window.close()
@@ -128,31 +153,49 @@ def window_session(settings: RunSettings, minutes: float, shots: Path | None = N
             print(f"  screenshot {path}")
     stop(app, window)
     window.close()
-    span = min(minutes * 60, time.perf_counter() - t0)
-    minutes_seen = max(1, int(span // 60))
-    per_minute = [minute_row(m, ended, rss, gui_cpu) for m in range(minutes_seen)]
-    first = decode_rate([s for t, s in ended if t <= 60.0])  # its first round (the load) left out
-    last = decode_rate([s for t, s in ended if t > span - 60.0], skip_first=False)
-    second_minute = [r for t, r in rss if 60.0 < t <= 120.0] or [r for _, r in rss[: len(rss) // 2]]
-    last_minute = [r for t, r in rss if t > span - 60.0]
-    return {"first": first, "last": last, "rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
+    clean = {"window": uncut(ended, turns, "window"), "headless": uncut(partner.ended, turns, "headless")}
+    span = turns[-1][1] - t0
+    per_minute = [minute_row(m, t0, clean, turns, rss, gui_cpu) for m in range(max(1, int(round(span / 60))))]
+    second_minute = [r for t, r in rss if 60.0 < t - t0 <= 120.0] or [r for _, r in rss[: len(rss) // 2]]
+    last_minute = [r for t, r in rss if t > t0 + span - 60.0]
+    return {"rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
-            "rss_peak": max(r for _, r in rss), "per_minute": per_minute}
+            "rss_peak": max(r for _, r in rss), "per_minute": per_minute,
+            "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"])}
 
 
-def minute_row(m: int, ended, rss, gui_cpu) -> dict:
-    """Minute m of the session: decode speed and where a token's time went (a slower disk shows in
-    the wait, a busier CPU in the compute), the GUI thread's share of a core, RSS at its end."""
-    lo, hi = 60.0 * m, 60.0 * (m + 1)
-    rounds = [s for t, s in ended if lo < t <= hi]
-    steady = [s for s in rounds if not s.stopped and s.n_gen > 0]
-    cpu = [(t, c) for t, c in gui_cpu if lo <= t <= hi + 2.5]
-    return {"minute": m + 1, "rounds": len(rounds),
-            "tok_s": decode_rate(rounds, skip_first=m == 0),
+def uncut(ended: list[tuple[float, object]], turns, who: str) -> list[tuple[float, object]]:
+    """The rounds that ran from start to end within one of ``who``'s turns (the first round of a
+    run, its load, and every round a pause cut into are left out)."""
+    spans = [(a, b) for a, b, w in turns if w == who]
+    ended = sorted(ended, key=lambda e: e[0])
+    return [(t, r) for (t_prev, _), (t, r) in zip(ended, ended[1:])
+            if any(a <= t_prev and t <= b for a, b in spans)]
+
+
+def core_share(gui_cpu, spans) -> float:
+    """The GUI thread's CPU seconds over wall seconds within ``spans``."""
+    cpu = wall = 0.0
+    for (t1, c1), (t2, c2) in zip(gui_cpu, gui_cpu[1:]):
+        if any(a <= t1 and t2 <= b + 0.5 for a, b in spans):
+            cpu, wall = cpu + c2 - c1, wall + t2 - t1
+    return cpu / wall if wall > 0 else float("nan")
+
+
+def minute_row(m: int, t0: float, clean: dict, turns, rss, gui_cpu) -> dict:
+    """Minute m of the session: each run's decode speed over its turns in it, where a window
+    token's time went (a slower disk shows in the wait, a busier CPU in the compute), the GUI
+    thread's share of a core, RSS at its end."""
+    lo, hi = t0 + 60.0 * m, t0 + 60.0 * (m + 1)
+    window = [r for t, r in clean["window"] if lo < t <= hi]
+    headless = [r for t, r in clean["headless"] if lo < t <= hi]
+    steady = [s for s in window if not s.stopped and s.n_gen > 0]
+    w, h = decode_rate(window, skip_first=False), decode_rate(headless, skip_first=False)
+    return {"minute": m + 1, "rounds": len(window), "tok_s": w, "headless": h, "ratio": w / h,
             "compute_ms": median_of(s.compute_ms_per_token for s in steady),
             "wait_ms": median_of(s.wait_ms_per_token for s in steady),
             "read_mb": median_of(s.read_mb_per_token for s in steady),
-            "gui_core": (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) > 1 else float("nan"),
+            "gui_core": core_share(gui_cpu, [(lo, hi)]),
             "rss": next((r for t, r in reversed(rss) if t <= hi + 2.5), float("nan"))}
 
 
@@ -161,39 +204,29 @@ def median_of(values) -> float:
     return statistics.median(data) if data else float("nan")
 
 
-def print_minutes(rows: list[dict], headless_rows: list) -> None:
-    print("  minute  rounds   tok/s  compute ms/tok  wait ms/tok  read MB/tok  GUI thread  RSS MiB")
-    h_rounds = [r for r in headless_rows if not r.stopped and r.n_gen > 0]
-    print(f"  headless        {decode_rate(headless_rows, skip_first=False):7.2f}  {median_of(r.compute_ms_per_token for r in h_rounds):14.2f}"
-          f"  {median_of(r.wait_ms_per_token for r in h_rounds):11.2f}"
-          f"  {median_of(r.read_mb_per_token for r in h_rounds):11.2f}")
+def print_minutes(rows: list[dict]) -> None:
+    print("  minute  window rounds  window tok/s  headless tok/s  window/headless  compute ms/tok  wait ms/tok"
+          "  read MB/tok  GUI thread  RSS MiB")
     for r in rows:
-        print(f"  {r['minute']:6d}  {r['rounds']:6d}  {r['tok_s']:6.2f}  {r['compute_ms']:14.2f}  {r['wait_ms']:11.2f}"
-              f"  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %  {r['rss']:7.0f}")
+        print(f"  {r['minute']:6d}  {r['rounds']:13d}  {r['tok_s']:12.2f}  {r['headless']:14.2f}  {r['ratio']:15.3f}"
+              f"  {r['compute_ms']:14.2f}  {r['wait_ms']:11.2f}  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %"
+              f"  {r['rss']:7.0f}")
 
 
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None:
-    minutes, headless_s, shots = args.minutes, args.headless_s, args.shots
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
-          f"{settings.threads} threads, {settings.n_gen} tokens a round", flush=True)
-    before_rows = headless(settings, headless_s)
-    before = decode_rate(before_rows)
-    print(f"  headless before: {before:.2f} tok/s", flush=True)
-    w = window_session(settings, minutes, shots, name)
-    after_rows = headless(settings, headless_s)
-    after = decode_rate(after_rows)
-    print(f"  headless after:  {after:.2f} tok/s", flush=True)
-    print_minutes(w["per_minute"], before_rows[1:] + after_rows[1:])
-    ref = (before + after) / 2
-    if max(before, after) > 1.25 * min(before, after):
-        print(f"  note: headless before and after differ by more than 25 % ({before:.2f} vs {after:.2f}): "
-              f"the machine changed during the case; ratios to each: first minute {w['first'] / before:.2f} / "
-              f"{w['first'] / after:.2f}, last minute {w['last'] / before:.2f} / {w['last'] / after:.2f}")
+          f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {args.turn_s:g} s", flush=True)
+    w = window_session(settings, args.minutes, args.turn_s, args.shots, name)
+    print_minutes(w["per_minute"])
+    first, last = w["per_minute"][0], w["per_minute"][-1]
     growth = 100.0 * (w["rss_to"] - w["rss_from"]) / w["rss_from"]
-    print(f"  window first minute {w['first']:.2f} tok/s, last minute {w['last']:.2f} tok/s "
+    print(f"  GUI thread during the headless turns (the window open, its run paused): "
+          f"{100 * w['headless_gui_core']:.1f} % of a core")
+    print(f"  window first minute {first['tok_s']:.2f} tok/s, last minute {last['tok_s']:.2f} tok/s "
           f"over {w['minutes']:.1f} min, {w['rounds'] / w['minutes']:.1f} rounds/min")
-    print(f"  {name}: window/headless first minute {w['first'] / ref:.2f}, last minute {w['last'] / ref:.2f}; "
-          f"last/first minute {w['last'] / w['first']:.2f}; GUI stall p99 {w['p99_ms']:.0f} ms; "
+    print(f"  {name}: window/headless first minute {first['ratio']:.2f}, last minute {last['ratio']:.2f}; "
+          f"last/first minute window {last['tok_s'] / first['tok_s']:.2f}, headless "
+          f"{last['headless'] / first['headless']:.2f} (the host's drift); GUI stall p99 {w['p99_ms']:.0f} ms; "
           f"RSS {w['rss_from']:.0f} -> {w['rss_to']:.0f} MiB ({growth:+.1f} %, peak {w['rss_peak']:.0f})",
           flush=True)
 
@@ -232,7 +265,8 @@ def moe_settings(model: str, budget_share: float, threads: int) -> RunSettings:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each window session")
-    parser.add_argument("--headless-s", type=float, default=60.0, help="headless seconds before and after")
+    parser.add_argument("--turn-s", type=float, default=15.0,
+                        help="seconds of each turn: the window's run, then the headless one, in turns")
     parser.add_argument("--case", choices=("dense", "moe", "both"), default="both")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--moe-size-mb", type=int, default=240, help="size of the qwen3moe synth written for the MoE case")

@@ -10,7 +10,8 @@ never computes on its main thread; a bench must not either.
 
 ``rounds_in_child(settings, seconds=..., rounds=..., streams=..., drop_cache=...)`` returns each
 round's figures (``ROW``: n_gen, avg_ts, stopped and where a token's time went); ``decode_rate``
-turns them into decoded tokens per decode second.
+turns them into decoded tokens per decode second. ``RoundStream(settings)`` runs until told to
+end and keeps each round with the time it ended, for benches that take turns with the window.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -29,7 +34,7 @@ if __package__ in (None, ""):
 
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
-__all__ = ["rounds_in_child", "decode_rate", "row_of", "Row", "ROW"]
+__all__ = ["rounds_in_child", "RoundStream", "decode_rate", "row_of", "Row", "ROW"]
 
 # A round as a bench compares it: its decode time per token split into waiting for weights
 # (the expert loads of an expert run, the shard loads of a layer run) and the rest (compute).
@@ -67,6 +72,48 @@ def rounds_in_child(settings: RunSettings, *, seconds: float | None = None, roun
     return [Row(*r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
+class RoundStream:
+    """Continuous rounds in a child process until ``end()``, each round kept as it ends with the
+    time it ended (``time.perf_counter()``: one clock for all processes on Linux and macOS), so a
+    bench can pause the child (SIGSTOP) and drop the rounds a pause cut into."""
+
+    def __init__(self, settings: RunSettings) -> None:
+        job = {"settings": dataclasses.asdict(settings), "seconds": None, "rounds": None, "streams": None,
+               "drop_cache": False, "stream": True}
+        self._stderr = tempfile.TemporaryFile("w+")  # a pipe nobody reads while the child runs could fill
+        self.process = subprocess.Popen([sys.executable, __file__, json.dumps(job)], stdout=subprocess.PIPE,
+                                        stderr=self._stderr, text=True, stdin=subprocess.DEVNULL)
+        self.ended: list[tuple[float, Row]] = []  # (perf_counter when the round ended, its figures)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            t, *row = json.loads(line)
+            self.ended.append((t, Row(*row)))
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def end(self) -> None:
+        """Ends the run (resumed first, if paused) and waits for its last round."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+            self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(10)
+        self._stderr.seek(0)
+        errors = self._stderr.read().strip()[-2000:]
+        self._stderr.close()
+        if self.process.returncode not in (0, -signal.SIGTERM):
+            raise SystemExit(f"headless child failed ({self.process.returncode}): {errors}")
+
+
 def _child(job: dict) -> None:
     from shardscope.engine.runs.run_factory import open_run
 
@@ -78,13 +125,21 @@ def _child(job: dict) -> None:
     start = time.perf_counter()
     kwargs = {"streams": job["streams"]} if job["streams"] else {}
     with open_run(settings, **kwargs) as run:
+        if job.get("stream"):  # until told to end (SIGTERM), each round a line as it ends
+            signal.signal(signal.SIGTERM, lambda *_: run.stop())
+
         def keep(summary):
-            kept.append(row_of(summary))
+            row = row_of(summary)
+            if job.get("stream"):
+                print(json.dumps([time.perf_counter(), *row]), flush=True)
+                return
+            kept.append(row)
             if (job["rounds"] and len(kept) >= job["rounds"]) or \
                     (job["seconds"] and time.perf_counter() - start >= job["seconds"]):
                 run.stop()
         run.run(continuous=True, on_summary=keep)
-    print(json.dumps([list(r) for r in kept]))  # NaN is written as NaN, which json reads back
+    if not job.get("stream"):
+        print(json.dumps([list(r) for r in kept]))  # NaN is written as NaN, which json reads back
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -123,8 +125,7 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
         # Heat: the most-picked expert is the darkest cell.
         panel.view_combo.setCurrentText("heat")
         wait_for(qtbot, window, lambda: seen[-1] is not None and seen[-1].heat.sum() > 0, timeout=30_000)
-        panel.poll()
-        heat = seen[-1].heat
+        heat = seen[-1].heat  # drawn by the poll that took it, in the heat view
         hot = np.unravel_index(int(np.argmax(heat)), heat.shape)
         assert panel.map.cell_rgb(*hot) == (140, 20, 20)
         # Expert charts: the samples carry expert figures and the curves draw them.
@@ -146,6 +147,34 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
         stop_and_wait(qtbot, window)
         assert window.last_error is None, window.last_error
     finally:
+        window.close()
+
+
+@pytest.mark.hang_bound
+def test_the_map_never_waits_for_the_run(qtbot, tmp_path, moe_model):
+    """A run process that does not answer (paused here; busy or wedged for a user) never holds the
+    GUI thread: the map's poll returns at once and draws nothing new, and draws again once the run
+    answers. (The map asked synchronously before: up to 30 s a poll of a frozen window.)"""
+    window = make_window(qtbot, tmp_path / "config")
+    panel = window.expert_panel
+    try:
+        _start_moe_run(qtbot, window, moe_model)
+        wait_for(qtbot, window, lambda: panel.polls > 0, timeout=30_000)
+        pid = window.run_process.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            qtbot.wait(500)  # an answer on its way when the run stopped came meanwhile
+            polls = panel.polls
+            started = time.perf_counter()
+            for _ in range(5):
+                panel.poll()
+            assert time.perf_counter() - started < 10.0  # ANSWER_S (30 s) a poll before
+            assert panel.polls <= polls + 1  # at most that answer, if no timed poll took it yet
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(qtbot, window, lambda: panel.polls > polls, timeout=30_000)
+    finally:
+        stop_and_wait(qtbot, window)
         window.close()
 
 

@@ -3,8 +3,9 @@ the cacheability curve (hit rate against cache size, replayed from the routing s
 or from a trace file). Shown only for MoE models.
 
 The map is polled on the GUI thread at up to 10 Hz (within 1 % of a core) from ``view_source`` (the worker's
-``expert_view``: a copy the engine makes under its lock), so the decode thread never
-waits for a paint and no widget is touched off the GUI thread. Replays run on a
+``latest_view``: the newest copy the run process sent, taken without waiting for it), so the
+decode never waits for a paint, the window never waits for the run, and no widget is touched
+off the GUI thread. Replays run on a
 BackgroundTask that waits for a separate process (app/cacheability_curve.py says why).
 """
 

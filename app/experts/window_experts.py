@@ -25,7 +25,7 @@ EXPERT_KNOBS = tuple(k for k in ENABLED if KNOBS[k].streams == "experts")
 class WindowExperts:
     def _build_expert_panel(self) -> ExpertPanel:
         panel = ExpertPanel()
-        panel.view_source = lambda: self.worker.expert_view() if self.worker is not None else None
+        panel.view_source = lambda: self.worker.latest_view() if self.worker is not None else None
         panel.records_source = lambda: self.worker.routing_records() if self.worker is not None else None
         panel.cache_size_chosen.connect(self.choose_expert_cache)
         panel.failed.connect(lambda m: self.statusBar().showMessage(m.splitlines()[0], 8000))

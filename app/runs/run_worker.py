@@ -11,8 +11,9 @@ A reader thread receives the run's messages and only emits; Qt queues the plain 
 (a MetricsSample, a RunSummary) to the window, because widgets may only be touched from
 the GUI thread. New settings go through ``apply``, answered by the run's own ``apply``:
 "live" or "restart", or refused (raised here, nothing changed, so the window can revert
-the slider). The expert map asks for ``expert_view()`` from the GUI thread; the run copies
-its view under its own lock and sends it.
+the slider). The expert map takes ``latest_view()`` on the GUI thread: the view the run sent
+last, while the next is asked for. It never waits for the run process, which may be busy,
+paused or wedged; a blocking ask there froze the window up to ANSWER_S a poll.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class RunWorker(QObject):
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, list] = {}  # request id -> [event, ok, value]
+        self._view_asked = 0  # the id of the view request in flight, 0 when none
+        self._view = None  # the newest view the run sent and latest_view has not handed out
         self._ended = False
         self.killed = False  # the window ended the run process (it did not stop in time)
         self._current = 0  # the run process's live run, 0 when none
@@ -130,6 +133,19 @@ class RunWorker(QObject):
     def expert_view(self):
         """The running ExpertRun's ExpertView (a copy), or None (dense run, none running)."""
         return self._ask("view", quiet=True)
+
+    def latest_view(self):
+        """The newest ExpertView the run sent since the last call (None: none came yet, a dense
+        run, none running), and the next one asked for if none is in flight. Returns at once."""
+        with self._lock:
+            view, self._view = self._view, None
+            ask = not self._view_asked and not self._ended
+            if ask:
+                self._view_asked = ident = next(self._ids)
+        if ask and not self._send(("view", ident)):
+            with self._lock:
+                self._view_asked = 0
+        return view
 
     def routing_records(self):
         """The running ExpertRun's routing so far (what engine.replay takes), or None."""
@@ -222,6 +238,9 @@ class RunWorker(QObject):
                         self.tokens_ready.emit()
                 elif kind == "reply":
                     with self._lock:
+                        if message[1] == self._view_asked:  # latest_view's: kept for its next call
+                            self._view_asked, self._view = 0, message[3] if message[2] else None
+                            continue
                         slot = self._waiting.get(message[1])
                     if slot is not None:
                         slot[1], slot[2] = message[2], message[3]
