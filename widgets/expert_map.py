@@ -173,7 +173,11 @@ class ExpertMap(QWidget):
         n_layers, n_experts = self._pixels.shape[:2]
         rows = np.arange(height) * n_layers // height
         cols = np.arange(width) * n_experts // width
-        bgra = np.ascontiguousarray(self._pixels[rows[:, None], cols][..., [2, 1, 0, 3]])  # alpha: 255 in every colour
+        # One 32-bit word a cell (bytes B, G, R, A: alpha is 255 in every colour), then scaled by
+        # two 1-D takes: 0.3 ms at 300 x 360 where a 2-D gather of four bytes a pixel took 6.8 ms,
+        # 7 % of a core at 10 Hz on the GUI thread (py-spy, docs/decisions.md).
+        cells = np.ascontiguousarray(self._pixels[..., [2, 1, 0, 3]]).view(np.uint32)[..., 0]
+        bgra = np.ascontiguousarray(cells.take(rows, axis=0).take(cols, axis=1))
         image = QImage(bgra.data, width, height, 4 * width, QImage.Format.Format_RGB32)
         self._blit = ((width, height), image, bgra)
         return image
