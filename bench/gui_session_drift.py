@@ -190,10 +190,13 @@ def minute_row(m: int, t0: float, clean: dict, turns, rss, gui_cpu) -> dict:
     window = [r for t, r in clean["window"] if lo < t <= hi]
     headless = [r for t, r in clean["headless"] if lo < t <= hi]
     steady = [s for s in window if not s.stopped and s.n_gen > 0]
+    h_steady = [s for s in headless if not s.stopped and s.n_gen > 0]
     w, h = decode_rate(window, skip_first=False), decode_rate(headless, skip_first=False)
     return {"minute": m + 1, "rounds": len(window), "tok_s": w, "headless": h, "ratio": w / h,
             "compute_ms": median_of(s.compute_ms_per_token for s in steady),
             "wait_ms": median_of(s.wait_ms_per_token for s in steady),
+            "h_compute_ms": median_of(s.compute_ms_per_token for s in h_steady),
+            "h_wait_ms": median_of(s.wait_ms_per_token for s in h_steady),
             "read_mb": median_of(s.read_mb_per_token for s in steady),
             "gui_core": core_share(gui_cpu, [(lo, hi)]),
             "rss": next((r for t, r in reversed(rss) if t <= hi + 2.5), float("nan"))}
@@ -205,12 +208,12 @@ def median_of(values) -> float:
 
 
 def print_minutes(rows: list[dict]) -> None:
-    print("  minute  window rounds  window tok/s  headless tok/s  window/headless  compute ms/tok  wait ms/tok"
-          "  read MB/tok  GUI thread  RSS MiB")
+    print("  minute  window rounds  window tok/s  headless tok/s  window/headless  compute ms/tok window/headless"
+          "  wait ms/tok window/headless  read MB/tok  GUI thread  RSS MiB")
     for r in rows:
         print(f"  {r['minute']:6d}  {r['rounds']:13d}  {r['tok_s']:12.2f}  {r['headless']:14.2f}  {r['ratio']:15.3f}"
-              f"  {r['compute_ms']:14.2f}  {r['wait_ms']:11.2f}  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %"
-              f"  {r['rss']:7.0f}")
+              f"  {r['compute_ms']:14.2f} / {r['h_compute_ms']:6.2f}  {r['wait_ms']:11.2f} / {r['h_wait_ms']:6.2f}"
+              f"  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %  {r['rss']:7.0f}")
 
 
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None:
