@@ -14,6 +14,7 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QGridLayout, QLabel, QWidget
 
+from shardscope.widgets.live_chart import GAP_S
 from shardscope.widgets import (
     EVICTED,
     GLOBAL,
@@ -76,6 +77,19 @@ def test_curve_added_mid_run_has_gap_history(qtbot) -> None:
     chart.append(10.0, {"late": 5.0})
     _, y = chart.curve_data("late")
     assert np.isnan(y[:10]).all() and y[10] == 5.0
+
+
+def test_a_silence_is_a_gap_not_a_line(qtbot) -> None:
+    """Samples that stop for longer than GAP_S (a paused or suspended run) break every curve there:
+    pyqtgraph joins finite points, so without the break a straight line crossed the silence."""
+    chart = make_chart(qtbot)
+    for t in (0.0, 0.1, 0.2, 10.2, 10.3):
+        chart.append(t, {"rss": 1.0, "read": 2.0})
+    x, y = chart.curve_data("read")
+    assert list(x[:3]) == [0.0, 0.1, 0.2] and list(x[-2:]) == [10.2, 10.3]
+    assert np.isnan(y).sum() == 1 and 0.2 < x[np.isnan(y)][0] < 10.2
+    chart.append(10.4 + GAP_S * 0.9, {"read": 3.0})  # a late sample, still no silence
+    assert np.isnan(chart.curve_data("read")[1]).sum() == 1
 
 
 def test_appends_never_draw(qtbot) -> None:

@@ -40,6 +40,9 @@ from shardscope.widgets.time_marks import TimeMarks
 __all__ = ["LiveChart"]
 
 _LEGEND_ALPHA = 200
+# Samples come at 10 Hz: a silence this long is time the run did not run (paused, suspended,
+# wedged), drawn as a gap in every curve.
+GAP_S = 3.0
 _FILL_ALPHA = 50
 _LEFT_AXIS_WIDTH = 64
 
@@ -280,7 +283,13 @@ class LiveChart(pg.GraphicsLayoutWidget):
 
     # -- feeding data -----------------------------------------------------------------
     def append(self, t: float, values: dict[str, float]) -> None:
-        """Called at sample rate from the engine's callbacks: stores only, never draws."""
+        """Called at sample rate from the engine's callbacks: stores only, never draws. After a
+        silence over GAP_S the curves break: a line across it would draw figures nobody measured."""
+        if self._end and t - self._t[self._end - 1] > GAP_S:
+            self._put(0.5 * (t + float(self._t[self._end - 1])), {})
+        self._put(t, values)
+
+    def _put(self, t: float, values: dict[str, float]) -> None:
         if self._end == self._t.shape[0]:
             self._shift()
         i = self._end
