@@ -141,5 +141,13 @@ def stop_and_wait(qtbot, window) -> None:
 
 
 def engine_ready(window) -> bool:
+    """The live run has its controller and session. A run that ends between two reads (a slider
+    restarted it) is not ready: the next poll reads the new one."""
+    from shardscope.engine.base.errors import ShardscopeError
+
     w = window.worker
-    return w is not None and w.run is not None and w.run.controller is not None and w.run.session is not None
+    try:
+        run = w.run if w is not None else None
+        return run is not None and run.controller is not None and run.session is not None
+    except ShardscopeError:  # RunRefused: "run 2 is not running"
+        return False

@@ -64,8 +64,14 @@ def _start_moe_run(qtbot, window, moe_model, **settings) -> None:
 
 
 def engine_ready_moe(window) -> bool:
+    from shardscope.engine.base.errors import ShardscopeError
+
     w = window.worker
-    return w is not None and w.run is not None and getattr(w.run, "streamer", None) is not None
+    try:  # a run that ends between two reads is not ready (conftest.engine_ready)
+        run = w.run if w is not None else None
+        return run is not None and getattr(run, "streamer", None) is not None
+    except ShardscopeError:
+        return False
 
 
 def _expected_rgb(states: np.ndarray, picked: np.ndarray, layer: int, expert: int) -> tuple[int, int, int]:
