@@ -140,14 +140,18 @@ def stop_and_wait(qtbot, window) -> None:
     qtbot.waitUntil(lambda: not window.is_running(), timeout=10_000)  # hang bound
 
 
-def engine_ready(window) -> bool:
-    """The live run has its controller and session. A run that ends between two reads (a slider
-    restarted it) is not ready: the next poll reads the new one."""
+def run_ready(window, ready) -> bool:
+    """``ready(run)`` of the window's live run (read from its process). A run that ends between two
+    reads (a slider restarted it) is not ready: the next poll reads the new one."""
     from shardscope.engine.base.errors import ShardscopeError
 
     w = window.worker
     try:
         run = w.run if w is not None else None
-        return run is not None and run.controller is not None and run.session is not None
+        return run is not None and ready(run)
     except ShardscopeError:  # RunRefused: "run 2 is not running"
         return False
+
+
+def engine_ready(window) -> bool:
+    return run_ready(window, lambda run: run.controller is not None and run.session is not None)

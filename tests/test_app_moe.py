@@ -22,7 +22,7 @@ from PySide6.QtCore import QPointF
 
 from shardscope.app.experts.cacheability_curve import cache_sizes
 from shardscope.engine.knobs.settings import RunSettings
-from tests.conftest import make_window, stop_and_wait, wait_for
+from tests.conftest import make_window, run_ready, stop_and_wait, wait_for
 from shardscope.widgets.expert_map import PICKED_COLOR
 from shardscope.widgets.shard_map import STATE_COLORS
 
@@ -64,14 +64,7 @@ def _start_moe_run(qtbot, window, moe_model, **settings) -> None:
 
 
 def engine_ready_moe(window) -> bool:
-    from shardscope.engine.base.errors import ShardscopeError
-
-    w = window.worker
-    try:  # a run that ends between two reads is not ready (conftest.engine_ready)
-        run = w.run if w is not None else None
-        return run is not None and getattr(run, "streamer", None) is not None
-    except ShardscopeError:
-        return False
+    return run_ready(window, lambda run: getattr(run, "streamer", None) is not None)
 
 
 def _expected_rgb(states: np.ndarray, picked: np.ndarray, layer: int, expert: int) -> tuple[int, int, int]:
