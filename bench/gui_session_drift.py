@@ -10,6 +10,11 @@ in the same minutes, and the host's own drift over the session shows as the head
 minute ÷ first minute, beside the window's. (Before, the headless runs went before and after the
 session: a host that lost a fifth of its speed within it could not be told from the window.)
 
+After the session the window closes and the headless run that lived through it takes turns with
+a fresh process of the same settings for ``--control-s`` seconds (the control): aged ÷ fresh near 1
+says the headless run's last ÷ first is the host's drift, not a process slowing with age, so the
+window's drift with the host's taken out is (window ÷ headless) last ÷ first, printed with it.
+
 Printed per case, per minute and for the first and the last minute:
 
 - window ÷ headless;
@@ -26,6 +31,7 @@ seconds (n_gen / avg_ts each), i.e. decode speed, as the rounds table shows it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -85,15 +91,8 @@ def session_rss_mb(proc: psutil.Process, window) -> float:
 
 
 def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: Path | None = None,
-                   name: str = "") -> dict:
-    partner = RoundStream(settings)  # loads beside nothing else, then waits paused for its turns
-    deadline = time.perf_counter() + 300
-    while not partner.ended and partner.process.poll() is None and time.perf_counter() < deadline:
-        time.sleep(0.2)
-    if not partner.ended:
-        partner.end()
-        raise SystemExit("the headless run did not finish its first round within 300 s")
-    os.kill(partner.pid, signal.SIGSTOP)
+                   name: str = "", control_s: float = 120.0) -> dict:
+    partner = loaded_and_paused(RoundStream(settings))  # loads beside nothing else, then waits for its turns
     app, window = open_window(settings.model_path, settings)
     window.resize(1600, 1000)
     proc = psutil.Process()
@@ -138,13 +137,16 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
             finally:
                 os.kill(partner.pid, signal.SIGSTOP)
                 os.kill(run_pid, signal.SIGCONT)
-    finally:
+    except BaseException:
         partner.end()
+        raise
+    finally:
         probe.stop()
         signal.signal(signal.SIGINT, previous)
     if not window.is_running() and not interrupted:
         print(f"  the run ended by itself: {window.last_error}")
     if interrupted:
+        partner.end()
         stop(app, window)
         window.close()
         raise KeyboardInterrupt
@@ -158,6 +160,10 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
             print(f"  screenshot {path}")
     stop(app, window)
     window.close()
+    try:  # the window and its run are gone: the control has the cores to itself
+        aged, fresh = aged_vs_fresh(partner, settings, turn_s, control_s) if control_s > 0 else (math.nan,) * 2
+    finally:
+        partner.end()
     clean = {"window": uncut(ended, turns, "window"), "headless": uncut(partner.ended, turns, "headless")}
     span = turns[-1][1] - t0
     per_minute = [minute_row(m, t0, clean, turns, rss, gui_cpu) for m in range(max(1, int(round(span / 60))))]
@@ -165,8 +171,44 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     last_minute = [r for t, r in rss if t > t0 + span - 60.0]
     return {"rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
-            "rss_peak": max(r for _, r in rss), "per_minute": per_minute,
+            "rss_peak": max(r for _, r in rss), "per_minute": per_minute, "aged": aged, "fresh": fresh,
             "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"])}
+
+
+def loaded_and_paused(stream: RoundStream) -> RoundStream:
+    """``stream`` once its first round (the load) has ended, paused (SIGSTOP) for its turns."""
+    deadline = time.perf_counter() + 300
+    while not stream.ended and stream.process.poll() is None and time.perf_counter() < deadline:
+        time.sleep(0.2)
+    if not stream.ended:
+        stream.end()
+        raise SystemExit("the headless run did not finish its first round within 300 s")
+    os.kill(stream.pid, signal.SIGSTOP)
+    return stream
+
+
+def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
+    """The control: the headless run that lived through the session against a fresh process of the
+    same settings, taking turns for ``seconds`` (decode tok/s of each). Equal, the headless run's
+    last ÷ first is the host's drift, not a process slowing with age, and the window's drift can be
+    read against it."""
+    fresh = loaded_and_paused(RoundStream(settings))
+    try:
+        turns: list[tuple[float, float, str]] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for who, stream in (("aged", aged), ("fresh", fresh)):
+                os.kill(stream.pid, signal.SIGCONT)
+                start = time.perf_counter()
+                try:
+                    time.sleep(turn_s)
+                finally:
+                    os.kill(stream.pid, signal.SIGSTOP)
+                turns.append((start, time.perf_counter(), who))
+        return (decode_rate([r for _, r in uncut(aged.ended, turns, "aged")], skip_first=False),
+                decode_rate([r for _, r in uncut(fresh.ended, turns, "fresh")], skip_first=False))
+    finally:
+        fresh.end()
 
 
 def uncut(ended: list[tuple[float, object]], turns, who: str) -> list[tuple[float, object]]:
@@ -224,7 +266,7 @@ def print_minutes(rows: list[dict]) -> None:
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None:
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
           f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {args.turn_s:g} s", flush=True)
-    w = window_session(settings, args.minutes, args.turn_s, args.shots, name)
+    w = window_session(settings, args.minutes, args.turn_s, args.shots, name, args.control_s)
     print_minutes(w["per_minute"])
     first, last = w["per_minute"][0], w["per_minute"][-1]
     growth = 100.0 * (w["rss_to"] - w["rss_from"]) / w["rss_from"]
@@ -237,6 +279,11 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None
           f"{last['headless'] / first['headless']:.2f} (the host's drift); GUI stall p99 {w['p99_ms']:.0f} ms; "
           f"RSS {w['rss_from']:.0f} -> {w['rss_to']:.0f} MiB ({growth:+.1f} %, peak {w['rss_peak']:.0f})",
           flush=True)
+    if w["aged"] == w["aged"]:
+        print(f"  control: the headless run after the session {w['aged']:.2f} tok/s, a fresh process in the same "
+              f"{args.control_s:g} s {w['fresh']:.2f}: aged/fresh {w['aged'] / w['fresh']:.2f} (about 1: the headless "
+              f"run's last/first is the host's drift); the window's drift against it, (window/headless) last/first "
+              f"{last['ratio'] / first['ratio']:.2f}", flush=True)
 
 
 def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
@@ -275,6 +322,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each window session")
     parser.add_argument("--turn-s", type=float, default=15.0,
                         help="seconds of each turn: the window's run, then the headless one, in turns")
+    parser.add_argument("--control-s", type=float, default=120.0,
+                        help="after the session, the headless run against a fresh one in turns for this long (0: none)")
     parser.add_argument("--case", choices=("dense", "moe", "both"), default="both")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--moe-size-mb", type=int, default=240, help="size of the qwen3moe synth written for the MoE case")
@@ -289,6 +338,10 @@ def main() -> None:
     for flag, path in (("--moe-model", args.moe_model), ("--dense-model", args.dense_model)):
         if path is not None and not os.path.isfile(path):
             parser.exit(2, f"{flag} {path}: no such file\n")
+    if not args.turn_s > 0:
+        parser.exit(2, f"--turn-s {args.turn_s:g}: must be above 0 seconds\n")
+    if not args.control_s >= 0:
+        parser.exit(2, f"--control-s {args.control_s:g}: must be 0 (no control) or more seconds\n")
     if not 0 < args.moe_budget_share < 1:
         parser.exit(2, f"--moe-budget-share {args.moe_budget_share}: must be between 0 and 1 (below the file's size)\n")
     if args.shots is not None:  # checked now, not after ten minutes of session

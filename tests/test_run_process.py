@@ -98,3 +98,30 @@ def test_ctrl_c_closes_the_window_and_exits_130(tmp_path):
         assert "Traceback" not in app.stdout.read()
     finally:
         app.kill()
+
+
+def test_tokens_come_in_batches_in_order_each_round_whole_before_its_summary(bundled_model):
+    """Tokens travel in batches (TOKEN_BATCH_S), not a message each; a batch never holds a token back
+    past the next other message, so each round's n_gen tokens are all there, in order, before its
+    summary, and the last round's before "finished"."""
+    process, conn = _spawn_host(RunSettings(model_path=bundled_model, n_gen=12, n_ctx=128))
+    try:
+        rounds: list[list[int]] = []
+        seen: list[int] = []
+        deadline = time.monotonic() + 120  # hang bound
+        while len(rounds) < 2 and time.monotonic() < deadline:
+            if not conn.poll(1.0):
+                continue
+            message = conn.recv()
+            assert message[0] != "token"  # one message a token was the old protocol
+            if message[0] == "tokens":
+                assert all(index == 1 for index, *_ in message[1])
+                seen += [n for _, n, _, _ in message[1]]
+            elif message[0] == "summary":
+                assert message[2].n_gen == 12
+                rounds.append(seen)
+                seen = []
+        assert rounds == [list(range(12))] * 2
+    finally:
+        conn.close()
+    assert process.wait(timeout=30) == 0  # hang bound

@@ -230,9 +230,9 @@ class RunWorker(QObject):
                 kind = message[0]
                 if kind == "sample":
                     self.sample.emit(message[1], message[2])
-                elif kind == "token":
+                elif kind == "tokens":
                     with self._lock:
-                        self._tokens.append(message[1:])
+                        self._tokens.extend(message[1])
                         tell, self._tokens_told = not self._tokens_told, True
                     if tell:
                         self.tokens_ready.emit()
