@@ -137,7 +137,11 @@ def _child(job: dict) -> None:
             if (job["rounds"] and len(kept) >= job["rounds"]) or \
                     (job["seconds"] and time.perf_counter() - start >= job["seconds"]):
                 run.stop()
-        run.run(continuous=True, on_summary=keep)
+        try:
+            run.run(continuous=True, on_summary=keep)
+        except Exception:
+            if not run.stopping:  # a stop (SIGTERM, or the rounds wanted) in a prompt pass surfaces
+                raise             # as "run stopped in the prompt pass": not a failure, as in the app
     if not job.get("stream"):
         print(json.dumps([list(r) for r in kept]))  # NaN is written as NaN, which json reads back
 
