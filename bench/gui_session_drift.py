@@ -77,6 +77,19 @@ def gui_thread_cpu_s(proc: psutil.Process) -> float:
     return float("nan")
 
 
+def process_cpu_s(proc: psutil.Process | None) -> float:
+    """CPU seconds of a whole process so far (NaN without one)."""
+    if proc is None:
+        return float("nan")
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def x_server(proc: psutil.Process) -> psutil.Process | None:
+    """The Xvfb this bench started (it draws what the window paints), else None."""
+    return next((c for c in proc.children() if c.name().startswith("Xvfb")), None)
+
+
 def session_rss_mb(proc: psutil.Process, window) -> float:
     """The session's RSS: the window's process and its run's (the engine runs in a process of
     its own, engine/runs/run_host.py)."""
@@ -100,6 +113,15 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     turns: list[tuple[float, float, str]] = []  # (start, end, "window" or "headless")
     rss: list[tuple[float, float]] = []
     gui_cpu: list[tuple[float, float]] = []  # (perf_counter, GUI thread CPU seconds)
+    # The window's whole process (the run-reader thread too) and the X server: all the CPU beside
+    # the run, which on two cores the decode threads give up.
+    xserver = x_server(proc)
+    beside: dict[str, list[tuple[float, float]]] = {"process": [], "X server": []}
+
+    def read_beside() -> None:
+        now = time.perf_counter()
+        beside["process"].append((now, process_cpu_s(proc)))
+        beside["X server"].append((now, process_cpu_s(xserver)))
     # 50 ms, not the probe's 10: at 100 wakeups a second the probe itself took 3.4 % of a core on the
     # GUI thread (3.8 % with the run paused, where the window alone takes 0.4 %: py-spy), charged to
     # the window. A stall is how late the timer fires, measured to the ms either way.
@@ -114,6 +136,7 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     t0 = time.perf_counter()
     probe.start()
     gui_cpu.append((t0, gui_thread_cpu_s(proc)))
+    read_beside()
 
     def go(who: str, until: float) -> None:
         """One turn: ``who``'s run goes until ``until`` while the window draws as ever."""
@@ -124,6 +147,7 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
             pump(app, min(2.0, max(0.0, until - time.perf_counter())))
             rss.append((time.perf_counter(), session_rss_mb(proc, window)))
             gui_cpu.append((time.perf_counter(), gui_thread_cpu_s(proc)))
+            read_beside()
         turns.append((start, time.perf_counter(), who))
 
     try:
@@ -172,7 +196,8 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     return {"rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
             "rss_peak": max(r for _, r in rss), "per_minute": per_minute, "aged": aged, "fresh": fresh,
-            "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"])}
+            "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"]),
+            "beside": {k: core_share(v, [(a, b) for a, b, who in turns if who == "window"]) for k, v in beside.items()}}
 
 
 def loaded_and_paused(stream: RoundStream) -> RoundStream:
@@ -268,10 +293,13 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None
           f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {args.turn_s:g} s", flush=True)
     w = window_session(settings, args.minutes, args.turn_s, args.shots, name, args.control_s)
     print_minutes(w["per_minute"])
-    first, last = w["per_minute"][0], w["per_minute"][-1]
+    # A minute of headless turns only (long turns, a short session) has no window figure to judge.
+    judged = [r for r in w["per_minute"] if r["rounds"]] or w["per_minute"]
+    first, last = judged[0], judged[-1]
     growth = 100.0 * (w["rss_to"] - w["rss_from"]) / w["rss_from"]
     print(f"  GUI thread during the headless turns (the window open, its run paused): "
-          f"{100 * w['headless_gui_core']:.1f} % of a core")
+          f"{100 * w['headless_gui_core']:.1f} % of a core; during the window's turns, the window's whole "
+          f"process {100 * w['beside']['process']:.1f} % and the X server {100 * w['beside']['X server']:.1f} %")
     print(f"  window first minute {first['tok_s']:.2f} tok/s, last minute {last['tok_s']:.2f} tok/s "
           f"over {w['minutes']:.1f} min, {w['rounds'] / w['minutes']:.1f} rounds/min")
     print(f"  {name}: window/headless first minute {first['ratio']:.2f}, last minute {last['ratio']:.2f}; "
