@@ -31,7 +31,7 @@ run: $(STAMP)
 	$(PY) -m shardscope.app
 
 test: $(STAMP)
-	@echo "==> Running the test suite: it streams real models, about 12 minutes on a quiet 2-core machine (measured on a fresh clone) and up to 25 on a loaded one"
+	@echo "==> Running the test suite: it streams real models, about 20 minutes on a 2-core machine (18 min 20 s measured on a fresh clone)"
 	@echo "    (pytest -q -m 'not slow and not timing' skips the longest ones)"
 	$(PY) -m pytest -q
 
