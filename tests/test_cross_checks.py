@@ -219,20 +219,20 @@ def test_the_peak_lies_between_the_outside_readings_around_its_samples():
 def test_tok_s_is_compared_as_time_per_token_with_an_absolute_floor_for_fast_tokens():
     """57.3 vs 64.3 tok/s is 1.9 ms a token of sampling and callbacks: within the 2 ms allowed under
     40 ms a token. The same 11 % on a 5 tok/s model is 22 ms a token: off."""
-    from shardscope.engine.runs.verify import _token_time_rel
+    from shardscope.engine.runs.verify_timing import token_time_rel
 
-    assert abs(_token_time_rel(57.29, 64.34)) <= TOLERANCE
-    assert _token_time_rel(57.29, 64.34) < 0  # the engine's figure is the slower: negative, as in tok/s
-    assert abs(_token_time_rel(4.45, 5.0)) > TOLERANCE
-    assert abs(_token_time_rel(20.0, 40.0)) > TOLERANCE  # 25 ms a token apart
+    assert abs(token_time_rel(57.29, 64.34)) <= TOLERANCE
+    assert token_time_rel(57.29, 64.34) < 0  # the engine's figure is the slower: negative, as in tok/s
+    assert abs(token_time_rel(4.45, 5.0)) > TOLERANCE
+    assert abs(token_time_rel(20.0, 40.0)) > TOLERANCE  # 25 ms a token apart
 
 
 def test_ttft_is_compared_to_the_prompt_pass_with_an_absolute_floor_under_a_second():
     """CI: 644 vs 610 ms, 34 ms of GIL hand-offs around llama_decode on a busy 2-core machine: within
     the 50 ms allowed under 1 s. A TTFT that counted a 400 ms load, or left out the prompt, is off."""
-    from shardscope.engine.runs.verify import _ttft_rel
+    from shardscope.engine.runs.verify_timing import ttft_rel
 
-    assert abs(_ttft_rel(644.2, 610.1)) <= TOLERANCE
-    assert abs(_ttft_rel(1010.0, 610.1)) > TOLERANCE
-    assert abs(_ttft_rel(30.0, 610.1)) > TOLERANCE
-    assert abs(_ttft_rel(4300.0, 4000.0)) > TOLERANCE  # above 1 s: relative, 7.5 % is off
+    assert abs(ttft_rel(644.2, 610.1)) <= TOLERANCE
+    assert abs(ttft_rel(1010.0, 610.1)) > TOLERANCE
+    assert abs(ttft_rel(30.0, 610.1)) > TOLERANCE
+    assert abs(ttft_rel(4300.0, 4000.0)) > TOLERANCE  # above 1 s: relative, 7.5 % is off

@@ -31,7 +31,8 @@ from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.runs.verify_experts import expert_checks, residency_reading
-from shardscope.engine.runs.verify_report import TOLERANCE, Check, VerifyReport
+from shardscope.engine.runs.verify_report import Check, VerifyReport, relative_difference
+from shardscope.engine.runs.verify_timing import token_time_note, token_time_rel, ttft_note, ttft_rel
 from shardscope.engine.stream.run_summary import RunSummary
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.units import MB_S, MIB
@@ -88,65 +89,13 @@ class OutsideWatcher:
             self._proc.wait()
 
 
-def _rel(engine: float, outside: float, floor: float = 0.0) -> float:
-    """(engine − outside) / outside, with a floor under the denominator for figures near 0."""
-    den = max(abs(outside), floor)
-    if den == 0:
-        return 0.0 if engine == 0 else math.inf
-    return (engine - outside) / den
-
-
-# The engine times a token from call to call; llama.cpp's t_eval_ms counts llama_decode alone.
-# Between them lies the token's own bookkeeping (sampling, the layer callback, the detokenizer):
-# about 2 ms here, which on a 60 tok/s model is 11 % (a clean-clone run: 57.3 vs 64.3 tok/s
-# over 5 tokens). Compared as time per token, relative above 40 ms, absolute (2 ms) below it.
-TOKEN_FLOOR_MS = 40.0
-
-
-def _token_time_rel(engine_ts: float, llama_ts: float) -> float:
-    """Engine vs llama.cpp as time per token, (llama − engine) / max(llama, 40 ms): negative when
-    the engine's figure is slower, as a tok/s difference reads."""
-    if not (engine_ts > 0 and llama_ts > 0):
-        return math.inf
-    return -_rel(1000.0 / engine_ts, 1000.0 / llama_ts, floor=TOKEN_FLOOR_MS)
-
-
-def _token_time_note(engine_ts: float, llama_ts: float) -> str:
-    if not (engine_ts > 0 and llama_ts > 0) or 1000.0 / llama_ts >= TOKEN_FLOOR_MS:
-        return ""
-    apart = 1000.0 / engine_ts - 1000.0 / llama_ts
-    return (f"{apart:+.1f} ms a token (under {TOKEN_FLOOR_MS:.0f} ms a token the allowance is "
-            f"{TOKEN_FLOOR_MS * TOLERANCE:.0f} ms: sampling and callbacks outside llama_decode)")
-
-
-# TTFT is the prompt pass and the first sampled token; llama.cpp's t_p_eval_ms runs from
-# llama_decode's start to the logits read. Outside it lie the Python steps around the pass
-# (the abort callback, the batch, the argmax), each ctypes call a GIL hand-off: on a 2-core
-# machine with the sampler and loader threads busy each hand-off can wait a 5 ms switch
-# interval. Measured gaps: 2-17 ms here, 34 ms once in CI (644 vs 610 ms). Relative above
-# 1 s, absolute (50 ms) below it: a figure that counted loading or left out the prompt
-# (hundreds of ms) is still OFF.
-TTFT_FLOOR_MS = 1000.0
-
-
-def _ttft_rel(ttft_ms: float, prompt_ms: float) -> float:
-    return _rel(ttft_ms, prompt_ms, floor=TTFT_FLOOR_MS)
-
-
-def _ttft_note(ttft_ms: float, prompt_ms: float) -> str:
-    if prompt_ms >= TTFT_FLOOR_MS:
-        return ""
-    return (f"{ttft_ms - prompt_ms:+.1f} ms outside the prompt pass (under {TTFT_FLOOR_MS:.0f} ms the "
-            f"allowance is {TTFT_FLOOR_MS * TOLERANCE:.0f} ms: Python steps around llama_decode)")
-
-
 def _bracket(engine: float, a: float, b: float, floor: float = 0.0) -> float:
     """0 when the engine's value lies between two outside readings taken just before and
     just after it; else its relative distance from the nearer one."""
     lo, hi = min(a, b), max(a, b)
     if lo <= engine <= hi:
         return 0.0
-    return _rel(engine, lo if engine < lo else hi, floor)
+    return relative_difference(engine, lo if engine < lo else hi, floor)
 
 
 def _above(engine: float, a: float, b: float) -> float:
@@ -154,8 +103,8 @@ def _above(engine: float, a: float, b: float) -> float:
     it: negative only when it is below both readings, 0 inside them."""
     lo, hi = min(a, b), max(a, b)
     if engine < lo:
-        return _rel(engine, lo)
-    return max(0.0, _rel(engine, hi))
+        return relative_difference(engine, lo)
+    return max(0.0, relative_difference(engine, hi))
 
 
 @dataclass
@@ -243,7 +192,7 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     report.checks = _compare(summary, pairs, token_reads, perf_at_first, perf_end, durations, window,
                              allowance_mb, rebuilt)
     if residency is not None:
-        report.checks += expert_checks(Check, _rel, summary, run, token_reads, residency)
+        report.checks += expert_checks(Check, relative_difference, summary, run, token_reads, residency)
     return report, samples
 
 
@@ -278,7 +227,7 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
         outside_mb_tok = (last["read_bytes"] - first["read_bytes"]) / MIB / n_decoded
         checks.append(Check(verify_label("read_mb_per_token", "CSV"), _source("read_mb_per_token"),
                             summary.read_mb_per_token, outside_mb_tok,
-                            [_rel(summary.read_mb_per_token, outside_mb_tok, floor=1.0)], "MiB"))
+                            [relative_difference(summary.read_mb_per_token, outside_mb_tok, floor=1.0)], "MiB"))
         wall = last["t"] - first["t"]
         outside_bytes = (last["read_bytes"] - first["read_bytes"]) / MB_S
         outside_rate = outside_bytes / wall if wall > 0 else math.nan
@@ -293,7 +242,8 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
             device_mb = (last["disk_read_bytes"] - first["disk_read_bytes"]) / MIB
             process_mb = (last["read_bytes"] - first["read_bytes"]) / MIB
             checks.append(Check("read MiB while decoding", _DISKSTATS,
-                                process_mb, device_mb, [_rel(process_mb, device_mb, floor=n_decoded * 1.0)],
+                                process_mb, device_mb,
+                                [relative_difference(process_mb, device_mb, floor=n_decoded * 1.0)],
                                 "MiB", relation="≤"))
         else:
             checks.append(_not_checked("read MiB while decoding", _DISKSTATS,
@@ -339,16 +289,16 @@ def _compare(summary: RunSummary, pairs: list[_Pair], token_reads: dict, perf_fi
         figure_ts = engine_ts if rebuilt else summary.avg_ts
         checks.append(Check(f"tok/s, the {n_eval} tokens after the cut" if rebuilt else "avg_ts (CSV)",
                             _source("avg_ts"), figure_ts, llama_ts,
-                            [_token_time_rel(figure_ts, llama_ts)], "tok/s",
-                            note=_token_time_note(figure_ts, llama_ts)))
+                            [token_time_rel(figure_ts, llama_ts)], "tok/s",
+                            note=token_time_note(figure_ts, llama_ts)))
         checks.append(Check("decoded tokens", "llama_perf_context n_eval", float(n_decoded), float(n_eval),
-                            [] if rebuilt else [_rel(n_decoded, n_eval)], "tokens",
+                            [] if rebuilt else [relative_difference(n_decoded, n_eval)], "tokens",
                             note="context rebuilt at the budget cut: llama.cpp counts from there" if rebuilt else ""))
     if "t_p_eval_ms" in perf_first and perf_first["t_p_eval_ms"] > 0:
         prompt_ms = perf_first["t_p_eval_ms"]
         checks.append(Check("ttft_ms (CSV)", _TTFT_SOURCE, summary.ttft_ms, prompt_ms,
-                            [_ttft_rel(summary.ttft_ms, prompt_ms)], "ms",
-                            note=_ttft_note(summary.ttft_ms, prompt_ms)))
+                            [ttft_rel(summary.ttft_ms, prompt_ms)], "ms",
+                            note=ttft_note(summary.ttft_ms, prompt_ms)))
     else:
         checks.append(_not_checked("ttft_ms (CSV)", _TTFT_SOURCE, "llama.cpp timed no prompt pass"))
     return checks

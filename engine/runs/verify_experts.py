@@ -49,7 +49,8 @@ def residency_reading(run, watcher) -> tuple[float, float]:
 
 
 def expert_checks(check, rel, summary, run, token_reads: dict, residency: tuple[float, float]) -> list:
-    """The expert rows (``check`` and ``rel`` are verify's Check and _rel, passed in to keep one definition)."""
+    """The expert rows (``check`` and ``rel`` are verify_report's Check and relative_difference,
+    passed in to keep one definition)."""
     checks = []
     n_decoded = summary.n_gen - 1
     first, last = token_reads.get("first"), token_reads.get("last")

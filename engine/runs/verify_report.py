@@ -17,6 +17,14 @@ from shardscope.engine.stream.run_summary import RunSummary
 TOLERANCE = 0.05
 
 
+def relative_difference(engine: float, outside: float, floor: float = 0.0) -> float:
+    """(engine − outside) / outside, with a floor under the denominator for figures near 0."""
+    den = max(abs(outside), floor)
+    if den == 0:
+        return 0.0 if engine == 0 else math.inf
+    return (engine - outside) / den
+
+
 @dataclass
 class Check:
     figure: str  # the engine's figure, as a user sees it
