@@ -192,7 +192,7 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     report.checks = _compare(summary, pairs, token_reads, perf_at_first, perf_end, durations, window,
                              allowance_mb, rebuilt)
     if residency is not None:
-        report.checks += expert_checks(Check, relative_difference, summary, run, token_reads, residency)
+        report.checks += expert_checks(summary, run, token_reads, residency)
     return report, samples
 
 

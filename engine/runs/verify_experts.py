@@ -17,6 +17,7 @@ from __future__ import annotations
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
 from shardscope.engine.measure.metric_registry import BY_NAME
+from shardscope.engine.runs.verify_report import Check, relative_difference
 
 
 def read_unit_bytes(moe, layer: int) -> float:
@@ -48,9 +49,8 @@ def residency_reading(run, watcher) -> tuple[float, float]:
     return books / MIB, watcher.resident_bytes(spans) / MIB
 
 
-def expert_checks(check, rel, summary, run, token_reads: dict, residency: tuple[float, float]) -> list:
-    """The expert rows (``check`` and ``rel`` are verify_report's Check and relative_difference,
-    passed in to keep one definition)."""
+def expert_checks(summary, run, token_reads: dict, residency: tuple[float, float]) -> list[Check]:
+    """The expert rows of ``bench --verify``."""
     checks = []
     n_decoded = summary.n_gen - 1
     first, last = token_reads.get("first"), token_reads.get("last")
@@ -59,22 +59,23 @@ def expert_checks(check, rel, summary, run, token_reads: dict, residency: tuple[
         outside_tok = read / MIB / n_decoded
         # Floor: a page per expert slice can be read around an expert's exact bytes.
         floor = run.moe.n_expert_used * len(run.moe.layers) * 3 * memory_calls.PAGE / MIB
-        checks.append(check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
+        checks.append(Check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
                             summary.expert_mb_per_token, outside_tok,
-                            [rel(summary.expert_mb_per_token, outside_tok, floor=max(floor, 0.5))], "MiB"))
+                            [relative_difference(summary.expert_mb_per_token, outside_tok, floor=max(floor, 0.5))],
+                            "MiB"))
         needed = sum(read_unit_bytes(run.moe, layer) for layer in run.moe.layers) * run.moe.n_expert_used * n_decoded
         kernel_hit = 1 - read / needed if needed else float("nan")
-        checks.append(check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source, summary.cache_hit_rate,
-                            kernel_hit, [rel(summary.cache_hit_rate, kernel_hit, floor=1.0)], "of 1"))
+        checks.append(Check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source, summary.cache_hit_rate,
+                            kernel_hit, [relative_difference(summary.cache_hit_rate, kernel_hit, floor=1.0)], "of 1"))
     else:  # listed as NOT CHECKED with the reason, never left out
         why = "no decoded token" if n_decoded <= 0 else "no outside reading at the first and last token"
-        checks.append(check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
+        checks.append(Check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
                             float("nan"), float("nan"), [], "MiB", note=why))
-        checks.append(check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source,
+        checks.append(Check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source,
                             float("nan"), float("nan"), [], "of 1", note=why))
     books, outside = residency
-    checks.append(check("expert residency (end of run)", BY_NAME["expert_resident_mb"].source, books, outside,
-                        [rel(books, outside, floor=1.0)], "MiB"))
+    checks.append(Check("expert residency (end of run)", BY_NAME["expert_resident_mb"].source, books, outside,
+                        [relative_difference(books, outside, floor=1.0)], "MiB"))
     return checks
 
 
