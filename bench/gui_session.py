@@ -21,6 +21,11 @@ from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
 
 def application() -> QApplication:
+    """Qt's application, and the GUI thread lowered as the app's ``run_gui`` lowers it (the window
+    gives way to its runs: app/base/window_priority.py)."""
+    from shardscope.app.base.window_priority import give_way_to_runs
+
+    give_way_to_runs()
     return QApplication.instance() or QApplication([])
 
 

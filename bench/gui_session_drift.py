@@ -133,6 +133,9 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     window.start_run()
     pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
     window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter(), row_of(s))))
+    print(f"  nice: the window's GUI thread {proc.nice()}, its run process "
+          f"{psutil.Process(window.runs.run_process.pid).nice()}, the headless run {psutil.Process(partner.pid).nice()}"
+          " (app/base/window_priority.py)", flush=True)
     t0 = time.perf_counter()
     probe.start()
     gui_cpu.append((t0, gui_thread_cpu_s(proc)))

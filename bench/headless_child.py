@@ -32,6 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from shardscope.app.base.window_priority import at_normal_priority  # noqa: E402 - beside a lowered window
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
 __all__ = ["rounds_in_child", "RoundStream", "decode_rate", "row_of", "Row", "ROW"]
@@ -66,7 +67,8 @@ def rounds_in_child(settings: RunSettings, *, seconds: float | None = None, roun
                     streams: str | None = None, drop_cache: bool = False) -> list[Row]:
     job = {"settings": dataclasses.asdict(settings), "seconds": seconds, "rounds": rounds,
            "streams": streams, "drop_cache": drop_cache}
-    out = subprocess.run([sys.executable, __file__, json.dumps(job)], capture_output=True, text=True)
+    out = at_normal_priority(lambda: subprocess.run([sys.executable, __file__, json.dumps(job)],
+                                                    capture_output=True, text=True))
     if out.returncode != 0:
         raise SystemExit(f"headless child failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     return [Row(*r) for r in json.loads(out.stdout.strip().splitlines()[-1])]
@@ -81,8 +83,9 @@ class RoundStream:
         job = {"settings": dataclasses.asdict(settings), "seconds": None, "rounds": None, "streams": None,
                "drop_cache": False, "stream": True}
         self._stderr = tempfile.TemporaryFile("w+")  # a pipe nobody reads while the child runs could fill
-        self.process = subprocess.Popen([sys.executable, __file__, json.dumps(job)], stdout=subprocess.PIPE,
-                                        stderr=self._stderr, text=True, stdin=subprocess.DEVNULL)
+        self.process = at_normal_priority(lambda: subprocess.Popen(
+            [sys.executable, __file__, json.dumps(job)], stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            stdin=subprocess.DEVNULL))
         self.ended: list[tuple[float, Row]] = []  # (perf_counter when the round ended, its figures)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

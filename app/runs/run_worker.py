@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 
 from PySide6.QtCore import QObject, Signal
 
+from shardscope.app.base.window_priority import at_normal_priority
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.run_host import RemoteObject, describe_exception
@@ -45,8 +46,8 @@ def spawn_run_host(command: list[str]) -> tuple[subprocess.Popen, Connection]:
     """A run process started with ``command`` + its end of a new socket pair, and this side's end."""
     mine, theirs = socket.socketpair()
     try:
-        process = subprocess.Popen(command + [str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                   stdin=subprocess.DEVNULL)
+        process = at_normal_priority(lambda: subprocess.Popen(  # not the window's lowered priority
+            command + [str(theirs.fileno())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL))
     finally:
         theirs.close()
     return process, Connection(mine.detach())

@@ -19,8 +19,12 @@ def run_gui(model_path: str | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from shardscope.app.base.config_paths import APP_NAME
+    from shardscope.app.base.window_priority import give_way_to_runs
     from shardscope.app.window.main_window import MainWindow
 
+    # Before Qt starts its threads, which inherit it: the window's work waits for the gaps the
+    # run leaves (app/base/window_priority.py).
+    give_way_to_runs()
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else APP_NAME])
     app.setApplicationName(APP_NAME)
     app.setApplicationDisplayName("shardscope")

@@ -1,0 +1,89 @@
+"""The window's threads give way to the run they measure (issue 32).
+
+On two cores a decode fills both, and llama.cpp's threads meet at a barrier every graph node:
+each time the GUI thread woke (a chart, the numbers, the expert map: 5-7 % of a core in all) it
+preempted one decode thread and the other waited for it. The MoE run in the window computed
+5-15 % longer a token than the same run headless in the same minutes. At nice +10 the kernel runs
+the window's work in the gaps the run leaves (its expert reads, its sampling) rather than in the
+middle of a token: compute per token equal to headless's within noise (docs/decisions.md, stop 45).
+The window still gets the few per cent it needs when the cores are full (a nice-10 thread gets
+~10 % of a core beside a nice-0 one): stall p99 23 ms against the 50 ms goal.
+
+Only the window's own threads are lowered: the run process must run at the priority a user's
+shell gives ``shardscope bench``. A process inherits the nice value of the thread that starts it
+and cannot lower it again without privileges, so runs are started (``at_normal_priority``) from a
+thread made before the lowering. Threads the GUI thread starts later (a search's, a background
+task's) inherit the lowering: within the window nothing changes relative to anything else.
+
+Linux only: there a nice value belongs to a thread. On macOS it is the whole process's and its
+children's, so there the window leaves its priority alone.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+from typing import Callable, TypeVar
+
+__all__ = ["WINDOW_NICE", "at_normal_priority", "give_way_to_runs"]
+
+WINDOW_NICE = 10
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_launcher: "_Launcher | None" = None
+
+
+class _Launcher:
+    """A thread at the priority the process started with, running what it is handed."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._serve, name="normal-priority", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                box.append((False, exc))
+            done.set()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+
+def give_way_to_runs() -> int | None:
+    """Lowers the calling thread (the GUI thread) by WINDOW_NICE, once per process; returns its nice
+    value now, or None where the window keeps its priority (not Linux, or the kernel refused)."""
+    global _launcher
+    if sys.platform != "linux":
+        return None
+    tid = threading.get_native_id()
+    with _lock:
+        if _launcher is None:
+            launcher = _Launcher()  # first: its thread keeps the priority the runs are started at
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WINDOW_NICE))
+            except OSError:
+                return None
+            _launcher = launcher
+        return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+def at_normal_priority(fn: Callable[[], T]) -> T:
+    """``fn()`` (start a run process, a bench's headless child) on a thread at the priority the
+    process started with; called here directly when nothing was lowered."""
+    launcher = _launcher
+    return fn() if launcher is None else launcher.call(fn)
