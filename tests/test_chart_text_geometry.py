@@ -96,3 +96,46 @@ def test_no_text_over_text_in_the_charts(qtbot, window, size, moe, budget) -> No
             assert rect.right() <= pane.right() + 1, f"{name!r} runs past the chart's edge at {size}"
     for (a, ra), (b, rb) in itertools.combinations(blocks, 2):
         assert not ra.intersects(rb), f"{a!r} prints over {b!r} at {size[0]}x{size[1]}"
+
+
+def _tok_chart(qtbot, value: float):
+    from shardscope.app.run_view.charts import build_run_chart
+
+    chart = build_run_chart()
+    qtbot.addWidget(chart)
+    chart.resize(900, 700)
+    chart.show()
+    qtbot.waitExposed(chart)
+    set_projection(chart, 20.0, "projected on iPhone 16 Pro: 20 tok/s")
+    drawn = chart.refresh_count
+    for i in range(300):
+        chart.append(i * 0.1, {"toks": value})
+    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=10_000)  # hang bound
+    qtbot.wait(200)
+    chart.viewport().repaint()
+    return chart
+
+
+def test_a_level_lines_label_never_hides_the_curve_it_sits_on(qtbot) -> None:
+    """The projection's label over a tok/s curve running through it: the curve's colour is still
+    drawn inside the label's box (it hid behind the label's fill for the first ~30 s of a dense
+    run, when the curve and the projection were close). Read from the rendered pixels."""
+    from PySide6.QtGui import QColor
+
+    from shardscope.app.run_view.charts import COLORS
+
+    first = _tok_chart(qtbot, 20.0)  # where the label sits, on the same axes (0 to 1.33 x 20)
+    box = first.level_line("projected").label.sceneBoundingRect()
+    y_mid = first.plot_item("toks").vb.mapSceneToView(box.center()).y()
+    chart = _tok_chart(qtbot, y_mid)  # a curve through the label's middle
+    box = chart.level_line("projected").label.sceneBoundingRect()
+    image = chart.grab().toImage()
+    origin = chart.viewport().mapTo(chart, chart.mapFromScene(box.topLeft()))
+    want = QColor(COLORS["toks"])
+    seen = 0
+    for x in range(origin.x(), origin.x() + int(box.width())):
+        for y in range(origin.y(), origin.y() + int(box.height())):
+            c = image.pixelColor(x, y)
+            if abs(c.red() - want.red()) + abs(c.green() - want.green()) + abs(c.blue() - want.blue()) < 40:
+                seen += 1
+    assert seen >= box.width() / 4, f"the tok/s curve shows in {seen} pixels of the label's {box.width():.0f}-px width"

@@ -221,7 +221,9 @@ class LiveChart(pg.GraphicsLayoutWidget):
             # plot so the text is never cut off.
             labelOpts={"position": 0.01, "color": color, "fill": label_bg, "anchors": [(0, 0), (0, 1)]},
         )
-        line.setZValue(5)
+        # Below the live curves (0), above the baseline ghosts (-5): its label's fill hid the curve it
+        # sits on while the two were close (the projection over tok/s in a dense run's first ~30 s).
+        line.setZValue(-1)
         line.setVisible(False)
         # Not ignoreBounds: a visible level (e.g. the memory budget) pulls the Y range
         # so it stays on screen next to the curve it limits.
