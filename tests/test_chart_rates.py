@@ -73,24 +73,3 @@ def test_tok_s_and_hit_rate_read_as_steady_lines(qtbot, monkeypatch, token_s, se
     assert steady.size and np.allclose(steady, 50.0, atol=10), "per token, not 0 % then 100 %"
     if token_s > 0.1:
         assert math.isnan(toks[0])  # before the first token: a gap, not a zero
-
-
-def test_a_draw_is_charged_the_cpu_it_took_not_the_time_it_waited(qtbot, monkeypatch):
-    """The window's GUI thread gives way to the run (app/base/window_priority.py): a draw preempted
-    halfway waits on the wall clock without costing the core more. Charged by the wall, such draws
-    slowed the charts to 0.7 Hz beside a CPU-bound run; charged by their CPU, the chart keeps its rate."""
-    import time as wall
-
-    from shardscope.app.run_view.charts import build_run_chart
-
-    chart = build_run_chart()
-    qtbot.addWidget(chart)
-    chart.show()
-    qtbot.waitExposed(chart)
-    redraw = chart._redraw
-    monkeypatch.setattr(chart, "_redraw", lambda: (wall.sleep(0.05), redraw()))  # 50 ms off the core
-    for i in range(5):
-        chart.append(i * 0.1, {"toks": 10.0})
-        chart._tick()
-    assert chart.draw_budget.cost_s < 0.02, chart.draw_budget.cost_s
-    assert chart.draw_budget.interval_ms() < 1000.0, "a draw that slept is not a draw that cost the core"

@@ -8,11 +8,6 @@ machine, at this window size, with this many plots: 12 Hz of a 50 ms frame took 
 a core and slowed the run under it by a third (docs/decisions.md). So a widget times its
 draws (paint and data hand-over together), keeps a moving average, and waits at least
 cost ÷ duty between draws; a cheap frame on a fast machine still gets ``max_hz``.
-
-A draw's cost is the CPU its thread spent (``time.thread_time()``), not the wall time: the window's
-GUI thread gives way to the run it measures (app/base/window_priority.py), and a draw preempted
-halfway cost the core nothing more, yet timed on the wall clock it slowed the charts to 0.7 Hz
-beside a CPU-bound run.
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ class DrawBudget:
         self.draws = 0
 
     def spent(self, seconds: float) -> None:
-        """One draw took ``seconds`` of the GUI thread's CPU."""
+        """One draw took ``seconds`` of the GUI thread."""
         self.draws += 1
         a = 1.0 if self.draws == 1 else self.smoothing
         self.cost_s += a * (max(0.0, seconds) - self.cost_s)
