@@ -8,6 +8,12 @@ machine, at this window size, with this many plots: 12 Hz of a 50 ms frame took 
 a core and slowed the run under it by a third (docs/decisions.md). So a widget times its
 draws (paint and data hand-over together), keeps a moving average, and waits at least
 cost ÷ duty between draws; a cheap frame on a fast machine still gets ``max_hz``.
+
+A draw is timed on the wall clock, on purpose: the window's GUI thread gives way to the run it
+measures (app/base/window_priority.py), so a draw the run preempted takes longer when the cores
+are full, and the charts then draw less often. Charged only its CPU (``thread_time``), the window
+drew more beside a busy run: its run fell to 0.89-0.91 of headless and the stall p99 rose to
+49-53 ms, against 0.97 and 18-24 ms timed on the wall (docs/decisions.md, stop 45).
 """
 
 from __future__ import annotations
