@@ -22,9 +22,9 @@ children's, so there the window leaves its priority alone.
 from __future__ import annotations
 
 import os
-import queue
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
 __all__ = ["WINDOW_NICE", "at_normal_priority", "give_way_to_runs"]
@@ -34,34 +34,9 @@ WINDOW_NICE = 10
 T = TypeVar("T")
 
 _lock = threading.Lock()
-_launcher: "_Launcher | None" = None
-
-
-class _Launcher:
-    """A thread at the priority the process started with, running what it is handed."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue = queue.Queue()
-        threading.Thread(target=self._serve, name="normal-priority", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            fn, box, done = self._jobs.get()
-            try:
-                box.append((True, fn()))
-            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-                box.append((False, exc))
-            done.set()
-
-    def call(self, fn: Callable[[], T]) -> T:
-        box: list = []
-        done = threading.Event()
-        self._jobs.put((fn, box, done))
-        done.wait()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
+# One worker, made before the lowering and reused for every call: a worker made later would be
+# made by the (lowered) caller and inherit its priority.
+_launcher: ThreadPoolExecutor | None = None
 
 
 def give_way_to_runs() -> int | None:
@@ -73,10 +48,12 @@ def give_way_to_runs() -> int | None:
     tid = threading.get_native_id()
     with _lock:
         if _launcher is None:
-            launcher = _Launcher()  # first: its thread keeps the priority the runs are started at
+            launcher = ThreadPoolExecutor(1, thread_name_prefix="normal-priority")
+            launcher.submit(lambda: None).result()  # its thread made now, before the lowering
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WINDOW_NICE))
             except OSError:
+                launcher.shutdown()
                 return None
             _launcher = launcher
         return os.getpriority(os.PRIO_PROCESS, tid)
@@ -86,4 +63,4 @@ def at_normal_priority(fn: Callable[[], T]) -> T:
     """``fn()`` (start a run process, a bench's headless child) on a thread at the priority the
     process started with; called here directly when nothing was lowered."""
     launcher = _launcher
-    return fn() if launcher is None else launcher.call(fn)
+    return fn() if launcher is None else launcher.submit(fn).result()
