@@ -7,7 +7,9 @@ preempted one decode thread and the other waited for it. The MoE run in the wind
 the window's work in the gaps the run leaves (its expert reads, its sampling) rather than in the
 middle of a token: compute per token equal to headless's within noise (docs/decisions.md, stop 45).
 The window still gets the few per cent it needs when the cores are full (a nice-10 thread gets
-~10 % of a core beside a nice-0 one): stall p99 23 ms against the 50 ms goal.
+~10 % of a core beside a nice-0 one), later: the event loop's stall p99 was 18-43 ms in the drift
+sessions and 36 ms beside a CPU-bound dense run that leaves no gaps (24 ms at nice 0), within the
+50 ms goal. Nice 5 did not close the MoE gap in its one session.
 
 Only the window's own threads are lowered: the run process must run at the priority a user's
 shell gives ``shardscope bench``. A process inherits the nice value of the thread that starts it
