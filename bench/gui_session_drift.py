@@ -54,6 +54,8 @@ from bench.headless_child import RoundStream, decode_rate, row_of  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.output.csv_out import write_rows  # noqa: E402
+from shardscope.engine.runs.output_checks import check_writable  # noqa: E402
 from shardscope.engine.runs.run_factory import check_run  # noqa: E402
 
 MIB = 1024 * 1024
@@ -133,6 +135,10 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     window.start_run()
     pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
     window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter(), row_of(s))))
+    # A restart (a new plan on the same timeline) starts a run whose first round loads: logged
+    # beside the rounds so a slow one can be matched to it.
+    restarts: list[float] = []
+    window.runs.run_started.connect(lambda *_: restarts.append(time.perf_counter()))
     print(f"  nice: the window's GUI thread {proc.nice()}, its run process "
           f"{psutil.Process(window.runs.run_process.pid).nice()}, the headless run {psutil.Process(partner.pid).nice()}"
           " (app/base/window_priority.py)", flush=True)
@@ -192,13 +198,14 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     finally:
         partner.end()
     clean = {"window": uncut(ended, turns, "window"), "headless": uncut(partner.ended, turns, "headless")}
+    log = round_log(name, t0, turns, {"window": ended, "headless": partner.ended}, clean, restarts)
     span = turns[-1][1] - t0
     per_minute = [minute_row(m, t0, clean, turns, rss, gui_cpu) for m in range(max(1, int(round(span / 60))))]
     second_minute = [r for t, r in rss if 60.0 < t - t0 <= 120.0] or [r for _, r in rss[: len(rss) // 2]]
     last_minute = [r for t, r in rss if t > t0 + span - 60.0]
     return {"rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
-            "rss_peak": max(r for _, r in rss), "per_minute": per_minute, "aged": aged, "fresh": fresh,
+            "rss_peak": max(r for _, r in rss), "per_minute": per_minute, "aged": aged, "fresh": fresh, "log": log,
             "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"]),
             "beside": {k: core_share(v, [(a, b) for a, b, who in turns if who == "window"]) for k, v in beside.items()}}
 
@@ -217,9 +224,8 @@ def loaded_and_paused(stream: RoundStream) -> RoundStream:
 
 def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
     """The control: the headless run that lived through the session against a fresh process of the
-    same settings, taking turns for ``seconds`` (decode tok/s of each). Equal, the headless run's
-    last ÷ first is the host's drift, not a process slowing with age, and the window's drift can be
-    read against it."""
+    same settings, taking turns for ``seconds`` (decode tok/s of each). Equal, the headless run's last ÷ first is the host's drift, not a
+    process slowing with age, and the window's drift can be read against it."""
     fresh = loaded_and_paused(RoundStream(settings))
     try:
         turns: list[tuple[float, float, str]] = []
@@ -237,6 +243,29 @@ def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, secon
                 decode_rate([r for _, r in uncut(fresh.ended, turns, "fresh")], skip_first=False))
     finally:
         fresh.end()
+
+
+LOG_COLUMNS = ("case", "who", "at_s", "turn", "since_turn_start_s", "decode_s", "ttft_ms", "n_gen", "tok_s",
+               "compute_ms_per_token", "wait_ms_per_token", "read_mb_per_token", "counted")
+
+
+def round_log(case: str, t0: float, turns, ended: dict, clean: dict, restarts: list[float]) -> list[dict]:
+    """Every round of the session as a row (``--rounds-csv``): when it ended (heard, for the
+    window's), in which turn, its decode seconds and where a token's time went, and whether the
+    minutes counted it; the window's restarts as rows of their own."""
+    rows = []
+    for who, rounds in ended.items():
+        counted = {id(r) for _, r in clean[who]}
+        for t, r in rounds:
+            turn = next((i for i, (a, b, _) in enumerate(turns) if a <= t <= b), None)
+            rows.append({"case": case, "who": who, "at_s": t - t0, "turn": turn,
+                         "since_turn_start_s": t - turns[turn][0] if turn is not None else math.nan,
+                         "decode_s": r.n_gen / r.avg_ts if r.avg_ts > 0 else math.nan, "ttft_ms": r.ttft_ms,
+                         "n_gen": r.n_gen, "tok_s": r.avg_ts, "compute_ms_per_token": r.compute_ms_per_token,
+                         "wait_ms_per_token": r.wait_ms_per_token, "read_mb_per_token": r.read_mb_per_token,
+                         "counted": id(r) in counted})
+    rows += [{"case": case, "who": "window restart", "at_s": t - t0} for t in restarts]
+    return sorted(rows, key=lambda row: row["at_s"])
 
 
 def uncut(ended: list[tuple[float, object]], turns, who: str) -> list[tuple[float, object]]:
@@ -291,7 +320,8 @@ def print_minutes(rows: list[dict]) -> None:
               f"  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %  {r['rss']:7.0f}")
 
 
-def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None:
+def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list[dict]:
+    """Runs one case's session, prints its figures, returns its round log."""
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
           f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {args.turn_s:g} s", flush=True)
     w = window_session(settings, args.minutes, args.turn_s, args.shots, name, args.control_s)
@@ -315,6 +345,7 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> None
               f"{args.control_s:g} s {w['fresh']:.2f}: aged/fresh {w['aged'] / w['fresh']:.2f} (about 1: the headless "
               f"run's last/first is the host's drift); the window's drift against it, (window/headless) last/first "
               f"{last['ratio'] / first['ratio']:.2f}", flush=True)
+    return w["log"]
 
 
 def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
@@ -363,6 +394,9 @@ def main() -> None:
                         help="the MoE case's budget as a share of its file's size (below 1: experts stream)")
     parser.add_argument("--dense-model", default=None, help="a dense GGUF of your own (else the bundled gemma)")
     parser.add_argument("--dense-budget-mb", type=int, default=None, help="the dense case's budget (default 215)")
+    parser.add_argument("--rounds-csv", default=None,
+                        help="write every round of the sessions (both runs, when each ended, its turn, decode "
+                             "seconds, whether counted) and the window's restarts to this CSV")
     parser.add_argument("--shots", type=Path, default=None,
                         help="folder for screenshots of the window at 1600x1000 and 1280x800 after each session")
     args = parser.parse_args()
@@ -382,13 +416,22 @@ def main() -> None:
             parser.exit(2, f"--shots {args.shots}: cannot create the folder ({e.strerror})\n")
         if not os.access(args.shots, os.W_OK):
             parser.exit(2, f"--shots {args.shots}: the folder is not writable\n")
+    if args.rounds_csv is not None:  # checked now, written at the end
+        try:
+            check_writable("--rounds-csv", args.rounds_csv)
+        except ShardscopeError as exc:
+            parser.exit(2, f"{exc}\n")
     cases = [(c, checked(case_settings(c, args), f"the {c} case")) for c in ("dense", "moe") if args.case in (c, "both")]
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
+    log: list[dict] = []
     try:
         for case, settings in cases:
-            run_case(case, settings, args)
+            log += run_case(case, settings, args)
     except KeyboardInterrupt:
         parser.exit(130, "gui_session_drift: interrupted; nothing printed for the case under way\n")
+    if args.rounds_csv is not None:
+        write_rows(args.rounds_csv, LOG_COLUMNS, log)
+        print(f"rounds: {args.rounds_csv} ({len(log)} rows)")
 
 
 if __name__ == "__main__":
