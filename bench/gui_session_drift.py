@@ -3,12 +3,13 @@
 For each case (a dense model and an MoE file, both below their size in budget): the real window
 (offscreen unless a display is there) runs continuously for ``--minutes`` beside a headless run
 of the same settings (a child process, as a user's ``shardscope bench`` is: bench/headless_child.py
-says why), and the two take turns on the cores: ``--turn-s`` seconds the window's run, then as
-long the headless one, each paused (SIGSTOP) while the other goes. Both runs and the window live
-through the whole session; a round a pause cut into is left out. So window ÷ headless is measured
-in the same minutes, and the host's own drift over the session shows as the headless run's last
-minute ÷ first minute, beside the window's. (Before, the headless runs went before and after the
-session: a host that lost a fifth of its speed within it could not be told from the window.)
+says why) on a copy of the file of its own (own_copy says why), and the two take turns on the
+cores: ``--turn-s`` seconds the window's run, then as long the headless one, each paused
+(SIGSTOP) while the other goes. Both runs and the window live through the whole session; a round
+a pause cut into is left out. So window ÷ headless is measured in the same minutes, and the
+host's own drift over the session shows as the headless run's last minute ÷ first minute, beside
+the window's. (Before, the headless runs went before and after the session: a host that lost a
+fifth of its speed within it could not be told from the window.)
 
 After the session the window closes and the headless run that lived through it takes turns with
 a fresh process of the same settings for ``--control-s`` seconds (the control): aged ÷ fresh near 1
@@ -31,12 +32,15 @@ seconds (n_gen / avg_ts each), i.e. decode speed, as the rounds table shows it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,8 +110,11 @@ def session_rss_mb(proc: psutil.Process, window) -> float:
 
 
 def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: Path | None = None,
-                   name: str = "", control_s: float = 120.0) -> dict:
-    partner = loaded_and_paused(RoundStream(settings))  # loads beside nothing else, then waits for its turns
+                   name: str = "", control_s: float = 120.0, partner_model: str | None = None) -> dict:
+    """The session; the headless run reads ``partner_model`` (a copy of the model: own_copy says
+    why), or the model itself when None."""
+    partner_settings = settings.with_changes(model_path=partner_model) if partner_model else settings
+    partner = loaded_and_paused(RoundStream(partner_settings))  # loads beside nothing else, then waits for its turns
     app, window = open_window(settings.model_path, settings)
     window.resize(1600, 1000)
     proc = psutil.Process()
@@ -206,8 +213,26 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     return {"rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
             "rss_peak": max(r for _, r in rss), "per_minute": per_minute, "aged": aged, "fresh": fresh, "log": log,
+            "shared": {who: sum(r.shared for _, r in rounds) for who, rounds in (("window", ended),
+                                                                              ("headless", partner.ended))},
             "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"]),
             "beside": {k: core_share(v, [(a, b) for a, b, who in turns if who == "window"]) for k, v in beside.items()}}
+
+
+@contextlib.contextmanager
+def own_copy(model: str):
+    """A copy of ``model`` for the headless run, removed afterwards. Two runs on one file share its
+    eviction (engine/stream/model_lock.py): pages one evicts the other faults back in, each one's
+    mincore counts the other's pages as its own, and both runs' rows say "SHARED". A copy is an
+    inode of its own with a page cache of its own, so each run evicts and reads its own bytes, as
+    a user's single run does."""
+    folder = Path(tempfile.mkdtemp(prefix="drift-partner-", dir=cache_dir() / "bench"))
+    try:
+        copy = folder / Path(model).name
+        shutil.copyfile(model, copy)
+        yield str(copy)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def loaded_and_paused(stream: RoundStream) -> RoundStream:
@@ -224,7 +249,8 @@ def loaded_and_paused(stream: RoundStream) -> RoundStream:
 
 def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
     """The control: the headless run that lived through the session against a fresh process of the
-    same settings, taking turns for ``seconds`` (decode tok/s of each). Equal, the headless run's last ÷ first is the host's drift, not a
+    same settings on the model itself (the window's run is gone), taking turns for ``seconds``
+    (decode tok/s of each). Equal, the headless run's last ÷ first is the host's drift, not a
     process slowing with age, and the window's drift can be read against it."""
     fresh = loaded_and_paused(RoundStream(settings))
     try:
@@ -246,7 +272,7 @@ def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, secon
 
 
 LOG_COLUMNS = ("case", "who", "at_s", "turn", "since_turn_start_s", "decode_s", "ttft_ms", "n_gen", "tok_s",
-               "compute_ms_per_token", "wait_ms_per_token", "read_mb_per_token", "counted")
+               "compute_ms_per_token", "wait_ms_per_token", "read_mb_per_token", "shared", "counted")
 
 
 def round_log(case: str, t0: float, turns, ended: dict, clean: dict, restarts: list[float]) -> list[dict]:
@@ -263,7 +289,7 @@ def round_log(case: str, t0: float, turns, ended: dict, clean: dict, restarts: l
                          "decode_s": r.n_gen / r.avg_ts if r.avg_ts > 0 else math.nan, "ttft_ms": r.ttft_ms,
                          "n_gen": r.n_gen, "tok_s": r.avg_ts, "compute_ms_per_token": r.compute_ms_per_token,
                          "wait_ms_per_token": r.wait_ms_per_token, "read_mb_per_token": r.read_mb_per_token,
-                         "counted": id(r) in counted})
+                         "shared": r.shared, "counted": id(r) in counted})
     rows += [{"case": case, "who": "window restart", "at_s": t - t0} for t in restarts]
     return sorted(rows, key=lambda row: row["at_s"])
 
@@ -324,7 +350,8 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list
     """Runs one case's session, prints its figures, returns its round log."""
     print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
           f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {args.turn_s:g} s", flush=True)
-    w = window_session(settings, args.minutes, args.turn_s, args.shots, name, args.control_s)
+    with own_copy(settings.model_path) as copy:
+        w = window_session(settings, args.minutes, args.turn_s, args.shots, name, args.control_s, copy)
     print_minutes(w["per_minute"])
     # A minute of headless turns only (long turns, a short session) has no window figure to judge.
     judged = [r for r in w["per_minute"] if r["rounds"]] or w["per_minute"]
@@ -340,6 +367,9 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list
           f"{last['headless'] / first['headless']:.2f} (the host's drift); GUI stall p99 {w['p99_ms']:.0f} ms; "
           f"RSS {w['rss_from']:.0f} -> {w['rss_to']:.0f} MiB ({growth:+.1f} %, peak {w['rss_peak']:.0f})",
           flush=True)
+    if any(w["shared"].values()):  # the runs' own lock check (/proc/locks) saw another run on their file
+        print(f"  SHARED: {w['shared']['window']} window rounds and {w['shared']['headless']} headless rounds ran "
+              f"while another run mapped their model file: their figures are not theirs alone", flush=True)
     if w["aged"] == w["aged"]:
         print(f"  control: the headless run after the session {w['aged']:.2f} tok/s, a fresh process in the same "
               f"{args.control_s:g} s {w['fresh']:.2f}: aged/fresh {w['aged'] / w['fresh']:.2f} (about 1: the headless "
@@ -422,6 +452,12 @@ def main() -> None:
         except ShardscopeError as exc:
             parser.exit(2, f"{exc}\n")
     cases = [(c, checked(case_settings(c, args), f"the {c} case")) for c in ("dense", "moe") if args.case in (c, "both")]
+    copies = cache_dir() / "bench"
+    copies.mkdir(parents=True, exist_ok=True)
+    need = max(os.path.getsize(s.model_path) for _, s in cases) / MIB  # one case's copy at a time
+    if shutil.disk_usage(copies).free / MIB < need + 512:
+        parser.exit(2, f"{copies}: {need:.0f} MiB (and 512 to spare) needed for the headless run's copy of the "
+                       f"model, {shutil.disk_usage(copies).free / MIB:.0f} free\n")
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     log: list[dict] = []
     try:

@@ -39,7 +39,8 @@ __all__ = ["rounds_in_child", "RoundStream", "decode_rate", "row_of", "Row", "RO
 
 # A round as a bench compares it: its decode time per token split into waiting for weights
 # (the expert loads of an expert run, the shard loads of a layer run) and the rest (compute).
-ROW = ("n_gen", "avg_ts", "stopped", "compute_ms_per_token", "wait_ms_per_token", "read_mb_per_token", "ttft_ms")
+ROW = ("n_gen", "avg_ts", "stopped", "compute_ms_per_token", "wait_ms_per_token", "read_mb_per_token", "ttft_ms",
+       "shared")
 Row = namedtuple("Row", ROW)
 
 
@@ -49,7 +50,8 @@ def row_of(summary) -> Row:
         wait = summary.wait_ms_per_token
     decode_ms = 1000.0 / summary.avg_ts if summary.avg_ts > 0 else math.nan
     return Row(float(summary.n_gen), float(summary.avg_ts), bool(summary.stopped), decode_ms - wait, float(wait),
-               float(summary.read_mb_per_token), float(summary.ttft_ms))
+               float(summary.read_mb_per_token), float(summary.ttft_ms),
+               "SHARED" in summary.evict_mechanism)  # another run mapped the file (model_lock.py)
 
 
 def decode_rate(rounds, skip_first: bool = True) -> float:
