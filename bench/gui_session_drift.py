@@ -109,12 +109,10 @@ def session_rss_mb(proc: psutil.Process, window) -> float:
     return total / MIB
 
 
-def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: Path | None = None,
-                   name: str = "", control_s: float = 120.0, partner_model: str | None = None) -> dict:
-    """The session; the headless run reads ``partner_model`` (a copy of the model: own_copy says
-    why), or the model itself when None."""
-    partner_settings = settings.with_changes(model_path=partner_model) if partner_model else settings
-    partner = loaded_and_paused(RoundStream(partner_settings))  # loads beside nothing else, then waits for its turns
+def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: Path | None,
+                   name: str, control_s: float, partner_model: str) -> dict:
+    """The session; the headless run reads ``partner_model``, a copy of the model (own_copy says why)."""
+    partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=partner_model)))  # loads beside nothing else, then waits for its turns
     app, window = open_window(settings.model_path, settings)
     window.resize(1600, 1000)
     proc = psutil.Process()
@@ -455,9 +453,10 @@ def main() -> None:
     copies = cache_dir() / "bench"
     copies.mkdir(parents=True, exist_ok=True)
     need = max(os.path.getsize(s.model_path) for _, s in cases) / MIB  # one case's copy at a time
-    if shutil.disk_usage(copies).free / MIB < need + 512:
+    free = shutil.disk_usage(copies).free / MIB
+    if free < need + 512:
         parser.exit(2, f"{copies}: {need:.0f} MiB (and 512 to spare) needed for the headless run's copy of the "
-                       f"model, {shutil.disk_usage(copies).free / MIB:.0f} free\n")
+                       f"model, {free:.0f} free\n")
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     log: list[dict] = []
     try:
