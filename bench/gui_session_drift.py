@@ -5,11 +5,19 @@ For each case (a dense model and an MoE file, both below their size in budget): 
 of the same settings (a child process, as a user's ``shardscope bench`` is: bench/headless_child.py
 says why) on a copy of the file of its own (own_copy says why), and the two take turns on the
 cores: ``--turn-s`` seconds the window's run, then as long the headless one, each paused
-(SIGSTOP) while the other goes. Both runs and the window live through the whole session; a round
-a pause cut into is left out. So window ÷ headless is measured in the same minutes, and the
-host's own drift over the session shows as the headless run's last minute ÷ first minute, beside
-the window's. (Before, the headless runs went before and after the session: a host that lost a
-fifth of its speed within it could not be told from the window.)
+(SIGSTOP) while the other goes. Both runs and the window live through the whole session. So
+window ÷ headless is measured in the same minutes, and the host's own drift over the session
+shows as the headless run's last minute ÷ first minute, beside the window's. (Before, the
+headless runs went before and after the session: a host that lost a fifth of its speed within
+it could not be told from the window.)
+
+A turn ends at a round's end: the headless child stops itself between two rounds, the window's
+run is stopped as soon as the window hears a round end (in the next round's prompt pass). A
+round's decode speed is llama.cpp's (n_eval over t_eval, the time inside decode calls), so a
+pause outside its decode does not touch it; one that fell inside adds the whole pause to its
+decode seconds, and a round whose decode seconds reach the run's shortest pause is left out.
+Short turns then cost no rounds, and the two runs' turns see nearly the same host seconds (the
+host here changes speed by 10-30 % from one 15-s turn to the next: docs/decisions.md).
 
 After the session the window closes and the headless run that lived through it takes turns with
 a fresh process of the same settings for ``--control-s`` seconds (the control): aged ÷ fresh near 1
@@ -21,7 +29,8 @@ Printed per case, per minute and for the first and the last minute:
 - window ÷ headless;
 - the window's last minute ÷ first minute, and the headless run's in the same minutes;
 - rounds per minute, the GUI event loop's stall p99, the GUI thread's share of a core (also
-  during the headless turns, when it only waits), and RSS growth of the window and its run
+  during the headless turns, when it only waits), the host's steal time (the hypervisor's, from
+  /proc/stat: CPU time the host gave to others), and RSS growth of the window and its run
   process together (the mean of the last minute against the mean of the second minute:
   weights come and go under the budget, so single samples swing by a shard).
 
@@ -51,6 +60,8 @@ import psutil  # noqa: E402
 from bench.virtual_display import start_display  # noqa: E402
 
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
+
+from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal  # noqa: E402
 
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
@@ -109,10 +120,48 @@ def session_rss_mb(proc: psutil.Process, window) -> float:
     return total / MIB
 
 
+def host_steal() -> tuple[float, float]:
+    """(steal, all) CPU ticks of the machine so far, from /proc/stat (NaN where there is none:
+    macOS). Steal is time the hypervisor ran others on this VM's CPUs: a host slowing down."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [float(v) for v in f.readline().split()[1:]]
+        return ticks[7], sum(ticks[:8])
+    except (OSError, IndexError, ValueError):
+        return math.nan, math.nan
+
+
+class Wake(QObject):
+    """Ends a wait of the GUI thread from any thread (a queued signal: the headless child's
+    reader thread says its child stopped)."""
+    woke = Signal()
+
+
+def pump_until(app, seconds: float, done, wake: Wake) -> None:
+    """Qt's event loop until ``done()`` holds (checked whenever ``wake`` fires) or ``seconds`` pass:
+    no polling timer, whose wakeups would be charged to the window. ``done`` must hold before
+    ``wake`` fires (a wake between the check and the loop is queued, so it is not missed)."""
+    deadline = time.perf_counter() + seconds
+    while True:
+        loop = QEventLoop()
+        wake.woke.connect(loop.quit, Qt.ConnectionType.QueuedConnection)
+        timer = QTimer()
+        timer.setSingleShot(True)
+        timer.timeout.connect(loop.quit)
+        try:
+            left = deadline - time.perf_counter()
+            if done() or left <= 0:
+                return
+            timer.start(int(left * 1000) + 1)
+            loop.exec()
+        finally:
+            timer.stop()
+            wake.woke.disconnect(loop.quit)
+
+
 def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: Path | None,
-                   name: str, control_s: float, partner_model: str) -> dict:
-    """The session; the headless run reads ``partner_model``, a copy of the model (own_copy says why)."""
-    partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=partner_model)))  # loads beside nothing else, then waits for its turns
+                   name: str, control_s: float, partner: RoundStream) -> dict:
+    """The session beside ``partner``, the headless run (loaded, paused) on a copy of the model."""
     app, window = open_window(settings.model_path, settings)
     window.resize(1600, 1000)
     proc = psutil.Process()
@@ -120,6 +169,7 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     turns: list[tuple[float, float, str]] = []  # (start, end, "window" or "headless")
     rss: list[tuple[float, float]] = []
     gui_cpu: list[tuple[float, float]] = []  # (perf_counter, GUI thread CPU seconds)
+    steal: list[tuple[float, tuple[float, float]]] = []  # (perf_counter, host_steal())
     # The window's whole process (the run-reader thread too) and the X server: all the CPU beside
     # the run, which on two cores the decode threads give up.
     xserver = x_server(proc)
@@ -129,6 +179,8 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
         now = time.perf_counter()
         beside["process"].append((now, process_cpu_s(proc)))
         beside["X server"].append((now, process_cpu_s(xserver)))
+        gui_cpu.append((now, gui_thread_cpu_s(proc)))
+        steal.append((now, host_steal()))
     # 50 ms, not the probe's 10: at 100 wakeups a second the probe itself took 3.4 % of a core on the
     # GUI thread (3.8 % with the run paused, where the window alone takes 0.4 %: py-spy), charged to
     # the window. A stall is how late the timer fires, measured to the ms either way.
@@ -137,9 +189,21 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
     # prints and carries on from: here it only asks the loop below to end the session cleanly.
     interrupted: list[bool] = []
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    wake = Wake()
+    partner.on_paused = wake.woke.emit
     window.start_run()
     pump(app, 300, until=lambda: window.last_sample is not None or bool(interrupted))
     window.runs.summary.connect(lambda s, _shown: ended.append((time.perf_counter(), row_of(s))))
+    # The window's run is stopped as soon as the window hears a round end after its turn: the next
+    # round has only begun its prompt pass (this slot runs after the window's own, connected first).
+    window_pause = {"wanted": False, "done": False}
+
+    def pause_window_run(*_) -> None:
+        if window_pause["wanted"] and window.runs.run_process is not None:
+            os.kill(window.runs.run_process.pid, signal.SIGSTOP)
+            window_pause.update(wanted=False, done=True)
+            wake.woke.emit()
+    window.runs.summary.connect(pause_window_run)
     # A restart (a new plan on the same timeline) starts a run whose first round loads: logged
     # beside the rounds so a slow one can be matched to it.
     restarts: list[float] = []
@@ -149,31 +213,39 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
           " (app/base/window_priority.py)", flush=True)
     t0 = time.perf_counter()
     probe.start()
-    gui_cpu.append((t0, gui_thread_cpu_s(proc)))
     read_beside()
 
     def go(who: str, until: float) -> None:
-        """One turn: ``who``'s run goes until ``until`` while the window draws as ever."""
+        """One turn: ``who``'s run goes until ``until`` and then to its next round end, while the
+        window draws as ever; it ends with that run stopped between two rounds."""
         start = time.perf_counter()
         while time.perf_counter() < until and not interrupted:
             # No ``until``: its 5 ms check is 200 Python wakeups a second on the GUI thread, the
             # bench's cost, not the window's; Ctrl-C is seen within the 2 s.
             pump(app, min(2.0, max(0.0, until - time.perf_counter())))
             rss.append((time.perf_counter(), session_rss_mb(proc, window)))
-            gui_cpu.append((time.perf_counter(), gui_thread_cpu_s(proc)))
             read_beside()
+        if who == "window":
+            window_pause.update(wanted=True, done=False)
+            pump_until(app, 120, lambda: window_pause["done"] or bool(interrupted) or not window.is_running(), wake)
+            if not window_pause["done"] and window.runs.run_process is not None:  # no round end came
+                window_pause["wanted"] = False
+                os.kill(window.runs.run_process.pid, signal.SIGSTOP)
+        else:
+            partner.pause_at_round_end()
+            pump_until(app, 120, lambda: partner.paused.is_set() or bool(interrupted), wake)
+            if not partner.paused.is_set():
+                os.kill(partner.pid, signal.SIGSTOP)
         turns.append((start, time.perf_counter(), who))
 
     try:
         while time.perf_counter() - t0 < minutes * 60 and not interrupted and window.is_running():
             go("window", time.perf_counter() + turn_s)
             run_pid = window.runs.run_process.pid
-            os.kill(run_pid, signal.SIGSTOP)
-            os.kill(partner.pid, signal.SIGCONT)
+            partner.resume()
             try:
                 go("headless", time.perf_counter() + turn_s)
             finally:
-                os.kill(partner.pid, signal.SIGSTOP)
                 os.kill(run_pid, signal.SIGCONT)
     except BaseException:
         partner.end()
@@ -202,15 +274,17 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
         aged, fresh = aged_vs_fresh(partner, settings, turn_s, control_s) if control_s > 0 else (math.nan,) * 2
     finally:
         partner.end()
-    clean = {"window": uncut(ended, turns, "window"), "headless": uncut(partner.ended, turns, "headless")}
+    clean = {"window": counted(ended, turns, "window"), "headless": counted(partner.ended, turns, "headless")}
     log = round_log(name, t0, turns, {"window": ended, "headless": partner.ended}, clean, restarts)
     span = turns[-1][1] - t0
-    per_minute = [minute_row(m, t0, clean, turns, rss, gui_cpu) for m in range(max(1, int(round(span / 60))))]
+    per_minute = [minute_row(m, t0, clean, turns, rss, gui_cpu, steal) for m in range(max(1, int(round(span / 60))))]
     second_minute = [r for t, r in rss if 60.0 < t - t0 <= 120.0] or [r for _, r in rss[: len(rss) // 2]]
     last_minute = [r for t, r in rss if t > t0 + span - 60.0]
     return {"rounds": len(ended), "minutes": span / 60, "p99_ms": probe.p99(),
             "rss_from": statistics.mean(second_minute), "rss_to": statistics.mean(last_minute),
             "rss_peak": max(r for _, r in rss), "per_minute": per_minute, "aged": aged, "fresh": fresh, "log": log,
+            "dropped": {who: sum(t0 <= t <= turns[-1][1] for t, _ in rounds) - len(clean[who])
+                        for who, rounds in (("window", ended), ("headless", partner.ended))},
             "shared": {who: sum(r.shared for _, r in rounds) for who, rounds in (("window", ended),
                                                                               ("headless", partner.ended))},
             "headless_gui_core": core_share(gui_cpu, [(a, b) for a, b, who in turns if who == "headless"]),
@@ -233,16 +307,28 @@ def own_copy(model: str):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def loaded_and_paused(stream: RoundStream) -> RoundStream:
-    """``stream`` once its first round (the load) has ended, paused (SIGSTOP) for its turns."""
+def loaded_and_paused(stream: RoundStream, rounds: int = 1) -> RoundStream:
+    """``stream`` once ``rounds`` rounds have ended (the first is the load), stopped between two
+    rounds for its turns."""
     deadline = time.perf_counter() + 300
-    while not stream.ended and stream.process.poll() is None and time.perf_counter() < deadline:
-        time.sleep(0.2)
-    if not stream.ended:
+    while len(stream.ended) < rounds and stream.process.poll() is None and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    if len(stream.ended) < rounds:
         stream.end()
-        raise SystemExit("the headless run did not finish its first round within 300 s")
-    os.kill(stream.pid, signal.SIGSTOP)
+        raise SystemExit(f"the headless run did not finish {rounds} rounds within 300 s")
+    stream.pause_at_round_end()
+    if not stream.paused.wait(300):
+        stream.end()
+        raise SystemExit("the headless run did not end a round within 300 s")
     return stream
+
+
+def auto_turn_s(stream: RoundStream) -> float:
+    """Turns long enough that a round's own decode never nears the shortest pause (4 x the median
+    decode seconds of the rounds after the load; at least 5 s): a round whose decode seconds reach
+    the pause is taken for one a pause fell into (``counted``)."""
+    decode_s = [r.n_gen / r.avg_ts for _, r in stream.ended[1:] if r.avg_ts > 0]
+    return max(5.0, 4.0 * statistics.median(decode_s)) if decode_s else 15.0
 
 
 def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
@@ -256,15 +342,15 @@ def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, secon
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             for who, stream in (("aged", aged), ("fresh", fresh)):
-                os.kill(stream.pid, signal.SIGCONT)
                 start = time.perf_counter()
-                try:
-                    time.sleep(turn_s)
-                finally:
+                stream.resume()
+                time.sleep(turn_s)
+                stream.pause_at_round_end()
+                if not stream.paused.wait(120):
                     os.kill(stream.pid, signal.SIGSTOP)
                 turns.append((start, time.perf_counter(), who))
-        return (decode_rate([r for _, r in uncut(aged.ended, turns, "aged")], skip_first=False),
-                decode_rate([r for _, r in uncut(fresh.ended, turns, "fresh")], skip_first=False))
+        return (decode_rate([r for _, r in counted(aged.ended, turns, "aged")], skip_first=False),
+                decode_rate([r for _, r in counted(fresh.ended, turns, "fresh")], skip_first=False))
     finally:
         fresh.end()
 
@@ -292,13 +378,17 @@ def round_log(case: str, t0: float, turns, ended: dict, clean: dict, restarts: l
     return sorted(rows, key=lambda row: row["at_s"])
 
 
-def uncut(ended: list[tuple[float, object]], turns, who: str) -> list[tuple[float, object]]:
-    """The rounds that ran from start to end within one of ``who``'s turns (the first round of a
-    run, its load, and every round a pause cut into are left out)."""
+def counted(ended: list[tuple[float, object]], turns, who: str) -> list[tuple[float, object]]:
+    """``who``'s rounds that ended within its turns, less the run's first round (its load) and any
+    whose decode seconds reach its shortest pause: a round's speed is n_eval over the time inside
+    decode calls, so a pause (SIGSTOP) outside them leaves it as it was, and one inside adds the
+    whole pause to it."""
     spans = [(a, b) for a, b, w in turns if w == who]
-    ended = sorted(ended, key=lambda e: e[0])
-    return [(t, r) for (t_prev, _), (t, r) in zip(ended, ended[1:])
-            if any(a <= t_prev and t <= b for a, b in spans)]
+    pauses = [b2 - a2 for a2, b2, w in turns if w != who] or [math.inf]
+    shortest = min(pauses)
+    ended = sorted(ended, key=lambda e: e[0])[1:]
+    return [(t, r) for t, r in ended if any(a <= t <= b + 0.5 for a, b in spans)
+            and r.avg_ts > 0 and r.n_gen / r.avg_ts < shortest]
 
 
 def core_share(gui_cpu, spans) -> float:
@@ -310,10 +400,10 @@ def core_share(gui_cpu, spans) -> float:
     return cpu / wall if wall > 0 else float("nan")
 
 
-def minute_row(m: int, t0: float, clean: dict, turns, rss, gui_cpu) -> dict:
+def minute_row(m: int, t0: float, clean: dict, turns, rss, gui_cpu, steal) -> dict:
     """Minute m of the session: each run's decode speed over its turns in it, where a window
     token's time went (a slower disk shows in the wait, a busier CPU in the compute), the GUI
-    thread's share of a core, RSS at its end."""
+    thread's share of a core, the host's steal share, RSS at its end."""
     lo, hi = t0 + 60.0 * m, t0 + 60.0 * (m + 1)
     window = [r for t, r in clean["window"] if lo < t <= hi]
     headless = [r for t, r in clean["headless"] if lo < t <= hi]
@@ -326,8 +416,17 @@ def minute_row(m: int, t0: float, clean: dict, turns, rss, gui_cpu) -> dict:
             "h_compute_ms": median_of(s.compute_ms_per_token for s in h_steady),
             "h_wait_ms": median_of(s.wait_ms_per_token for s in h_steady),
             "read_mb": median_of(s.read_mb_per_token for s in steady),
-            "gui_core": core_share(gui_cpu, [(lo, hi)]),
+            "gui_core": core_share(gui_cpu, [(lo, hi)]), "steal": steal_share(steal, lo, hi),
             "rss": next((r for t, r in reversed(rss) if t <= hi + 2.5), float("nan"))}
+
+
+def steal_share(steal, lo: float, hi: float) -> float:
+    """The share of the machine's CPU time the hypervisor gave to others between ``lo`` and ``hi``."""
+    inside = [v for t, v in steal if lo <= t <= hi + 2.5]
+    if len(inside) < 2:
+        return math.nan
+    (s1, a1), (s2, a2) = inside[0], inside[-1]
+    return (s2 - s1) / (a2 - a1) if a2 > a1 else math.nan
 
 
 def median_of(values) -> float:
@@ -337,19 +436,27 @@ def median_of(values) -> float:
 
 def print_minutes(rows: list[dict]) -> None:
     print("  minute  window rounds  window tok/s  headless tok/s  window/headless  compute ms/tok window/headless"
-          "  wait ms/tok window/headless  read MB/tok  GUI thread  RSS MiB")
+          "  wait ms/tok window/headless  read MB/tok  GUI thread  host steal  RSS MiB")
     for r in rows:
         print(f"  {r['minute']:6d}  {r['rounds']:13d}  {r['tok_s']:12.2f}  {r['headless']:14.2f}  {r['ratio']:15.3f}"
               f"  {r['compute_ms']:14.2f} / {r['h_compute_ms']:6.2f}  {r['wait_ms']:11.2f} / {r['h_wait_ms']:6.2f}"
-              f"  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %  {r['rss']:7.0f}")
+              f"  {r['read_mb']:11.2f}  {100 * r['gui_core']:8.1f} %  {100 * r['steal']:8.1f} %  {r['rss']:7.0f}")
 
 
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list[dict]:
     """Runs one case's session, prints its figures, returns its round log."""
-    print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
-          f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {args.turn_s:g} s", flush=True)
     with own_copy(settings.model_path) as copy:
-        w = window_session(settings, args.minutes, args.turn_s, args.shots, name, args.control_s, copy)
+        # Loads beside nothing else, runs a few rounds to time them, then waits for its turns.
+        partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=copy)), rounds=4)
+        try:
+            turn_s = args.turn_s or auto_turn_s(partner)
+            print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
+                  f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {turn_s:.1f} s"
+                  f"{'' if args.turn_s else ' (4 x a round decode, at least 5 s)'}, each to its next round end",
+                  flush=True)
+            w = window_session(settings, args.minutes, turn_s, args.shots, name, args.control_s, partner)
+        finally:
+            partner.end()
     print_minutes(w["per_minute"])
     # A minute of headless turns only (long turns, a short session) has no window figure to judge.
     judged = [r for r in w["per_minute"] if r["rounds"]] or w["per_minute"]
@@ -365,6 +472,8 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list
           f"{last['headless'] / first['headless']:.2f} (the host's drift); GUI stall p99 {w['p99_ms']:.0f} ms; "
           f"RSS {w['rss_from']:.0f} -> {w['rss_to']:.0f} MiB ({growth:+.1f} %, peak {w['rss_peak']:.0f})",
           flush=True)
+    print(f"  rounds of the session left out (the window's first, and those a pause fell into): window "
+          f"{w['dropped']['window']}, headless {w['dropped']['headless']}")
     if any(w["shared"].values()):  # the runs' own lock check (/proc/locks) saw another run on their file
         print(f"  SHARED: {w['shared']['window']} window rounds and {w['shared']['headless']} headless rounds ran "
               f"while another run mapped their model file: their figures are not theirs alone", flush=True)
@@ -410,8 +519,9 @@ def moe_settings(model: str, budget_share: float, threads: int) -> RunSettings:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of each window session")
-    parser.add_argument("--turn-s", type=float, default=15.0,
-                        help="seconds of each turn: the window's run, then the headless one, in turns")
+    parser.add_argument("--turn-s", type=float, default=None,
+                        help="seconds of each turn (each then runs to its next round end): the window's run, then "
+                             "the headless one, in turns; default 4 x a round's decode, at least 5 s")
     parser.add_argument("--control-s", type=float, default=120.0,
                         help="after the session, the headless run against a fresh one in turns for this long (0: none)")
     parser.add_argument("--case", choices=("dense", "moe", "both"), default="both")
@@ -431,7 +541,7 @@ def main() -> None:
     for flag, path in (("--moe-model", args.moe_model), ("--dense-model", args.dense_model)):
         if path is not None and not os.path.isfile(path):
             parser.exit(2, f"{flag} {path}: no such file\n")
-    if not args.turn_s > 0:
+    if args.turn_s is not None and not args.turn_s > 0:
         parser.exit(2, f"--turn-s {args.turn_s:g}: must be above 0 seconds\n")
     if not args.control_s >= 0:
         parser.exit(2, f"--control-s {args.control_s:g}: must be 0 (no control) or more seconds\n")

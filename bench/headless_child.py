@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -78,31 +79,59 @@ def rounds_in_child(settings: RunSettings, *, seconds: float | None = None, roun
 
 class RoundStream:
     """Continuous rounds in a child process until ``end()``, each round kept as it ends with the
-    time it ended (``time.perf_counter()``: one clock for all processes on Linux and macOS), so a
-    bench can pause the child (SIGSTOP) and drop the rounds a pause cut into."""
+    time it ended (``time.perf_counter()``: one clock for all processes on Linux and macOS).
+
+    A bench takes turns with it between rounds: ``pause_at_round_end()`` asks the child to stop
+    itself (SIGSTOP) right after its current round, ``on_paused`` is called (from the reader
+    thread) once it has, and ``resume()`` lets it go on. A pause between rounds falls in no
+    round's decode, so no round is lost to it (a SIGSTOP at a fixed time lands in a decode most of
+    the time, and that round is not the run's speed)."""
 
     def __init__(self, settings: RunSettings) -> None:
         job = {"settings": dataclasses.asdict(settings), "seconds": None, "rounds": None, "streams": None,
                "drop_cache": False, "stream": True}
         self._stderr = tempfile.TemporaryFile("w+")  # a pipe nobody reads while the child runs could fill
         self.process = at_normal_priority(lambda: subprocess.Popen(
-            [sys.executable, __file__, json.dumps(job)], stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            stdin=subprocess.DEVNULL))
+            [sys.executable, __file__, json.dumps(job)], stdout=subprocess.PIPE, stderr=self._stderr,
+            stdin=subprocess.PIPE))
         self.ended: list[tuple[float, Row]] = []  # (perf_counter when the round ended, its figures)
+        self.on_paused = lambda: None  # called from the reader thread once the child stopped itself
+        self.paused = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
-            t, *row = json.loads(line)
+            item = json.loads(line.decode())
+            if item == PAUSING:  # the child stops itself right after this line: wait until it has
+                while _state(self.process.pid) not in ("T", "t", None):
+                    time.sleep(0.0005)
+                self.paused.set()
+                self.on_paused()
+                continue
+            t, *row = item
             self.ended.append((t, Row(*row)))
+
+    def pause_at_round_end(self) -> None:
+        """Asks the child to stop itself after the round under way (``paused`` is set then).
+        Asked on its stdin, not by a signal: a signal would interrupt whatever system call one of
+        the run's threads is in."""
+        self.paused.clear()
+        self.process.stdin.write(b"p")
+        self.process.stdin.flush()
+
+    def resume(self) -> None:
+        self.paused.clear()
+        os.kill(self.process.pid, signal.SIGCONT)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def end(self) -> None:
-        """Ends the run (resumed first, if paused) and waits for its last round."""
+        """Ends the run (resumed first, if paused) and waits for its last round; again, nothing."""
+        if self._stderr.closed:
+            return
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGCONT)
             self.process.terminate()
@@ -117,6 +146,18 @@ class RoundStream:
         self._stderr.close()
         if self.process.returncode not in (0, -signal.SIGTERM):
             raise SystemExit(f"headless child failed ({self.process.returncode}): {errors}")
+
+
+PAUSING = "pausing"  # the child's line before it stops itself between two rounds
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (T: stopped), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _child(job: dict) -> None:
@@ -137,6 +178,9 @@ def _child(job: dict) -> None:
             row = row_of(summary)
             if job.get("stream"):
                 print(json.dumps([time.perf_counter(), *row]), flush=True)
+                if select.select([sys.stdin], [], [], 0)[0] and os.read(sys.stdin.fileno(), 1) == b"p":
+                    print(json.dumps(PAUSING), flush=True)  # between two rounds: no decode is under way
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 return
             kept.append(row)
             if (job["rounds"] and len(kept) >= job["rounds"]) or \
