@@ -12,12 +12,10 @@ headless runs went before and after the session: a host that lost a fifth of its
 it could not be told from the window.)
 
 A turn ends at a round's end: the headless child stops itself between two rounds, the window's
-run is stopped as soon as the window hears a round end (in the next round's prompt pass). A
-round's decode speed is llama.cpp's (n_eval over t_eval, the time inside decode calls), so a
-pause outside its decode does not touch it; one that fell inside adds the whole pause to its
-decode seconds, and a round whose decode seconds reach the run's shortest pause is left out.
-Short turns then cost no rounds, and the two runs' turns see nearly the same host seconds (the
-host here changes speed by 10-30 % from one 15-s turn to the next: docs/decisions.md).
+run is stopped as soon as the window hears a round end (in the next round's prompt pass); a
+round a pause fell into anyway is left out (bench/turns.py says how it is told). Short turns
+then cost no rounds, and the two runs' turns see nearly the same host seconds (the host here
+changes speed by 10-30 % from one 15-s turn to the next: docs/decisions.md).
 
 After the session the window closes and the headless run that lived through it takes turns with
 a fresh process of the same settings for ``--control-s`` seconds (the control): aged ÷ fresh near 1
@@ -66,6 +64,7 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal  # noqa: E402
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.headless_child import RoundStream, decode_rate, row_of  # noqa: E402
+from bench.turns import counted, host_steal, steal_share, turn_seconds  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
@@ -118,17 +117,6 @@ def session_rss_mb(proc: psutil.Process, window) -> float:
         except psutil.Error:  # between two runs: the window's part only
             pass
     return total / MIB
-
-
-def host_steal() -> tuple[float, float]:
-    """(steal, all) CPU ticks of the machine so far, from /proc/stat (NaN where there is none:
-    macOS). Steal is time the hypervisor ran others on this VM's CPUs: a host slowing down."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [float(v) for v in f.readline().split()[1:]]
-        return ticks[7], sum(ticks[:8])
-    except (OSError, IndexError, ValueError):
-        return math.nan, math.nan
 
 
 class Wake(QObject):
@@ -323,14 +311,6 @@ def loaded_and_paused(stream: RoundStream, rounds: int = 1) -> RoundStream:
     return stream
 
 
-def auto_turn_s(stream: RoundStream) -> float:
-    """Turns long enough that a round's own decode never nears the shortest pause (4 x the median
-    decode seconds of the rounds after the load; at least 5 s): a round whose decode seconds reach
-    the pause is taken for one a pause fell into (``counted``)."""
-    decode_s = [r.n_gen / r.avg_ts for _, r in stream.ended[1:] if r.avg_ts > 0]
-    return max(5.0, 4.0 * statistics.median(decode_s)) if decode_s else 15.0
-
-
 def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
     """The control: the headless run that lived through the session against a fresh process of the
     same settings on the model itself (the window's run is gone), taking turns for ``seconds``
@@ -378,19 +358,6 @@ def round_log(case: str, t0: float, turns, ended: dict, clean: dict, restarts: l
     return sorted(rows, key=lambda row: row["at_s"])
 
 
-def counted(ended: list[tuple[float, object]], turns, who: str) -> list[tuple[float, object]]:
-    """``who``'s rounds that ended within its turns, less the run's first round (its load) and any
-    whose decode seconds reach its shortest pause: a round's speed is n_eval over the time inside
-    decode calls, so a pause (SIGSTOP) outside them leaves it as it was, and one inside adds the
-    whole pause to it."""
-    spans = [(a, b) for a, b, w in turns if w == who]
-    pauses = [b2 - a2 for a2, b2, w in turns if w != who] or [math.inf]
-    shortest = min(pauses)
-    ended = sorted(ended, key=lambda e: e[0])[1:]
-    return [(t, r) for t, r in ended if any(a <= t <= b + 0.5 for a, b in spans)
-            and r.avg_ts > 0 and r.n_gen / r.avg_ts < shortest]
-
-
 def core_share(gui_cpu, spans) -> float:
     """The GUI thread's CPU seconds over wall seconds within ``spans``."""
     cpu = wall = 0.0
@@ -420,15 +387,6 @@ def minute_row(m: int, t0: float, clean: dict, turns, rss, gui_cpu, steal) -> di
             "rss": next((r for t, r in reversed(rss) if t <= hi + 2.5), float("nan"))}
 
 
-def steal_share(steal, lo: float, hi: float) -> float:
-    """The share of the machine's CPU time the hypervisor gave to others between ``lo`` and ``hi``."""
-    inside = [v for t, v in steal if lo <= t <= hi + 2.5]
-    if len(inside) < 2:
-        return math.nan
-    (s1, a1), (s2, a2) = inside[0], inside[-1]
-    return (s2 - s1) / (a2 - a1) if a2 > a1 else math.nan
-
-
 def median_of(values) -> float:
     data = [v for v in values if v == v]
     return statistics.median(data) if data else float("nan")
@@ -449,7 +407,7 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list
         # Loads beside nothing else, runs a few rounds to time them, then waits for its turns.
         partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=copy)), rounds=4)
         try:
-            turn_s = args.turn_s or auto_turn_s(partner)
+            turn_s = args.turn_s or turn_seconds([r for _, r in partner.ended[1:]])
             print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
                   f"{settings.threads} threads, {settings.n_gen} tokens a round; turns of {turn_s:.1f} s"
                   f"{'' if args.turn_s else ' (4 x a round decode, at least 5 s)'}, each to its next round end",
