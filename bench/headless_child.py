@@ -178,7 +178,8 @@ def _child(job: dict) -> None:
             row = row_of(summary)
             if job.get("stream"):
                 print(json.dumps([time.perf_counter(), *row]), flush=True)
-                if select.select([sys.stdin], [], [], 0)[0] and os.read(sys.stdin.fileno(), 1) == b"p":
+                if not run.stopping and select.select([sys.stdin], [], [], 0)[0] \
+                        and os.read(sys.stdin.fileno(), 1) == b"p":  # (ending: no pause to hang in)
                     print(json.dumps(PAUSING), flush=True)  # between two rounds: no decode is under way
                     os.kill(os.getpid(), signal.SIGSTOP)
                 return
