@@ -3,7 +3,8 @@
 For each case (a dense model and an MoE file, both below their size in budget): the real window
 (offscreen unless a display is there) runs continuously for ``--minutes`` beside a headless run
 of the same settings (a child process, as a user's ``shardscope bench`` is: bench/headless_child.py
-says why) on a copy of the file of its own (own_copy says why), and the two take turns on the
+says why), each run on a copy of the file of its own written in the same minute (own_copies
+says why), and the two take turns on the
 cores: ``--turn-s`` seconds the window's run, then as long the headless one, each paused
 (SIGSTOP) while the other goes. Both runs and the window live through the whole session. So
 window ÷ headless is measured in the same minutes, and the host's own drift over the session
@@ -280,17 +281,23 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
 
 
 @contextlib.contextmanager
-def own_copy(model: str):
-    """A copy of ``model`` for the headless run, removed afterwards. Two runs on one file share its
-    eviction (engine/stream/model_lock.py): pages one evicts the other faults back in, each one's
-    mincore counts the other's pages as its own, and both runs' rows say "SHARED". A copy is an
-    inode of its own with a page cache of its own, so each run evicts and reads its own bytes, as
-    a user's single run does."""
-    folder = Path(tempfile.mkdtemp(prefix="drift-partner-", dir=cache_dir() / "bench"))
+def own_copies(model: str):
+    """Two copies of ``model``, the window's and the headless run's, written one after the other
+    and removed afterwards. Two runs on one file share its eviction (engine/stream/model_lock.py):
+    pages one evicts the other faults back in, each one's mincore counts the other's pages as its
+    own, and both runs' rows say "SHARED"; a copy is an inode with a page cache of its own. Both
+    runs read copies, not one the original: this disk is host-cached, and a file written minutes
+    ago read at 713-1100 MB/s where the hours-old original read at 613-806 (dd iflag=direct, the
+    same minute), so a window on the original waited 34 ms a token for reads against the copy's
+    31 (docs/decisions.md, stop 48)."""
+    folder = Path(tempfile.mkdtemp(prefix="drift-copies-", dir=cache_dir() / "bench"))
     try:
-        copy = folder / Path(model).name
-        shutil.copyfile(model, copy)
-        yield str(copy)
+        copies = []
+        for who in ("window", "headless"):
+            (folder / who).mkdir()
+            copies.append(folder / who / Path(model).name)
+            shutil.copyfile(model, copies[-1])
+        yield tuple(str(c) for c in copies)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -313,7 +320,7 @@ def loaded_and_paused(stream: RoundStream, rounds: int = 1) -> RoundStream:
 
 def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
     """The control: the headless run that lived through the session against a fresh process of the
-    same settings on the model itself (the window's run is gone), taking turns for ``seconds``
+    same settings on the window's copy (the window's run is gone), taking turns for ``seconds``
     (decode tok/s of each). Equal, the headless run's last ÷ first is the host's drift, not a
     process slowing with age, and the window's drift can be read against it."""
     fresh = loaded_and_paused(RoundStream(settings))
@@ -403,9 +410,10 @@ def print_minutes(rows: list[dict]) -> None:
 
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list[dict]:
     """Runs one case's session, prints its figures, returns its round log."""
-    with own_copy(settings.model_path) as copy:
+    with own_copies(settings.model_path) as (window_copy, partner_copy):
+        settings = settings.with_changes(model_path=window_copy)  # the window's, and the control's fresh run's
         # Loads beside nothing else, runs a few rounds to time them, then waits for its turns.
-        partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=copy)), rounds=4)
+        partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=partner_copy)), rounds=4)
         try:
             turn_s = args.turn_s or turn_seconds([r for _, r in partner.ended[1:]])
             print(f"== {name}: {Path(settings.model_path).name}, budget {settings.budget_mb} MiB, "
@@ -520,10 +528,10 @@ def main() -> None:
     cases = [(c, checked(case_settings(c, args), f"the {c} case")) for c in ("dense", "moe") if args.case in (c, "both")]
     copies = cache_dir() / "bench"
     copies.mkdir(parents=True, exist_ok=True)
-    need = max(os.path.getsize(s.model_path) for _, s in cases) / MIB  # one case's copy at a time
+    need = 2 * max(os.path.getsize(s.model_path) for _, s in cases) / MIB  # one case's two copies at a time
     free = shutil.disk_usage(copies).free / MIB
     if free < need + 512:
-        parser.exit(2, f"{copies}: {need:.0f} MiB (and 512 to spare) needed for the headless run's copy of the "
+        parser.exit(2, f"{copies}: {need:.0f} MiB (and 512 to spare) needed for the runs' copies of the "
                        f"model, {free:.0f} free\n")
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     log: list[dict] = []
