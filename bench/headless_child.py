@@ -104,7 +104,7 @@ class RoundStream:
         for line in self.process.stdout:
             item = json.loads(line.decode())
             if item == PAUSING:  # the child stops itself right after this line: wait until it has
-                while _state(self.process.pid) not in ("T", "t", None):
+                while _running(self.process.pid):
                     time.sleep(0.0005)
                 self.paused.set()
                 self.on_paused()
@@ -151,13 +151,14 @@ class RoundStream:
 PAUSING = "pausing"  # the child's line before it stops itself between two rounds
 
 
-def _state(pid: int) -> str | None:
-    """The process's state letter from /proc (T: stopped), None once it is gone."""
+def _running(pid: int) -> bool:
+    """Whether the process is there and not stopped (psutil: /proc on Linux, sysctl on macOS)."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+        return psutil.Process(pid).status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _child(job: dict) -> None:
