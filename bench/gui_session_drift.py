@@ -3,8 +3,8 @@
 For each case (a dense model and an MoE file, both below their size in budget): the real window
 (offscreen unless a display is there) runs continuously for ``--minutes`` beside a headless run
 of the same settings (a child process, as a user's ``shardscope bench`` is: bench/headless_child.py
-says why), each run on a copy of the file of its own written in the same minute (own_copies
-says why), and the two take turns on the
+says why), each run on a copy of the file of its own written in the same minute
+(bench/drift_cases.file_copies says why), and the two take turns on the
 cores: ``--turn-s`` seconds the window's run, then as long the headless one, each paused
 (SIGSTOP) while the other goes. Both runs and the window live through the whole session. So
 window ÷ headless is measured in the same minutes, and the host's own drift over the session
@@ -31,7 +31,10 @@ Printed per case, per minute and for the first and the last minute:
   during the headless turns, when it only waits), the host's steal time (the hypervisor's, from
   /proc/stat: CPU time the host gave to others), and RSS growth of the window and its run
   process together (the mean of the last minute against the mean of the second minute:
-  weights come and go under the budget, so single samples swing by a shard).
+  weights come and go under the budget, so single samples swing by a shard);
+- a goals line: each of issue 32's goals with the session's figure, met or MISSED, and where
+  the window's last ÷ first missed, the headless run's in the same minutes beside it
+  (bench/drift_goals.py).
 
 tok/s is the decoded tokens of the rounds that ended in a minute's turns over their decode
 seconds (n_gen / avg_ts each), i.e. decode speed, as the rounds table shows it.
@@ -40,15 +43,12 @@ seconds (n_gen / avg_ts each), i.e. decode speed, as the rounds table shows it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -64,26 +64,17 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal  # noqa: E402
 
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
-from bench.headless_child import RoundStream, decode_rate, row_of  # noqa: E402
+from bench.drift_goals import goals_line  # noqa: E402
+from bench.drift_cases import checked, dense_settings, file_copies, moe_model, moe_settings  # noqa: E402
+from bench.headless_child import RoundStream, decode_rate, loaded_and_paused, row_of  # noqa: E402
 from bench.turns import counted, host_steal, steal_share, turn_seconds  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.output.csv_out import write_rows  # noqa: E402
 from shardscope.engine.runs.output_checks import check_writable  # noqa: E402
-from shardscope.engine.runs.run_factory import check_run  # noqa: E402
 
 MIB = 1024 * 1024
-
-
-def moe_model(size_mb: int) -> str:
-    """A qwen3moe synth at Q4_K_M (the class the issue reported on), written once into the cache."""
-    path = cache_dir() / "bench" / f"drift-qwen3moe-q4km-{size_mb}mb.gguf"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(Path(sys.executable).with_name("shardscope")), "synth", "--moe", "--arch", "qwen3moe",
-                        "--quant", "q4_k_m", "--size-mb", str(size_mb), "--out", str(path)], check=True)
-    return str(path)
 
 
 def gui_thread_cpu_s(proc: psutil.Process) -> float:
@@ -280,44 +271,6 @@ def window_session(settings: RunSettings, minutes: float, turn_s: float, shots: 
             "beside": {k: core_share(v, [(a, b) for a, b, who in turns if who == "window"]) for k, v in beside.items()}}
 
 
-@contextlib.contextmanager
-def own_copies(model: str):
-    """Two copies of ``model``, the window's and the headless run's, written one after the other
-    and removed afterwards. Two runs on one file share its eviction (engine/stream/model_lock.py):
-    pages one evicts the other faults back in, each one's mincore counts the other's pages as its
-    own, and both runs' rows say "SHARED"; a copy is an inode with a page cache of its own. Both
-    runs read copies, not one the original: this disk is host-cached, and a file written minutes
-    ago read at 713-1100 MB/s where the hours-old original read at 613-806 (dd iflag=direct, the
-    same minute), so a window on the original waited 34 ms a token for reads against the copy's
-    31 (docs/decisions.md, stop 48)."""
-    folder = Path(tempfile.mkdtemp(prefix="drift-copies-", dir=cache_dir() / "bench"))
-    try:
-        copies = []
-        for who in ("window", "headless"):
-            (folder / who).mkdir()
-            copies.append(folder / who / Path(model).name)
-            shutil.copyfile(model, copies[-1])
-        yield tuple(str(c) for c in copies)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def loaded_and_paused(stream: RoundStream, rounds: int = 1) -> RoundStream:
-    """``stream`` once ``rounds`` rounds have ended (the first is the load), stopped between two
-    rounds for its turns."""
-    deadline = time.perf_counter() + 300
-    while len(stream.ended) < rounds and stream.process.poll() is None and time.perf_counter() < deadline:
-        time.sleep(0.05)
-    if len(stream.ended) < rounds:
-        stream.end()
-        raise SystemExit(f"the headless run did not finish {rounds} rounds within 300 s")
-    stream.pause_at_round_end()
-    if not stream.paused.wait(300):
-        stream.end()
-        raise SystemExit("the headless run did not end a round within 300 s")
-    return stream
-
-
 def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, seconds: float) -> tuple[float, float]:
     """The control: the headless run that lived through the session against a fresh process of the
     same settings on the window's copy (the window's run is gone), taking turns for ``seconds``
@@ -410,7 +363,7 @@ def print_minutes(rows: list[dict]) -> None:
 
 def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list[dict]:
     """Runs one case's session, prints its figures, returns its round log."""
-    with own_copies(settings.model_path) as (window_copy, partner_copy):
+    with file_copies(settings.model_path, ("window", "headless")) as (window_copy, partner_copy):
         settings = settings.with_changes(model_path=window_copy)  # the window's, and the control's fresh run's
         # Loads beside nothing else, runs a few rounds to time them, then waits for its turns.
         partner = loaded_and_paused(RoundStream(settings.with_changes(model_path=partner_copy)), rounds=4)
@@ -438,6 +391,9 @@ def run_case(name: str, settings: RunSettings, args: argparse.Namespace) -> list
           f"{last['headless'] / first['headless']:.2f} (the host's drift); GUI stall p99 {w['p99_ms']:.0f} ms; "
           f"RSS {w['rss_from']:.0f} -> {w['rss_to']:.0f} MiB ({growth:+.1f} %, peak {w['rss_peak']:.0f})",
           flush=True)
+    print(f"  {name} " + goals_line({"first": first["ratio"], "last": last["ratio"],
+                                     "drift": last["tok_s"] / first["tok_s"], "rss": growth},
+                                    host_drift=last["headless"] / first["headless"]), flush=True)
     print(f"  rounds of the session left out (the window's first, and those a pause fell into): window "
           f"{w['dropped']['window']}, headless {w['dropped']['headless']}")
     if any(w["shared"].values()):  # the runs' own lock check (/proc/locks) saw another run on their file
@@ -455,31 +411,6 @@ def case_settings(case: str, args: argparse.Namespace) -> RunSettings:
     if case == "dense":
         return dense_settings(args.dense_model or bundled_model(), args.dense_budget_mb, args.threads)
     return moe_settings(args.moe_model or moe_model(args.moe_size_mb), args.moe_budget_share, args.threads)
-
-
-def dense_settings(model: str, budget_mb: int | None, threads: int) -> RunSettings:
-    """The dense case: 8 MiB shards, depth 1, 32-token rounds; 215 MiB unless given (the bundled
-    gemma's minimum is 202 MiB, globals 175)."""
-    return RunSettings(model_path=model, budget_mb=budget_mb or 215, shard_mb=8, prefetch_depth=1,
-                       threads=threads, n_gen=32, n_ctx=256)
-
-
-def checked(settings: RunSettings, what: str) -> RunSettings:
-    """``settings`` if a run would take them, else one line naming ``what`` and exit 2 (before any
-    minute is spent)."""
-    try:
-        check_run(settings)
-    except ShardscopeError as exc:
-        print(f"{what}: {exc}", file=sys.stderr)
-        sys.exit(2)
-    return settings
-
-
-def moe_settings(model: str, budget_share: float, threads: int) -> RunSettings:
-    """The MoE case: a budget of ``budget_share`` of the file, expert cache auto, 32-token rounds."""
-    size_mb = os.path.getsize(model) / MIB
-    return RunSettings(model_path=model, budget_mb=int(size_mb * budget_share), expert_cache_mb=0,
-                       threads=threads, n_gen=32, n_ctx=256)
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ if __package__ in (None, ""):
 from shardscope.app.base.window_priority import at_normal_priority  # noqa: E402 - beside a lowered window
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 
-__all__ = ["rounds_in_child", "RoundStream", "decode_rate", "row_of", "Row", "ROW"]
+__all__ = ["rounds_in_child", "RoundStream", "loaded_and_paused", "decode_rate", "row_of", "Row", "ROW"]
 
 # A round as a bench compares it: its decode time per token split into waiting for weights
 # (the expert loads of an expert run, the shard loads of a layer run) and the rest (compute).
@@ -146,6 +146,22 @@ class RoundStream:
         self._stderr.close()
         if self.process.returncode not in (0, -signal.SIGTERM):
             raise SystemExit(f"headless child failed ({self.process.returncode}): {errors}")
+
+
+def loaded_and_paused(stream: RoundStream, rounds: int = 1) -> RoundStream:
+    """``stream`` once ``rounds`` rounds have ended (the first is the load), stopped between two
+    rounds for its turns."""
+    deadline = time.perf_counter() + 300
+    while len(stream.ended) < rounds and stream.process.poll() is None and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    if len(stream.ended) < rounds:
+        stream.end()
+        raise SystemExit(f"the headless run did not finish {rounds} rounds within 300 s")
+    stream.pause_at_round_end()
+    if not stream.paused.wait(300):
+        stream.end()
+        raise SystemExit("the headless run did not end a round within 300 s")
+    return stream
 
 
 PAUSING = "pausing"  # the child's line before it stops itself between two rounds

@@ -31,7 +31,7 @@ DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform o
 
 from bench.gui_session import open_window, pump, stop  # noqa: E402
 from bench.bench_models import bundled_model  # noqa: E402
-from bench.gui_session_drift import checked, dense_settings, moe_model, moe_settings  # noqa: E402
+from bench.drift_cases import checked, dense_settings, moe_model, moe_settings  # noqa: E402
 from bench.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
 
 MODES = ("shown", "hidden", "headless")

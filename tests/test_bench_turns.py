@@ -1,5 +1,6 @@
 """bench/turns.py and RoundStream's pause between rounds: how gui_session_drift's two runs take
-turns without a pause landing in a counted round's decode."""
+turns without a pause landing in a counted round's decode; and bench/drift_goals.py, the line
+that holds the session's figures against issue 32's goals."""
 
 from __future__ import annotations
 
@@ -64,3 +65,30 @@ def test_the_headless_child_stops_itself_between_rounds(bundled_model):
         assert after.n_gen / after.avg_ts < 3.0  # the pause fell outside its decode
     finally:
         stream.end()
+
+
+def test_the_goals_line_names_each_goal_its_figure_and_the_host_beside_a_missed_drift():
+    from bench.drift_goals import goals_line
+
+    line = goals_line({"first": 0.99, "last": 1.05, "drift": 0.90, "rss": 2.0}, host_drift=0.85)
+    assert line.startswith("goals: ")
+    assert "window/headless first minute 0.99 (>= 0.9: met)" in line
+    assert "window/headless last minute 1.05 (>= 0.9: met)" in line
+    assert "window last/first 0.90 (>= 0.95: MISSED; headless 0.85 in the same minutes, " \
+           "window/headless last/first 1.06)" in line
+    assert "RSS growth % 2.00 (<= 5: met)" in line
+    met = goals_line({"first": 0.9, "last": 0.95, "drift": 1.0, "rss": 5.1}, host_drift=1.0)
+    assert "window last/first 1.00 (>= 0.95: met)" in met and "headless" not in met.split("last/first 1.00")[1]
+    assert "RSS growth % 5.10 (<= 5: MISSED)" in met
+    assert "MISSED" in goals_line({"first": float("nan"), "last": 1, "drift": 1, "rss": 0}, 1.0)
+
+
+def test_run_age_refuses_a_phase_of_no_seconds_in_one_line_before_any_run():
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench" / "run_age.py"
+    for flag in ("--alone-s", "--turns-s", "--turn-s"):
+        out = subprocess.run([sys.executable, str(bench), flag, "0"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == f"{flag} 0: must be above 0 seconds"

@@ -1,0 +1,83 @@
+"""The two cases issue 32's session benches run (bench/gui_session_drift.py, bench/window_cost.py,
+bench/run_age.py): a dense model and an MoE file, each below its size in budget; their settings
+declared once so the benches compare the same runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
+from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.runs.run_factory import check_run  # noqa: E402
+
+__all__ = ["moe_model", "dense_settings", "moe_settings", "checked", "file_copies"]
+
+MIB = 1024 * 1024
+
+
+def moe_model(size_mb: int) -> str:
+    """A qwen3moe synth at Q4_K_M (the class the issue reported on), written once into the cache."""
+    path = cache_dir() / "bench" / f"drift-qwen3moe-q4km-{size_mb}mb.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(Path(sys.executable).with_name("shardscope")), "synth", "--moe", "--arch", "qwen3moe",
+                        "--quant", "q4_k_m", "--size-mb", str(size_mb), "--out", str(path)], check=True)
+    return str(path)
+
+
+def dense_settings(model: str, budget_mb: int | None, threads: int) -> RunSettings:
+    """The dense case: 8 MiB shards, depth 1, 32-token rounds; 215 MiB unless given (the bundled
+    gemma's minimum is 202 MiB, globals 175)."""
+    return RunSettings(model_path=model, budget_mb=budget_mb or 215, shard_mb=8, prefetch_depth=1,
+                       threads=threads, n_gen=32, n_ctx=256)
+
+
+def checked(settings: RunSettings, what: str) -> RunSettings:
+    """``settings`` if a run would take them, else one line naming ``what`` and exit 2 (before any
+    minute is spent)."""
+    try:
+        check_run(settings)
+    except ShardscopeError as exc:
+        print(f"{what}: {exc}", file=sys.stderr)
+        sys.exit(2)
+    return settings
+
+
+def moe_settings(model: str, budget_share: float, threads: int) -> RunSettings:
+    """The MoE case: a budget of ``budget_share`` of the file, expert cache auto, 32-token rounds."""
+    size_mb = os.path.getsize(model) / MIB
+    return RunSettings(model_path=model, budget_mb=int(size_mb * budget_share), expert_cache_mb=0,
+                       threads=threads, n_gen=32, n_ctx=256)
+
+
+@contextlib.contextmanager
+def file_copies(model: str, names: tuple[str, ...]):
+    """A copy of ``model`` for each of ``names`` (its own folder, the file's name kept), written one
+    after the other into the cache and removed afterwards; yields their paths. Two runs on one file
+    share its eviction (engine/stream/model_lock.py): pages one evicts the other faults back in,
+    each one's mincore counts the other's pages as its own, and both runs' rows say "SHARED"; a
+    copy is an inode with a page cache of its own. Runs compared read copies of one age, not one of
+    them the original: this disk is host-cached, and a file written minutes ago read at 713-1100
+    MB/s where the hours-old original read at 613-806 (dd iflag=direct, the same minute), so a
+    window on the original waited 34 ms a token for reads against the copy's 31 (docs/decisions.md,
+    stop 48; bench/run_age.py measures a file's age against a run's)."""
+    folder = Path(tempfile.mkdtemp(prefix="drift-copies-", dir=cache_dir() / "bench"))
+    try:
+        copies = []
+        for name in names:
+            (folder / name).mkdir()
+            copies.append(folder / name / Path(model).name)
+            shutil.copyfile(model, copies[-1])
+        yield tuple(str(c) for c in copies)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
