@@ -66,11 +66,12 @@ def file_copies(model: str, names: tuple[str, ...]):
     after the other into the cache and removed afterwards; yields their paths. Two runs on one file
     share its eviction (engine/stream/model_lock.py): pages one evicts the other faults back in,
     each one's mincore counts the other's pages as its own, and both runs' rows say "SHARED"; a
-    copy is an inode with a page cache of its own. Runs compared read copies of one age, not one of
-    them the original: this disk is host-cached, and a file written minutes ago read at 713-1100
-    MB/s where the hours-old original read at 613-806 (dd iflag=direct, the same minute), so a
-    window on the original waited 34 ms a token for reads against the copy's 31 (docs/decisions.md,
-    stop 48; bench/run_age.py measures a file's age against a run's)."""
+    copy is an inode with a page cache of its own. Runs compared read copies written together, not
+    one of them the original: on this host-cached disk (and a VM whose DAMON pages out cache left
+    cold for a minute) a file's recent history can change its speed — one minute of stop 48 read a
+    new copy at 713-1100 MB/s against the original's 613-806 — though bench/run_age.py found no
+    steady effect (new ÷ old file 0.97-1.06, the original the fastest twice: docs/decisions.md,
+    stop 49). Copies of one age take the question away."""
     folder = Path(tempfile.mkdtemp(prefix="drift-copies-", dir=cache_dir() / "bench"))
     try:
         copies = []
