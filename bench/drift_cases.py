@@ -16,13 +16,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
+from shardscope.engine.base.units import MIB  # noqa: E402
 from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.runs.run_factory import check_run  # noqa: E402
 
-__all__ = ["moe_model", "dense_settings", "moe_settings", "checked", "file_copies"]
-
-MIB = 1024 * 1024
+__all__ = ["moe_model", "dense_settings", "moe_settings", "checked", "file_copies", "no_room_for_copies"]
 
 
 def moe_model(size_mb: int) -> str:
@@ -82,3 +81,14 @@ def file_copies(model: str, names: tuple[str, ...]):
         yield tuple(str(c) for c in copies)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def no_room_for_copies(size_bytes: int, n: int) -> str | None:
+    """None if the cache has room for ``n`` copies of a ``size_bytes`` model (and 512 MiB to
+    spare), else the line that says it has not — checked before any run loads."""
+    folder = cache_dir() / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    need, free = n * size_bytes / MIB, shutil.disk_usage(folder).free / MIB
+    if free < need + 512:
+        return f"{folder}: {need:.0f} MiB (and 512 to spare) needed for {n} copies of the model, {free:.0f} free"
+    return None

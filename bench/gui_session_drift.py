@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import signal
 import statistics
 import sys
@@ -65,16 +64,15 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal  # noqa: E402
 from bench.bench_models import bundled_model  # noqa: E402
 from bench.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.drift_goals import goals_line  # noqa: E402
-from bench.drift_cases import checked, dense_settings, file_copies, moe_model, moe_settings  # noqa: E402
+from bench.drift_cases import (checked, dense_settings, file_copies, moe_model, moe_settings,  # noqa: E402
+                                no_room_for_copies)
 from bench.headless_child import RoundStream, decode_rate, loaded_and_paused, row_of  # noqa: E402
 from bench.turns import counted, host_steal, steal_share, turn_seconds  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
+from shardscope.engine.base.units import MIB  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.output.csv_out import write_rows  # noqa: E402
 from shardscope.engine.runs.output_checks import check_writable  # noqa: E402
-
-MIB = 1024 * 1024
 
 
 def gui_thread_cpu_s(proc: psutil.Process) -> float:
@@ -282,11 +280,8 @@ def aged_vs_fresh(aged: RoundStream, settings: RunSettings, turn_s: float, secon
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             for who, stream in (("aged", aged), ("fresh", fresh)):
-                start = time.perf_counter()
-                stream.resume()
-                time.sleep(turn_s)
-                stream.pause_at_round_end()
-                if not stream.paused.wait(120):
+                start, between_rounds = stream.take_turn(turn_s)
+                if not between_rounds:
                     os.kill(stream.pid, signal.SIGSTOP)
                 turns.append((start, time.perf_counter(), who))
         return (decode_rate([r for _, r in counted(aged.ended, turns, "aged")], skip_first=False),
@@ -457,13 +452,9 @@ def main() -> None:
         except ShardscopeError as exc:
             parser.exit(2, f"{exc}\n")
     cases = [(c, checked(case_settings(c, args), f"the {c} case")) for c in ("dense", "moe") if args.case in (c, "both")]
-    copies = cache_dir() / "bench"
-    copies.mkdir(parents=True, exist_ok=True)
-    need = 2 * max(os.path.getsize(s.model_path) for _, s in cases) / MIB  # one case's two copies at a time
-    free = shutil.disk_usage(copies).free / MIB
-    if free < need + 512:
-        parser.exit(2, f"{copies}: {need:.0f} MiB (and 512 to spare) needed for the runs' copies of the "
-                       f"model, {free:.0f} free\n")
+    no_room = no_room_for_copies(max(os.path.getsize(s.model_path) for _, s in cases), 2)  # a case's two at a time
+    if no_room:
+        parser.exit(2, no_room + "\n")
     print(DISPLAY_LINE, f"cores {os.cpu_count()}")
     log: list[dict] = []
     try:

@@ -124,6 +124,16 @@ class RoundStream:
         self.paused.clear()
         os.kill(self.process.pid, signal.SIGCONT)
 
+    def take_turn(self, seconds: float, wait_s: float = 120.0) -> tuple[float, bool]:
+        """Lets the child go for ``seconds`` and then to its next round end; returns when the turn
+        started and whether the child stopped itself between rounds within ``wait_s`` (if not, it
+        is still running: the caller decides what a turn that ended in no round end means)."""
+        start = time.perf_counter()
+        self.resume()
+        time.sleep(seconds)
+        self.pause_at_round_end()
+        return start, self.paused.wait(wait_s)
+
     @property
     def pid(self) -> int:
         return self.process.pid

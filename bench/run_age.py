@@ -27,7 +27,6 @@ import argparse
 import math
 import os
 import random
-import shutil
 import statistics
 import sys
 import time
@@ -37,12 +36,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_models import bundled_model  # noqa: E402
-from bench.drift_cases import checked, dense_settings, file_copies, moe_model, moe_settings  # noqa: E402
+from bench.drift_cases import (checked, dense_settings, file_copies, moe_model, moe_settings,  # noqa: E402
+                                no_room_for_copies)
 from bench.headless_child import RoundStream, decode_rate, loaded_and_paused  # noqa: E402
 from bench.turns import counted, host_steal, steal_share, turn_seconds  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 
-MIB = 1024 * 1024
 WHO = ("aged", "old file", "new file", "original")
 
 
@@ -73,11 +71,8 @@ def in_turns(streams: dict[str, RoundStream], seconds: float, turn_s: float, ste
         order = list(streams.items())
         random.shuffle(order)
         for who, stream in order:
-            start = time.perf_counter()
-            stream.resume()
-            time.sleep(turn_s)
-            stream.pause_at_round_end()
-            if not stream.paused.wait(120):
+            start, between_rounds = stream.take_turn(turn_s)
+            if not between_rounds:
                 raise SystemExit(f"run_age: the {who} run did not end a round within 120 s")
             turns.append((start, time.perf_counter(), who))
             steal.append((time.perf_counter(), host_steal()))
@@ -105,11 +100,9 @@ def main() -> None:
         return moe_settings(path, 0.5, args.threads)
 
     checked(settings_for(model), f"the {args.case} case")
-    (cache_dir() / "bench").mkdir(parents=True, exist_ok=True)
-    need, free = 3 * os.path.getsize(model) / MIB, shutil.disk_usage(cache_dir() / "bench").free / MIB
-    if free < need + 512:
-        parser.exit(2, f"{cache_dir() / 'bench'}: {need:.0f} MiB (and 512 to spare) needed for three copies of "
-                       f"the model, {free:.0f} free\n")
+    no_room = no_room_for_copies(os.path.getsize(model), 3)
+    if no_room:
+        parser.exit(2, no_room + "\n")
     streams: dict[str, RoundStream] = {}
     try:
         with file_copies(model, ("aged", "old file")) as (aged_copy, old_copy):

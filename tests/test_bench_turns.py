@@ -5,8 +5,10 @@ that holds the session's figures against issue 32's goals."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections import namedtuple
+from pathlib import Path
 
 from bench.turns import counted, steal_share, turn_seconds
 
@@ -84,9 +86,6 @@ def test_the_goals_line_names_each_goal_its_figure_and_the_host_beside_a_missed_
 
 
 def test_run_age_refuses_a_phase_of_no_seconds_in_one_line_before_any_run():
-    import sys
-    from pathlib import Path
-
     bench = Path(__file__).resolve().parent.parent / "bench" / "run_age.py"
     for flag in ("--alone-s", "--turns-s", "--turn-s"):
         out = subprocess.run([sys.executable, str(bench), flag, "0"], capture_output=True, text=True, timeout=120)
