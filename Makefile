@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardscope-installed
 
-.PHONY: run test bench venv clean-venv
+.PHONY: run test bench bench-full venv clean-venv
 
 venv: $(STAMP)
 
@@ -35,11 +35,27 @@ test: $(STAMP)
 	@echo "    (pytest -q -m 'not slow and not timing' skips the longest ones)"
 	$(PY) -m pytest -q
 
+# Benchmarks with goals (bench/README.md), run from the repo root as modules; each prints its
+# figure against its goal. bench: the quick ones (minutes); bench-full: every goal (hours, GBs of disk).
 bench: $(STAMP)
-	$(PY) bench/overhead.py
-	$(PY) bench/streaming_efficiency.py
-	$(PY) bench/pinned_vs_lru.py
-	$(PY) bench/gui_responsiveness.py
+	$(PY) -m bench.goals.layout_cache_reopen
+	$(PY) -m bench.goals.chart_append
+	$(PY) -m bench.goals.overhead
+	$(PY) -m bench.goals.streaming_efficiency
+	$(PY) -m bench.goals.pinned_vs_lru
+	$(PY) -m bench.goals.gui_responsiveness
+
+bench-full: bench
+	$(PY) -m bench.goals.ssd_emulation_rate
+	$(PY) -m bench.goals.stop_latency
+	$(PY) -m bench.goals.prompt_batches
+	$(PY) -m bench.goals.engine_cost
+	$(PY) -m bench.goals.moe_streaming
+	$(PY) -m bench.goals.window_cost
+	$(PY) -m bench.goals.io_paths --dense-mb 4096
+	$(PY) -m bench.goals.gui_session_drift
+	$(PY) -m bench.goals.soak
+	$(PY) -m bench.goals.moe_scale
 
 clean-venv:
 	rm -rf $(VENV)

@@ -78,7 +78,7 @@ def model_path(size_mb: int, like: str = "") -> str:
 
 
 def run(settings: RunSettings, trace: str | None = None):
-    from bench.cold_cache import drop_from_cache
+    from bench.lib.cold_cache import drop_from_cache
 
     drop_from_cache(settings.model_path)
     with open_run(settings, trace_path=trace) as r:

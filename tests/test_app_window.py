@@ -186,7 +186,7 @@ def test_close_during_generation_stops_the_worker(qtbot, tmp_path, synthetic_mod
     window.close()
     elapsed = time.perf_counter() - started
     assert thread.isFinished()  # close() returned with the worker stopped, not left running
-    assert elapsed < 10.0  # hang bound (a token here takes ~0.2 s); bench/stop_latency.py has the speed
+    assert elapsed < 10.0  # hang bound (a token here takes ~0.2 s); bench/goals/stop_latency.py has the speed
     assert not window.is_running()
 
 

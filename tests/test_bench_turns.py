@@ -1,5 +1,5 @@
-"""bench/turns.py and RoundStream's pause between rounds: how gui_session_drift's two runs take
-turns without a pause landing in a counted round's decode; and bench/drift_goals.py, the line
+"""bench/lib/turns.py and RoundStream's pause between rounds: how gui_session_drift's two runs take
+turns without a pause landing in a counted round's decode; and bench/lib/drift_goals.py, the line
 that holds the session's figures against issue 32's goals."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from collections import namedtuple
 from pathlib import Path
 
-from bench.turns import counted, steal_share, turn_seconds
+from bench.lib.turns import counted, steal_share, turn_seconds
 
 R = namedtuple("R", "n_gen avg_ts")  # what counted() reads of a round
 
@@ -43,7 +43,7 @@ def test_the_headless_child_stops_itself_between_rounds(bundled_model):
     """Asked to pause, the child stops (the kernel's process state says T) after a round ends and
     before the next one's decode: no round ends while it is stopped, and the first round after a
     3-s pause decodes in less than the pause (one a pause fell into would have it all added)."""
-    from bench.headless_child import RoundStream
+    from bench.lib.headless_child import RoundStream
     from shardscope.engine.knobs.settings import RunSettings
 
     stream = RoundStream(RunSettings(model_path=bundled_model, budget_mb=400, threads=2, n_gen=8, n_ctx=128))
@@ -70,7 +70,7 @@ def test_the_headless_child_stops_itself_between_rounds(bundled_model):
 
 
 def test_the_goals_line_names_each_goal_its_figure_and_the_host_beside_a_missed_drift():
-    from bench.drift_goals import goals_line
+    from bench.lib.drift_goals import goals_line
 
     line = goals_line({"first": 0.99, "last": 1.05, "drift": 0.90, "rss": 2.0}, host_drift=0.85)
     assert line.startswith("goals: ")
@@ -86,8 +86,9 @@ def test_the_goals_line_names_each_goal_its_figure_and_the_host_beside_a_missed_
 
 
 def test_run_age_refuses_a_phase_of_no_seconds_in_one_line_before_any_run():
-    bench = Path(__file__).resolve().parent.parent / "bench" / "run_age.py"
+    root = Path(__file__).resolve().parent.parent
     for flag in ("--alone-s", "--turns-s", "--turn-s"):
-        out = subprocess.run([sys.executable, str(bench), flag, "0"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-m", "bench.studies.run_age", flag, "0"], cwd=root,
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 2, out.stderr
         assert out.stderr.strip() == f"{flag} 0: must be above 0 seconds"

@@ -1,5 +1,5 @@
 """Ctrl-C in ``shardscope bench`` (issue 19 finding 2, issue 20): exit 130 in every phase (how
-soon: bench/stop_latency.py), no row written, the CSV left byte for byte as it was; the progress line.
+soon: bench/goals/stop_latency.py), no row written, the CSV left byte for byte as it was; the progress line.
 
 The bench runs as a real child process with stderr on a pseudo-terminal, as a user's
 shell gives it: the progress line says which phase the run is in, and SIGINT is what
@@ -114,7 +114,7 @@ def test_ctrl_c_exits_130_and_writes_no_row(request, tmp_path, env, kind, phase,
     text = shown.decode("utf-8", "replace")
     assert rc == 130, text[-400:]
     # A hang bound (expected < 1 s; a 64-token run here takes minutes): how soon it exits is
-    # bench/stop_latency.py's ratio.
+    # bench/goals/stop_latency.py's ratio.
     assert took < 10.0, f"Ctrl-C during the {kind} run's {phase} took {took:.2f} s"
     assert "Exception ignored" not in text and "Traceback" not in text and "KeyboardInterrupt" not in text
     assert text.rstrip().endswith("shardscope: interrupted")

@@ -96,7 +96,7 @@ def test_ssd_emulation_limits_throughput(synthetic_model):
                       prefetch_depth=1, policy="lru", ssd_mb_s=100)
     # 10^6 B/s on both sides. Above: the limiter (+ readahead past a shard) — a loaded machine
     # only slows a run, so this holds anywhere. Below: a run that read nothing fails. How close
-    # to the emulated rate a run gets is a speed goal: bench/ssd_emulation_rate.py prints the ratio.
+    # to the emulated rate a run gets is a speed goal: bench/goals/ssd_emulation_rate.py prints the ratio.
     assert 0 < summary.ssd_mb_s <= 100 * 1.1
     assert summary.read_mb_per_token > 0
     assert not math.isnan(summary.cache_hit_rate)
@@ -129,7 +129,7 @@ def test_stop_takes_effect_within_a_layer(synthetic_model):
     comes 0.2 s after token 2 is out, so finishing the next token would read ≥ 200 MiB more. Stopping at the
     next layer reads at most the loads already in flight: (prefetch depth 1 + 1) × 32 MiB shards
     + an 8 MiB readahead window = 72 MiB (the kernel's count, /proc/self/io). The latency itself
-    is bench/stop_latency.py's ratio; the 10 s here only catches a hang (expected ~0.3 s)."""
+    is bench/goals/stop_latency.py's ratio; the 10 s here only catches a hang (expected ~0.3 s)."""
     import threading
     import time
 

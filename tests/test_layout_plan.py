@@ -75,7 +75,7 @@ def test_min_budget_counts_globals_layer_and_window(tmp_path):
 
 def test_layout_cache_serves_a_reopen_without_parsing_the_file(bundled_model, monkeypatch):
     """The second open comes from the cache: the parser is not called again (its speed is
-    bench/layout_cache_reopen.py's ratio, not a limit here)."""
+    bench/goals/layout_cache_reopen.py's ratio, not a limit here)."""
     from shardscope.engine.layout import layout_cache
 
     first = load_layout(bundled_model)

@@ -130,7 +130,7 @@ def test_prompt_progress_names_the_layer_and_the_bytes_and_the_load_reads_nothin
 def test_stop_during_a_long_phase_returns_the_window_to_idle_without_finishing_it(qtbot, slow_window, phase):
     """Stop cuts the phase short: the next phase is never reached (no sample of it), no round is
     claimed, and the window works again. How soon it is idle (goal: within a second) is
-    bench/stop_latency.py's ratio; the 10 s here only catches a hang."""
+    bench/goals/stop_latency.py's ratio; the 10 s here only catches a hang."""
     window = slow_window
     long_phase(window, phase)
     seen = shown_progress(window)

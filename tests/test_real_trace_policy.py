@@ -69,7 +69,7 @@ def test_decay_beats_every_other_online_policy_at_one_and_two_tokens(name):
 
 
 @pytest.mark.xfail(strict=True, reason="not met: auto gets 14-37 % of the way from lru to the optimum, decay 14-31 %, "
-                                       "the best other candidate searched (bench/policy_search.py) 17-33 % "
+                                       "the best other candidate searched (bench/studies/policy_search.py) 17-33 % "
                                        "(docs/decisions.md, 'Issue 25: the online policy search'; docs/real-traces.md)")
 @pytest.mark.parametrize("name", sorted(SIZES_MB))
 def test_best_online_policy_is_halfway_from_lru_to_the_optimum(name):

@@ -175,7 +175,7 @@ def test_greedy_text_does_not_fall_into_a_short_loop(tmp_path):
 
 def test_a_model_too_narrow_for_a_token_part_still_writes_and_loads(tmp_path):
     """n_embd 64 holds the constant block and a 48-dim context block only (found by
-    bench/synth_fuzz.py: the router divided by the empty token part's width and synth crashed)."""
+    bench/sweeps/synth_fuzz.py: the router divided by the empty token part's width and synth crashed)."""
     from shardscope.engine.stream.llama_session import LlamaSession
 
     w = synth_router.router_weights(0, 4, 256, 64, np.random.default_rng(0))

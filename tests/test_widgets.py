@@ -1,6 +1,6 @@
 """The widgets hold their contracts with the app: bounded memory, appends that never draw, no
 flood of commits from a drag, exact read-outs. Everything runs offscreen; an append's cost is
-bench/chart_append.py's (speed goals live in bench/)."""
+bench/goals/chart_append.py's (speed goals live in bench/)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_a_silence_is_a_gap_not_a_line(qtbot) -> None:
 
 def test_appends_never_draw(qtbot) -> None:
     """Appending only fills the buffers; drawing is the timer's (an append's cost, goal < 50 µs,
-    is bench/chart_append.py's ratio, not a limit here)."""
+    is bench/goals/chart_append.py's ratio, not a limit here)."""
     chart = make_chart(qtbot)
     sample = {"rss": 1.0, "resident": 2.0, "read": 3.0, "tps": 4.0}
     for i in range(20000):

@@ -1,0 +1,1 @@
+"""Correctness sweeps: many cases, each checked against a source the engine does not compute."""
