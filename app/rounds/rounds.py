@@ -55,6 +55,9 @@ class Round:
     # The settings it began with when a knob changed live during it (its figures then mix
     # both: a round that ran 20 s at 200 MiB and a moment at 605 is neither), else None.
     start_settings: RunSettings | None = None
+    # What stalled the round's host ("" for a clean round: engine.devices.token_stalls): its
+    # measured tok/s is the host's, not the settings'; its projection leaves the stalled tokens out.
+    stall: str = ""
 
     def mixed_knobs(self) -> list[str]:
         """The swept knobs whose value changed during the round."""
@@ -85,6 +88,10 @@ def round_columns() -> list[TableColumn]:
             TableColumn("model", "model", "the model file"), *knobs, *figures,
             TableColumn("device", "device", "the device the round is projected onto"),
             TableColumn("bound", "bound", "what limits the projection: ssd, dram or compute"),
+            TableColumn("host", "host stalled",
+                        "the host stalled this round (a token far above its round's median, the host's CPU steal "
+                        "≥ 20 %, or the process paused): its measured tok/s is the host's; the projection leaves "
+                        "the stalled tokens out"),
             TableColumn("mixed", "mixed",
                         "knobs changed while the round ran: its figures mix both settings (old→new)")]
 
@@ -109,6 +116,7 @@ def round_values(r: Round) -> dict[str, object]:
     values["projected_ts"] = p.tok_s if p is not None else None
     values["device"] = p.device_name if p is not None else ""
     values["bound"] = p.bound if p is not None else ""
+    values["host"] = r.stall
     values["mixed"] = r.mixed_text()
     return values
 

@@ -8,11 +8,16 @@ ones, lined up with the start of the round being run.
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from PySide6.QtWidgets import QInputDialog
 
 from shardscope.app.devices.round_projection import RoundProjection
 from shardscope.app.rounds.rounds import Round, baseline_values, round_columns, round_curves, round_tips, round_values
+from shardscope.engine.devices.run_projection import round_stall
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, describe
+from shardscope.engine.measure import host_steal
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.widgets import ChartGhosts, RoundsTable, format_number
 
@@ -43,6 +48,17 @@ class WindowRounds:
     def _next_round(self) -> None:
         self._round_start = None
         self._live_changes.clear()
+        self._steal_mark = host_steal.reading()  # the host's steal from here to the round's end
+
+    def _round_stall(self, summary) -> str:
+        """What stalled this round's host: its steal since the last round ended (or the run
+        started), a token far above the round's median, a prompt pass far above the usual."""
+        now = host_steal.reading()
+        before = getattr(self, "_steal_mark", now)
+        self._steal_mark = now
+        usual = [r.summary.ttft_ms for r in self.rounds[-20:] if not r.stall and r.number > 1]
+        return round_stall(summary, host_steal.share(before, now),
+                           statistics.median(usual) if len(usual) >= 2 else math.nan)
 
     def note_live_change(self, before: RunSettings) -> None:
         """The running run took new settings at the newest sample's time."""
@@ -66,7 +82,7 @@ class WindowRounds:
         if self.rounds and self.rounds[-1].settings == settings:
             settings = self.rounds[-1].settings  # one object for a run of rounds at one setting (160 a minute)
         r = Round(len(self.rounds) + 1, settings, summary, start, end, projection,
-                  start_settings=during[0] if during else None)
+                  start_settings=during[0] if during else None, stall=self._round_stall(summary))
         if not r.mixed_knobs():
             r.start_settings = None  # changed and changed back, or a knob the table does not show
         self.rounds.append(r)

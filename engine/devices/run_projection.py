@@ -16,11 +16,17 @@ one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
   touches only the dense bytes and its picked experts: there the model size is
   replaced by dense + n_expert_used / n_expert of the expert bytes. Its reads are
   on demand (prefetch_depth 0), so the projection adds the SSD term to the compute.
-* ``compute_s_per_token`` = 1 / avg_ts − wait_ms_per_token / 1000, floored at
-  1 µs: the decode time per token minus the time the decode thread sat blocked
-  waiting for a shard load. What is left is the time llama.cpp spent computing
-  (including this host's own memory traffic and whatever the loader thread's CPU
-  work slowed it down by, which a device would also pay).
+* ``compute_s_per_token`` = the median over the round's un-stalled tokens of (token time −
+  the token's wait for loads), floored at 1 µs (engine/devices/token_stalls.py): what llama.cpp
+  spent computing (including this host's own memory traffic and whatever the loader thread's
+  CPU work slowed it down by, which a device would also pay). A median, so a stall (the host
+  stealing the CPU, the process stopped) that falls into one token moves neither this nor the
+  projection (issue 48: the mean took one 18-s host stall as compute, 16.5 → 1.52 tok/s).
+  A summary without per-token times (a row read back from a CSV) falls back to the mean:
+  1 / avg_ts − wait_ms_per_token / 1000.
+* The device's compute factor is the preset's (``compute_scale``, cores); where the preset's
+  per-core speed is neither calibrated nor verified it is this host's, and ``compute_basis``
+  says so: "assumed = this host × 1.0".
 * ``host_threads`` = n_threads, ``prefetch`` = prefetch_depth > 0.
 * ``gpu_compute_s_per_token`` = the run's ``gpu_compute_ms_per_token`` (an expert run with GPU
   layers times the stretches its GPU layers computed), at most the compute above; 0 for runs
@@ -38,11 +44,13 @@ is checked in docs/projection-validation.md (bench/projection_validation.py).
 
 from __future__ import annotations
 
+import math
 
 from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_number
 from shardscope.engine.devices.projection import Projection, RunMeasurement, project
+from shardscope.engine.devices.token_stalls import robust_compute_s, stall_text
 from shardscope.engine.stream.residency import CHUNK_BYTES
 from shardscope.engine.stream.ssd_rate_limiter import split_requests
 
@@ -52,7 +60,13 @@ __all__ = [
     "project_summary",
     "projection_for",
     "fill_device_columns",
+    "compute_basis",
+    "round_stall",
+    "differs_note",
+    "DIFFERS_RATIO",
 ]
+
+DIFFERS_RATIO = 1.5  # measured here and projected further apart than this: say which term and why
 
 MIN_COMPUTE_S = 1e-6  # a run that waited for its whole decode time still computed something
 
@@ -74,7 +88,8 @@ def measurement_from_summary(summary) -> RunMeasurement:
         dense = max(0.0, _number(summary, "globals_mb")) * MIB
         total = dense + (total - dense) * summary.n_expert_used / summary.n_expert
     wait_s = max(0.0, _number(summary, "wait_ms_per_token")) / 1000.0
-    compute = max(1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
+    robust = robust_compute_s(getattr(summary, "token_s", ()), getattr(summary, "token_wait_s", ()))
+    compute = max(robust if robust is not None else 1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
     threads = int(summary.n_threads)
     requests, batches = _reads_per_token(summary, read)
     gpu_ms = getattr(summary, "gpu_compute_ms_per_token", 0.0)
@@ -133,3 +148,57 @@ def project_summary(summary, device_id: str) -> Projection:
     projection = projection_for(summary, device_id)
     fill_device_columns(summary, device_id, projection)
     return projection
+
+
+def compute_basis(device) -> str:
+    """Where the device's compute factor comes from: its calibration, its verified preset, or
+    nothing measured ("assumed = this host × 1.0": the device's cores are this host's)."""
+    x = device.compute_scale
+    factor = f"{x:.1f}" if abs(x * 10 - round(x * 10)) < 1e-9 else f"{x:.3g}"
+    if "compute_scale" in device.calibrated:
+        return f"per-core speed = this host × {factor}, {device.calibrated['compute_scale']}"
+    if device.is_verified("compute_scale"):
+        return f"per-core speed = this host × {factor} (preset)"
+    return f"assumed = this host × {factor} (per-core speed not calibrated: `shardscope calibrate`)"
+
+
+def round_stall(summary, steal_share: float = math.nan, usual_ttft_ms: float = math.nan) -> str:
+    """"" for a clean round, else what stalled it (token_stalls.stall_text): the host's steal over
+    the round, a token or the prompt pass far above the round's usual."""
+    return stall_text(getattr(summary, "token_s", ()), steal_share, summary.ttft_ms / 1000.0,
+                      usual_ttft_ms / 1000.0)
+
+
+def differs_note(summary, projection: Projection, device_id: str) -> str:
+    """Where the run measured here and its projection differ by more than DIFFERS_RATIO, one
+    sentence naming the term that differs most and the two rates behind it; else "".
+
+    Here a token took 1 / avg_ts: its compute and its wait for reads (``wait_ms_per_token``, on
+    this host's disk or the emulated one). On the device the same token's reads take the ssd
+    term (bytes ÷ the device's rate, its latency) and its compute the compute term."""
+    avg_ts = getattr(summary, "avg_ts", 0.0)
+    if not (avg_ts and avg_ts > 0 and projection.tokens_per_s > 0):
+        return ""
+    ratio = projection.tokens_per_s / avg_ts
+    if 1 / DIFFERS_RATIO <= ratio <= DIFFERS_RATIO:
+        return ""
+    device = get_device(device_id)
+    m = measurement_from_summary(summary)
+    host_wait = max(0.0, summary.wait_ms_per_token / 1000.0)
+    host_compute = m.compute_s_per_token
+    dev_read, dev_compute = projection.terms["ssd"], projection.terms["compute"]
+    faster = "above" if ratio > 1 else "below"
+    head = f"projected {projection.tokens_per_s:.3g} tok/s is {max(ratio, 1 / ratio):.1f}× {faster} the {avg_ts:.3g} measured here"
+    read_gap, compute_gap = abs(host_wait - dev_read), abs(host_compute - dev_compute)
+    if read_gap >= compute_gap:
+        mb = m.ssd_bytes_per_token / MIB
+        host_rate = m.ssd_bytes_per_token / host_wait / 1e6 if host_wait > 0 else math.inf
+        emulated = f", emulated {summary.emulated_ssd_mb_s:g} MB/s" if getattr(summary, "emulated_ssd_mb_s", 0) else ""
+        requests = f" in {m.ssd_requests_per_token:.0f} requests" if m.ssd_requests_per_token else ""
+        host = (f"this host waited {1000 * host_wait:.3g} ms a token for {mb:.3g} MiB{requests} "
+                f"(≈{host_rate:.0f} MB/s{emulated})" if host_wait > 0 else
+                f"this host read its {mb:.3g} MiB a token without waiting")
+        return (f"{head}: the reads differ — {host}, the device's {device.ssd_read_mb_s:g} MB/s SSD"
+                f"{'' if device.is_verified('ssd_read_mb_s') else ' (assumed)'} takes {1000 * dev_read:.3g} ms")
+    return (f"{head}: the compute differs — {1000 * host_compute:.3g} ms a token here with {m.host_threads} "
+            f"thread(s), {1000 * dev_compute:.3g} ms on {device.name} ({compute_basis(device)})")

@@ -296,6 +296,7 @@ class RunSkeleton:
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = marks["last_t"] = time.perf_counter()
             self._token_done(index, proc)
+            marks.setdefault("wait_s", []).append(self._tally().wait_s)  # per-token waits: token_wait_s
             if index == 0:
                 self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
                 marks["first"] = (process_read_bytes(proc), self._tally(), now)
@@ -332,7 +333,10 @@ class RunSkeleton:
         if not result.tokens and self._stop.is_set():  # stopped in the prompt pass: no round to report
             raise RunStopped("run stopped in the prompt pass")
         self._end_round(result)
-        return self._summary(result, self._figures(result, proc, marks, round_start))
+        summary = self._summary(result, self._figures(result, proc, marks, round_start))
+        waits = marks.get("wait_s", [])
+        summary.token_s, summary.token_wait_s = tuple(result.token_s), tuple(b - a for a, b in zip(waits, waits[1:]))
+        return summary
 
     def _check_file(self) -> None:
         problem = self.guard.problem() if self.guard is not None else None

@@ -57,6 +57,11 @@ class RunSummary:
     device: str = ""
     projected_ts: float = math.nan
     projected_bound: str = ""
+    # Not fields (no annotation), so no columns: each decoded token's wall time and, of it, the wait
+    # for loads, set by the run (empty for a row read back from a CSV); the projection's per-token
+    # compute is their median (engine/devices/token_stalls.py).
+    token_s = ()
+    token_wait_s = ()
 
     @staticmethod
     def columns() -> list[str]:
