@@ -60,7 +60,7 @@ def test_skew_scales_router_rows(tmp_path):
 
 
 @pytest.mark.parametrize("spec, words", [
-    (MoeSpec(1, 1), "experts must be 2 to 512"),
+    (MoeSpec(1, 1), "experts must be 2 to 1024"),
     (MoeSpec(8, 9), "experts_used must be 1 to experts (8)"),
     (MoeSpec(8, 2, shared_experts=-1), "shared_experts"),
     (MoeSpec(8, 2, routing_skew=float("nan")), "routing_skew"),

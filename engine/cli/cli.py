@@ -234,7 +234,7 @@ def _synth_flags_named(message: str, args) -> str:
 
 # what synth --arch offers; qwen3next is refused with the reason (not written yet)
 SYNTH_ARCHES = ("llama", "qwen2moe", "deepseek2", "qwen3moe", "gpt-oss", "glm4moe", "llama4", "kimi-k2",
-                "deepseek3", "gemma4", "qwen3next")
+                "deepseek3", "gemma4", "qwen3next", "kimi-k3", "deepseek4", "qwen35moe", "glm5-next", "minimax-m3")
 
 
 def _mb_list(text: str) -> list[float]:
@@ -356,9 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="always-used experts per layer (default: the arch's own, e.g. 0 for llama, 1 for qwen2moe and kimi-k2)")
     synth.add_argument("--routing-skew", type=non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
-    synth.add_argument("--routing", choices=("real", "uniform"), default=None,
+    synth.add_argument("--routing", choices=("real", "uniform", "flat"), default=None,
                        help="real (default): routing with real routers' reuse and popularity, llama.cpp still "
-                            "picking; uniform: random router rows (docs/synthetic-routing.md)")
+                            "picking; flat: the same reuse, no popularity (a router trained flat, as Kimi K3's "
+                            "quantile balancing); uniform: random router rows (docs/synthetic-routing.md)")
     synth.add_argument("--arch", choices=SYNTH_ARCHES, default=None,
                        help="MoE architecture (default: llama, or qwen2moe with shared experts); qwen3moe, gpt-oss, "
                             "glm4moe, llama4, gemma4, kimi-k2, deepseek3 have that model's expert counts and tensors; "

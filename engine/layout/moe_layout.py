@@ -25,7 +25,7 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo
 from shardscope.engine.base.units import MIB
 
-MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS: more aborts llama.cpp
+MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS (1024 in this llama.cpp, for Kimi K3): more aborts llama.cpp
 # The graph node whose data holds a layer's picked expert ids, per arch, as "<name>-<layer>".
 # Read in llama-cpp-python 0.3.36's src/models/<arch>.cpp: every MoE arch there routes through
 # llm_graph_context::build_moe_ffn, which names the ids ffn_moe_topk (after the optional expert

@@ -45,7 +45,9 @@ class ArchSpec:
     expert_groups: tuple[int, int] = (0, 0)  # (expert_group_count, expert_group_used_count)
     quant: str = "q8_0"  # the --quant a file gets unless told
     quants: tuple[str, ...] = ("q8_0", "q4_k_m")
-    family: str = "gqa"  # the writer module: gqa (synth_gqa_moe), mla (synth_deepseek2), gemma4, qwen3next
+    family: str = "gqa"  # the writer module: gqa (synth_gqa_moe), mla (synth_deepseek2), gemma4, qwen3next, kimi-k3
+    # > 0: a latent MoE (Kimi K3): the routed experts run at latent_ratio · n_embd (expert_latent_length)
+    latent_ratio: float = 0.0
     # Fewer layers make a file llama.cpp 0.3.36 aborts on (bench/synth_fuzz.py found them), and why.
     min_layers: int = 1
     min_layers_why: str = ""
@@ -97,6 +99,16 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("deepseek3", "deepseek2", "DeepSeek-V3", 256, 8, shared_experts=1, dense_lead=3,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
              weights_norm=True, weights_scale=2.5, expert_groups=(8, 4), family="mla"),
+    # Kimi-K3 (its own arch in this llama.cpp): n_embd 7168, 93 layers, KDA linear attention on 69 and gated MLA
+    # (96 heads) on every 4th and the last, layer 0 dense (33792), then a latent MoE: 896 experts top-16 of
+    # 3072 at 3584 (half of n_embd), MXFP4, sigmoid router + exp_probs_b, two shared experts at full width.
+    # expert_weights_scale: Kimi K2's 2.827 (K3's routed_scaling_factor is not in the notes; the writer
+    # undoes it in the down weights, so it changes no figure).
+    ArchSpec("kimi-k3", "kimi-k3", "Kimi-K3", 896, 16, shared_experts=2, dense_lead=1,
+             expert_ff_ratio=3072 / 7168, dense_ff_ratio=33792 / 7168, q_ratio=96 * 128 / 7168, kv_group=1,
+             router_bias="exp_probs_b", gating=2, weights_norm=True, weights_scale=2.827, quant="mxfp4",
+             quants=("mxfp4", "q4_k_m", "q8_0"), family="kimi-k3", latent_ratio=3584 / 7168, min_layers=2,
+             min_layers_why="the dense layer 0 and one MoE layer"),
     # --arch deepseek2: the deepseek2 graph with Kimi's shape unless told otherwise
     ArchSpec("deepseek2", "deepseek2", "Kimi-K2-Instruct", 64, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
@@ -104,7 +116,9 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
 )}
 
 # Archs this llama.cpp knows that synth does not write yet, with the reason (refused before writing).
-NOT_WRITTEN: dict[str, str] = {}
+NOT_WRITTEN: dict[str, str] = {
+    a: f"arch {a} is loaded by this llama.cpp but synth does not write it yet" for a in
+    ("deepseek4", "qwen35moe", "glm5-next", "minimax-m3")}
 
 
 __all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]

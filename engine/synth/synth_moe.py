@@ -39,6 +39,7 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
 from shardscope.engine.synth import synth_gemma4 as gemma4
 from shardscope.engine.synth import synth_gqa_moe as gqa
+from shardscope.engine.synth import synth_kimi_k3 as kimi_k3
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
@@ -47,7 +48,7 @@ from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_shapes import (attention_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
                           _header_bytes, _n_head_kv, _pad, _q8)
 
-MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS
+MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS (1024 since Kimi K3 in this llama.cpp)
 _PAGE = 4096
 
 
@@ -138,7 +139,7 @@ def _check_row(spec: MoeSpec, row: ArchSpec, where: str) -> None:
 
 def _writer(row: ArchSpec):
     """The module that writes the arch family's tensors and keys (plan, tensors, add_metadata)."""
-    return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4, "qwen3next": qwen3next}[row.family]
+    return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4, "qwen3next": qwen3next, "kimi-k3": kimi_k3}[row.family]
 
 
 def architecture(spec: MoeSpec) -> str:
@@ -171,7 +172,8 @@ def default_n_layers(size_mb: float, spec: MoeSpec | None = None) -> int:
 def tensors_per_layer(spec: MoeSpec) -> int:
     row = arch_spec(spec)
     if row is not None:
-        return deepseek2.tensors_per_layer(spec) if row.mla else gqa.TENSORS_PER_LAYER
+        return deepseek2.tensors_per_layer(spec) if row.mla else getattr(_writer(row), "TENSORS_PER_LAYER",
+                                                                         gqa.TENSORS_PER_LAYER)
     return 10 + (4 if spec.shared_experts else 0)
 
 

@@ -54,7 +54,9 @@ import numpy as np
 
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
 
-MODES = ("real", "uniform")
+# "flat": real's context and token parts without the popularity term and with a zero bias, so every
+# expert's expected share is the same: a router trained flat (Kimi K3's quantile balancing, no hot subset)
+MODES = ("real", "uniform", "flat")
 CONST_DIMS = 16
 EMBED_CONST = 4.0
 CONTEXT_GAIN = 2.0  # per-dim scale of the context block (other layers add noise of about 1 there)
@@ -243,13 +245,14 @@ def popularity(layer: int, n_layers: int) -> float:
 
 
 def router_weights(layer: int, n_layers: int, n_expert: int, n_embd: int, rng: np.random.Generator,
-                   head_dim: int = 64) -> np.ndarray:
-    """[n_expert, n_embd]: popularity over the constant block, context and token parts."""
+                   head_dim: int = 64, flat: bool = False) -> np.ndarray:
+    """[n_expert, n_embd]: popularity over the constant block, context and token parts; ``flat``: no
+    popularity (the constant block reads 0), the same context and token parts."""
     ctx = context_dims(n_embd, head_dim)
     tok = _token_dims(n_embd, head_dim)
     w = np.zeros((n_expert, n_embd), dtype=np.float32)
     b = rng.standard_normal(n_expert).astype(np.float32)
-    w[:, :CONST_DIMS] = (popularity(layer, n_layers) * b / (CONST_DIMS * EMBED_CONST))[:, None]
+    w[:, :CONST_DIMS] = (0.0 if flat else popularity(layer, n_layers)) * (b / (CONST_DIMS * EMBED_CONST))[:, None]
     width = ctx.stop - ctx.start
     # A model narrower than the constant and context blocks (n_embd ≤ 80, tiny files of many
     # experts) has no token part, and one of n_embd ≤ 16 no context block: those parts are left out.
@@ -302,13 +305,16 @@ def real_context_mla(attention: list[_Tensor], dims: tuple) -> list[_Tensor]:
             else t for t in attention]
 
 
-def real_router(t: _Tensor, layer: int, n_layers: int) -> _Tensor:
+def real_router(t: _Tensor, layer: int, n_layers: int, flat: bool = False) -> _Tensor:
     """ffn_gate_inp ([n_expert, n_embd]) from router_weights; its row_scale (routing skew) still applies."""
-    return replace(t, fill=partial(router_weights, layer, n_layers, t.rows, t.cols, head_dim=HEAD_DIM))
+    return replace(t, fill=partial(router_weights, layer, n_layers, t.rows, t.cols, head_dim=HEAD_DIM, flat=flat))
 
 
-def real_router_bias(t: _Tensor, layer: int, n_layers: int) -> _Tensor:
-    """exp_probs_b ([n_expert]) from router_bias, at the tensor's sigma for the first layer."""
+def real_router_bias(t: _Tensor, layer: int, n_layers: int, flat: bool = False) -> _Tensor:
+    """exp_probs_b ([n_expert]) from router_bias, at the tensor's sigma for the first layer; ``flat``: zeros
+    (a balanced router needs no correction)."""
+    if flat:
+        return replace(t, fill=lambda rng: np.zeros(t.cols, dtype=np.float32))
     return replace(t, fill=lambda rng: router_bias(layer, n_layers, t.cols, rng, t.sigma))
 
 

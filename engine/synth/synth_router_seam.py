@@ -8,6 +8,8 @@ these functions for those tensors, so the choice of router is made here, once, f
 - ``spec.routing == "real"`` (the default): engine/synth/synth_router.py's router (popularity
   growing with depth, a recency-weighted context written by layer 0's attention head 0, a token
   part); its module docstring is the contract.
+- ``"flat"``: the same without the popularity term and with zero router biases: every expert's expected
+  share is equal (a router trained flat, as Kimi K3's quantile balancing trains it), reuse kept.
 - ``"uniform"``: random F32 router rows (optionally skewed per ``MoeSpec.routing_skew``), a small
   random bias, random attention.
 
@@ -44,7 +46,12 @@ QK_NORM_GEMMA4 = (synth_router.KERNEL_S / 2.0) ** 0.5
 
 
 def is_real(spec) -> bool:
-    return getattr(spec, "routing", "real") == "real"
+    """real or flat: both write the context head and the embedding's blocks (flat only drops popularity)."""
+    return getattr(spec, "routing", "real") in ("real", "flat")
+
+
+def is_flat(spec) -> bool:
+    return getattr(spec, "routing", "real") == "flat"
 
 
 def router_scale(spec, layer: int) -> tuple[float, ...]:
@@ -92,13 +99,13 @@ def router_weight(name: str, spec, layer: int, n_embd: int, n_layers: int) -> _T
     scale, so picks depend on the token, not on noise; the skew's row scales apply to both."""
     t = _Tensor(name, spec.experts, n_embd, False, n_embd ** -0.5, random_f32=True,
                 row_scale=router_scale(spec, layer))
-    return synth_router.real_router(t, layer, n_layers) if is_real(spec) else t
+    return synth_router.real_router(t, layer, n_layers, flat=is_flat(spec)) if is_real(spec) else t
 
 
 def router_bias(name: str, spec, layer: int, n_layers: int) -> _Tensor:
     """A per-expert F32 bias (``exp_probs_b.bias`` or ``ffn_gate_inp.bias``); under real it grows with depth."""
     t = _Tensor(name, 1, spec.experts, False, BIAS_SIGMA, random_f32=True)
-    return synth_router.real_router_bias(t, layer, n_layers) if is_real(spec) else t
+    return synth_router.real_router_bias(t, layer, n_layers, flat=is_flat(spec)) if is_real(spec) else t
 
 
 def attention_output(name: str, n_embd: int, n_in: int, sigma: float) -> _Tensor:
