@@ -126,6 +126,9 @@ def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> N
     if t.fill is not None:
         if t.quantized and t.qtype.name != "Q8_0":
             raise ShardscopeError(f"{t.name}: structured weights are written as F32 or Q8_0, not {t.qtype.name}")
+        if t.int32:
+            fh.write(np.asarray(t.fill(np.random.Generator(bitgen)), dtype="<i4").tobytes())
+            return
         weights = np.asarray(t.fill(np.random.Generator(bitgen)), dtype=np.float32)
         if t.row_scale:
             weights = weights * np.asarray(t.row_scale, dtype=np.float32)[:, None]
@@ -200,6 +203,34 @@ def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, own_shap
     writer.add_add_eos_token(False)
 
 
+NEAR_SIZE = 0.02  # a default-depth MoE shape further off than this tries its neighbours' depths
+
+
+def _nearest_moe_shape(size_mb: float, shape: _Shape, moe, vocab: SynthVocab, where: str) -> _Shape:
+    """The shape of the size nearest ``size_mb`` among the default depth's and, when that is more
+    than NEAR_SIZE off (coarse Q4_K widths: --size-mb 240 made 250 MiB), the depths ±4 around it."""
+    from shardscope.engine.synth import synth_moe
+
+    def off(s: _Shape) -> float:
+        tensors = synth_moe.tensors(s, moe, vocab.n_vocab)
+        align = synth_moe.alignment(moe)
+        data = sum(-(-t.nbytes // align) * align for t in tensors)
+        return abs(_header_bytes(s.n_layers, vocab, synth_moe.tensors_per_layer(moe)) + data - size_mb * MIB)
+
+    best, best_off = shape, off(shape)
+    if best_off <= NEAR_SIZE * size_mb * MIB:
+        return best
+    for delta in (-1, 1, -2, 2, -3, 3, -4, 4):
+        if 2 <= shape.n_layers + delta <= 64:
+            try:
+                other = synth_moe.plan(size_mb, shape.n_layers + delta, moe, vocab, where)
+            except ShardscopeError:
+                continue
+            if off(other) < best_off:
+                best, best_off = other, off(other)
+    return best
+
+
 def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers: int | None = None,
                           seed: int = 0, progress: Callable[[float], None] | None = None,
                           moe=None) -> SynthInfo:
@@ -224,7 +255,8 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         if layers_given:
             shape = synth_moe.plan(size_mb, n_layers, moe, vocab, str(target))
         else:  # the default depth may have no shape within 5 % (coarse Q4_K/Q6_K widths): a neighbour may
-            shape = synth_moe.plan_near(size_mb, n_layers, moe, vocab, str(target))
+            shape = _nearest_moe_shape(size_mb, synth_moe.plan_near(size_mb, n_layers, moe, vocab, str(target)),
+                                       moe, vocab, str(target))
             n_layers = shape.n_layers
         tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
         header = _header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
@@ -277,7 +309,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
                 writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8),
                                        t.nbytes, raw_dtype=gguf.GGMLQuantizationType(t.qtype.ggml_type))
             else:
-                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.float32), t.nbytes)
+                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.int32 if t.int32 else np.float32), t.nbytes)
         try:
             writer.write_header_to_file()
             writer.write_kv_data_to_file()

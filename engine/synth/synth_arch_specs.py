@@ -109,6 +109,14 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
              router_bias="exp_probs_b", gating=2, weights_norm=True, weights_scale=2.827, quant="mxfp4",
              quants=("mxfp4", "q4_k_m", "q8_0"), family="kimi-k3", latent_ratio=3584 / 7168, min_layers=2,
              min_layers_why="the dense layer 0 and one MoE layer"),
+    # DeepSeek-V4-Flash (deepseek4 in this llama.cpp; config.json): n_embd 4096, 43 layers all MoE, 256 experts
+    # top-6 of 2048 + 1 shared, the first 3 layers hash-routed (tid2eid), sqrt-softplus scores (gating 4) +
+    # exp_probs_b, routed scale 1.5; 64 heads × 512 over one KV head (8 n_embd), q_lora 1024, MXFP4 experts
+    ArchSpec("deepseek4", "deepseek4", "DeepSeek-V4-Flash", 256, 6, shared_experts=1,
+             expert_ff_ratio=2048 / 4096, dense_ff_ratio=2048 / 4096, q_ratio=64 * 512 / 4096, kv_group=1,
+             router_bias="exp_probs_b", gating=4, weights_norm=True, weights_scale=1.5, quant="mxfp4",
+             quants=("mxfp4", "q4_k_m", "q8_0"), family="deepseek4", min_layers=4,
+             min_layers_why="three hash-routed layers and a scored one"),
     # --arch deepseek2: the deepseek2 graph with Kimi's shape unless told otherwise
     ArchSpec("deepseek2", "deepseek2", "Kimi-K2-Instruct", 64, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
@@ -118,7 +126,7 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
 # Archs this llama.cpp knows that synth does not write yet, with the reason (refused before writing).
 NOT_WRITTEN: dict[str, str] = {
     a: f"arch {a} is loaded by this llama.cpp but synth does not write it yet" for a in
-    ("deepseek4", "qwen35moe", "glm5-next", "minimax-m3")}
+    ("qwen35moe", "glm5-next", "minimax-m3")}
 
 
 __all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]

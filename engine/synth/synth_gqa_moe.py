@@ -107,9 +107,11 @@ def _total(shape: _Shape, spec, arch: ArchSpec, vocab, build=None) -> int:
     return fixed + sum(_pad(t.nbytes) for t in (build or tensors)(shape, spec, arch, vocab.n_vocab))
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str, build=None) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str, build=None,
+         heads_of=None) -> _Shape:
     """n_embd and the expert width that hit the size, the width nearest the real model's ratio.
-    ``build``: the arch's tensor list (default this module's; synth_gemma4 passes its own)."""
+    ``build``: the arch's tensor list (default this module's; synth_gemma4 passes its own);
+    ``heads_of(arch, n_embd)``: its (n_head, n_head_kv) where they are not ``heads``'."""
     if n_layers < arch.min_layers:
         raise ShardscopeError(f"{where}: a {arch.name} model needs at least {arch.min_layers} layers "
                               f"({arch.min_layers_why}), got {n_layers}")
@@ -122,7 +124,7 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str,
     target = int(size_mb * MIB)
     best, best_key = None, None
     for e in range(e_step, 8192 + 1, e_step):
-        n_head, n_kv = heads(arch, e)
+        n_head, n_kv = (heads_of or heads)(arch, e)
         t1 = _total(_Shape(n_layers, e, f_step, n_head, n_kv), spec, arch, vocab, build)
         t2 = _total(_Shape(n_layers, e, 2 * f_step, n_head, n_kv), spec, arch, vocab, build)
         if t1 > target * (1 + SIZE_TOLERANCE):

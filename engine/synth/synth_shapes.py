@@ -66,6 +66,7 @@ class _Tensor:
     # Weights with a structure (engine.synth.synth_router): fill(rng) gives the float matrix
     # [n_expert * rows, cols]; written as F32, or as Q8_0 when ``quantized``.
     fill: object = None
+    int32: bool = False  # a table of ids (deepseek4's tid2eid): ``fill`` written as I32, not F32
 
     @property
     def nbytes(self) -> int:
