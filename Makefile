@@ -14,7 +14,7 @@ venv: $(STAMP)
 # PIP_VERBOSE=-v shows every CMake/compiler line of the llama.cpp build instead of pip's spinner.
 PIP_VERBOSE ?=
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@echo "==> Setting up $(VENV) (first time only; later runs reuse it)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --progress-bar on --upgrade pip

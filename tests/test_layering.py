@@ -128,8 +128,14 @@ def test_app_room_imports_only_lower_rooms(room):
 
 
 def test_every_room_is_an_installed_package():
-    import tomllib
+    """setup.py's discovery (what a build installs) finds every room under its shardscope. name."""
+    import importlib.util
 
-    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    spec = importlib.util.spec_from_file_location("shardscope_setup", ROOT / "setup.py")
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)  # not __main__: finds the packages, builds nothing
+    packages = set(setup.PACKAGES)
     assert {f"shardscope.app.{room}" for room in APP_RANK} <= packages
     assert {f"shardscope.engine.{room}" for room in RANK} <= packages
+    assert {"shardscope.engine", "shardscope.app", "shardscope.widgets"} <= packages
+    assert not {p for p in packages if p.split(".")[1] not in ("engine", "app", "widgets")}
