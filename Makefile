@@ -33,6 +33,7 @@ run: $(STAMP)
 test: $(STAMP)
 	@echo "==> Running the test suite: it streams real models, 10 to 20 minutes on a 2-core machine (9 min 55 s, 11 min 23 s, 11 min 47 s, 12 min 06 s, 12 min 36 s and 18 min 20 s measured on fresh clones)"
 	@echo "    (pytest -q -m 'not slow and not timing' skips the longest ones)"
+	$(PY) -m ruff check .  # lint first (pyproject.toml [tool.ruff]): a lint error fails the test run
 	$(PY) -m pytest -q
 
 # Benchmarks with goals (bench/README.md), run from the repo root as modules; each prints its

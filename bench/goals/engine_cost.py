@@ -25,20 +25,18 @@ import argparse
 import mmap
 import os
 import statistics
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-
-from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
-from shardscope.engine.base.memory_calls import page_outward  # noqa: E402
-from shardscope.engine.experts.expert_io import edge_bytes, resident_dense_bytes  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.memory_calls import page_outward
+from shardscope.engine.experts.expert_io import edge_bytes, resident_dense_bytes
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.runs.run_factory import open_run
 
 MIB = 1024 * 1024
 MB_PER_LAYER = 300 / 61  # the model: 61 layers in 300 MB (13 KB experts)
@@ -116,8 +114,8 @@ SAMPLER = SamplerCpu()
 
 
 def streamed(model: str, budget_mb: float, tokens: int, threads: int, warm: bool = False, timed: bool = False) -> dict:
-    settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads, prompt=PROMPT,
-                           expert_policy="lru")
+    settings = RunSettings(model_path=model, budget_mb=budget_mb, n_gen=tokens, n_ctx=128, threads=threads,
+                           prompt=PROMPT, expert_policy="lru")
     run = open_run(settings, streams="experts")
     layers_timed: list[tuple[float, tuple]] = []
     try:

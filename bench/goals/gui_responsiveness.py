@@ -15,19 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-
-from bench.lib.virtual_display import start_display  # noqa: E402
+from bench.lib.virtual_display import start_display
 
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
 
 from bench.lib.bench_models import synthetic_model  # noqa: E402
 from bench.lib.cold_cache import drop_from_cache  # noqa: E402
-from bench.lib.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.lib.fake_expert_views import FakeExpertViews  # noqa: E402
+from bench.lib.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.lib.headless_child import rounds_in_child  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 

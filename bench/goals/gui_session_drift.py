@@ -47,24 +47,21 @@ import math
 import os
 import signal
 import statistics
-import sys
 import time
 from pathlib import Path
 
+import psutil
 
-import psutil  # noqa: E402
-
-from bench.lib.virtual_display import start_display  # noqa: E402
+from bench.lib.virtual_display import start_display
 
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
 
 from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Signal  # noqa: E402
 
 from bench.lib.bench_models import bundled_model  # noqa: E402
-from bench.lib.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
+from bench.lib.drift_cases import checked, dense_settings, file_copies, moe_model, moe_settings, no_room_for_copies  # noqa: E402
 from bench.lib.drift_goals import goals_line  # noqa: E402
-from bench.lib.drift_cases import (checked, dense_settings, file_copies, moe_model, moe_settings,  # noqa: E402
-                                no_room_for_copies)
+from bench.lib.gui_session import StallProbe, open_window, pump, stop  # noqa: E402
 from bench.lib.headless_child import RoundStream, decode_rate, loaded_and_paused, row_of  # noqa: E402
 from bench.lib.turns import counted, host_steal, steal_share, turn_seconds  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
@@ -417,7 +414,8 @@ def main() -> None:
                         help="after the session, the headless run against a fresh one in turns for this long (0: none)")
     parser.add_argument("--case", choices=("dense", "moe", "both"), default="both")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--moe-size-mb", type=int, default=240, help="size of the qwen3moe synth written for the MoE case")
+    parser.add_argument("--moe-size-mb", type=int, default=240,
+                        help="size of the qwen3moe synth written for the MoE case")
     parser.add_argument("--moe-model", default=None, help="an MoE GGUF of your own for the MoE case (else the synth)")
     parser.add_argument("--moe-budget-share", type=float, default=0.5,
                         help="the MoE case's budget as a share of its file's size (below 1: experts stream)")
@@ -450,7 +448,8 @@ def main() -> None:
             check_writable("--rounds-csv", args.rounds_csv)
         except ShardscopeError as exc:
             parser.exit(2, f"{exc}\n")
-    cases = [(c, checked(case_settings(c, args), f"the {c} case")) for c in ("dense", "moe") if args.case in (c, "both")]
+    cases = [(c, checked(case_settings(c, args), f"the {c} case"))
+             for c in ("dense", "moe") if args.case in (c, "both")]
     no_room = no_room_for_copies(max(os.path.getsize(s.model_path) for _, s in cases), 2)  # a case's two at a time
     if no_room:
         parser.exit(2, no_room + "\n")

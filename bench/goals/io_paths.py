@@ -24,12 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-
-from bench.goals.moe_scale import streamed_run  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.stream.io_path import ENV, MREMAP, PORTABLE  # noqa: E402
+from bench.goals.moe_scale import streamed_run
+from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.stream.io_path import ENV, MREMAP, PORTABLE
 
 MIB = 1024 * 1024
 GB = 1e9

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-
-from bench.lib.bench_models import bundled_model  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.layout_cache import load_layout  # noqa: E402
+from bench.lib.bench_models import bundled_model
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.layout_cache import load_layout
 
 GOAL_S = 1.0  # the bound the test held
 

@@ -28,14 +28,13 @@ import threading
 import time
 from pathlib import Path
 
-
-from bench.lib.cold_cache import drop_from_cache  # noqa: E402
-from bench.lib.plain_mmap import plain_mmap_capped  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from bench.lib.cold_cache import drop_from_cache
+from bench.lib.plain_mmap import plain_mmap_capped
+from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.runs.run_factory import open_run
 
 MIB = 1024 * 1024
 GB = 1e9
@@ -97,7 +96,8 @@ def scale_model(skew: float | None) -> str:
 
     # synth lands within ±5 % of the size asked for (whole layers): ask for 1.21 × RAM to get ≥ 1.15 ×.
     size_mb = math.ceil(1.21 * mem_total_bytes() / MIB)
-    name = f"dense-scale-{size_mb}mb.gguf" if skew is None else f"moe-scale-64x8-{size_mb}mb-skew{skew:g}-routing-v2.gguf"
+    name = (f"dense-scale-{size_mb}mb.gguf" if skew is None
+            else f"moe-scale-64x8-{size_mb}mb-skew{skew:g}-routing-v2.gguf")
     path = cache_dir() / "bench" / name
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

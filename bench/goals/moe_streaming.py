@@ -24,14 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-
-from bench.lib.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
-from bench.lib.plain_mmap import plain_mmap_capped  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from bench.lib.cold_cache import disk_bound_mb_s, drop_from_cache
+from bench.lib.plain_mmap import plain_mmap_capped
+from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.runs.run_factory import open_run
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -114,7 +113,8 @@ def main() -> None:
                     ("experts (hot) + speculation", hot_spec)):
         print(f"| {name} | {s.avg_ts:.2f} | {s.read_mb_per_token:.1f} | {100 * s.expert_hit_rate:.1f} % | "
               f"{s.expert_wait_ms_per_token:.1f} | {s.compute_ms_per_token:.1f} |")
-    print(f"| whole layers | {whole.avg_ts:.2f} | {whole.read_mb_per_token:.1f} | – | {whole.wait_ms_per_token:.1f} | – |")
+    print(f"| whole layers | {whole.avg_ts:.2f} | {whole.read_mb_per_token:.1f} | – "
+          f"| {whole.wait_ms_per_token:.1f} | – |")
     if mmap_result:
         print(f"| plain mmap, capped at {cap_mb:.0f} MB | {mmap_result['tok_s']:.2f} | "
               f"{mmap_result['read_mb_per_token']:.1f} | – | – | – |")

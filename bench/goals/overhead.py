@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
-
-from bench.lib.bench_models import bundled_model  # noqa: E402
-from shardscope.engine.stream.llama_session import LlamaSession  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from bench.lib.bench_models import bundled_model
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.stream.llama_session import LlamaSession
 
 PROMPT = "The history of the printing press begins"
 

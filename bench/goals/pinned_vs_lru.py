@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
-
-from bench.lib.bench_models import synthetic_model  # noqa: E402
-from bench.goals.streaming_efficiency import streaming_run  # noqa: E402
+from bench.goals.streaming_efficiency import streaming_run
+from bench.lib.bench_models import synthetic_model
 
 MIB = 1024 * 1024
 
@@ -38,7 +36,8 @@ def main() -> None:
             s = streaming_run(model, budget, policy, args.prefetch_depth, shard, args.tokens, args.threads)
             results[policy].append(s)
             print(f"  {policy:6s} {s.avg_ts:5.2f} tok/s, {s.read_mb_per_token:6.0f} MB read/token, "
-                  f"cache hit rate {100 * s.cache_hit_rate:5.1f} %, resident weights ≤ {s.resident_weights_mb:.0f} MB", flush=True)
+                  f"cache hit rate {100 * s.cache_hit_rate:5.1f} %, resident weights ≤ {s.resident_weights_mb:.0f} MB",
+                  flush=True)
     best = {p: max(r.avg_ts for r in rs) for p, rs in results.items()}
     print(f"model {Path(model).name} ({size_mb:.0f} MB), budget {budget} MB, shard {shard} MB, "
           f"prefetch depth {args.prefetch_depth}, n_threads {args.threads}, best of {args.repeats}")

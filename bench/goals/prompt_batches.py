@@ -30,13 +30,12 @@ import math
 import sys
 from pathlib import Path
 
-
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.layout import budget_minimum as bm  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout import budget_minimum as bm
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
+from shardscope.engine.runs.run_factory import open_run
 
 MIB = 1024 * 1024
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes Gutenberg "

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
+import psutil
 
-import psutil  # noqa: E402
-
-from bench.lib.virtual_display import start_display  # noqa: E402
+from bench.lib.virtual_display import start_display
 
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
 

@@ -29,11 +29,11 @@ from pathlib import Path
 if not os.environ.get("DISPLAY"):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from bench.lib.bench_models import synthetic_model  # noqa: E402
-from bench.lib.cold_cache import drop_from_cache  # noqa: E402
-from shardscope.engine.base.units import MIB  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from bench.lib.bench_models import synthetic_model
+from bench.lib.cold_cache import drop_from_cache
+from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import open_run
 
 PROMPT = "The history of the printing press begins"
 

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
-
-from bench.lib.bench_models import synthetic_model  # noqa: E402
-from bench.lib.cold_cache import disk_bound_mb_s, drop_from_cache  # noqa: E402
-from bench.lib.controller_alone import controller_alone_mb_s  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.base.units import MB_S, MIB  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from bench.lib.bench_models import synthetic_model
+from bench.lib.cold_cache import disk_bound_mb_s, drop_from_cache
+from bench.lib.controller_alone import controller_alone_mb_s
+from shardscope.engine.base.units import MB_S, MIB
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import open_run
 
 
 def streaming_run(model: str, budget_mb: int, policy: str, depth: int, shard_mb: float, tokens: int, threads: int,
@@ -77,7 +75,8 @@ def main() -> None:
         print(f"round {n + 1}: cold sequential disk MB/s (10^6 B/s) before: {fmt(reads_before)}; after: "
               f"{fmt(reads_after)}; bound {disk_mb_s:.0f} MB/s / {summary.streamed_mb_per_token:.1f} MiB needed"
               f"/token = {bound:.2f} tok/s; measured {summary.avg_ts:.2f} tok/s ({summary.read_mb_per_token:.1f} "
-              f"MiB read/token, cache hit rate {100 * summary.cache_hit_rate:.0f} %, peak RSS {summary.peak_rss_mb:.0f} MiB) "
+              f"MiB read/token, cache hit rate {100 * summary.cache_hit_rate:.0f} %, "
+              f"peak RSS {summary.peak_rss_mb:.0f} MiB) "
               f"-> {summary.avg_ts / bound:.2f}", flush=True)
     efficiency, tok_s, bound, disk_mb_s, summary = sorted(rounds, key=lambda r: r[0])[len(rounds) // 2]
     # Against a disk that does not drift: the rate limiter at a share of this one's speed.

@@ -20,17 +20,15 @@ import argparse
 import os
 import signal
 import statistics
-import sys
 from pathlib import Path
 
-
-from bench.lib.virtual_display import start_display  # noqa: E402
+from bench.lib.virtual_display import start_display
 
 DISPLAY_LINE = start_display()  # before Qt is imported: it picks its platform once
 
-from bench.lib.gui_session import open_window, pump, stop  # noqa: E402
 from bench.lib.bench_models import bundled_model  # noqa: E402
 from bench.lib.drift_cases import checked, dense_settings, moe_model, moe_settings  # noqa: E402
+from bench.lib.gui_session import open_window, pump, stop  # noqa: E402
 from bench.lib.headless_child import decode_rate, rounds_in_child, row_of  # noqa: E402
 
 MODES = ("shown", "hidden", "headless")

@@ -1,1 +1,2 @@
-"""Helpers the bench scripts share (models, cold caches, the window driver, child processes); nothing here runs alone."""
+"""Helpers the bench scripts share (models, cold caches, the window driver, child processes):
+nothing here runs alone."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardscope.engine.base.bundled_model import bundled_model_path
-from shardscope.engine.synth.synth import write_synthetic_model
 from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.synth.synth import write_synthetic_model
 
 
 def synthetic_model(size_mb: int) -> str:

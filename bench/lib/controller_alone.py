@@ -19,10 +19,10 @@ import numpy as np
 
 from bench.lib.cold_cache import drop_from_cache
 from shardscope.engine.base import memory_calls
-from shardscope.engine.layout.layout_cache import load_layout
-from shardscope.engine.stream.residency import ResidencyController
-from shardscope.engine.layout.shard_plan import plan_shards
 from shardscope.engine.base.units import MB_S
+from shardscope.engine.layout.layout_cache import load_layout
+from shardscope.engine.layout.shard_plan import plan_shards
+from shardscope.engine.stream.residency import ResidencyController
 
 
 def controller_alone_mb_s(model: str, budget_mb: int, depth: int, shard_mb: int, policy: str,

@@ -12,12 +12,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-
-from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
-from shardscope.engine.base.units import MIB  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.runs.run_factory import check_run  # noqa: E402
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.units import MIB
+from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import check_run
 
 __all__ = ["moe_model", "dense_settings", "moe_settings", "checked", "file_copies", "no_room_for_copies"]
 

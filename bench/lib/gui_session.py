@@ -14,10 +14,10 @@ from pathlib import Path
 if not os.environ.get("DISPLAY"):
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
+from PySide6.QtWidgets import QApplication
 
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.engine.knobs.settings import RunSettings
 
 
 def application() -> QApplication:

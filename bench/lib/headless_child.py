@@ -28,11 +28,9 @@ import tempfile
 import threading
 import time
 from collections import namedtuple
-from pathlib import Path
 
-
-from shardscope.app.base.window_priority import at_normal_priority  # noqa: E402 - beside a lowered window
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.app.base.window_priority import at_normal_priority
+from shardscope.engine.knobs.settings import RunSettings
 
 __all__ = ["rounds_in_child", "RoundStream", "loaded_and_paused", "decode_rate", "row_of", "Row", "ROW"]
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-
-from bench.lib.cold_cache import drop_from_cache  # noqa: E402
-from bench.lib.memory_cap import run_capped  # noqa: E402
+from bench.lib.cold_cache import drop_from_cache
+from bench.lib.memory_cap import run_capped
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"

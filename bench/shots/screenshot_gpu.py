@@ -15,10 +15,8 @@ run on the CPU.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
-
 
 
 def main() -> int:
@@ -60,7 +58,8 @@ def main() -> int:
                   f"{getattr(r, 'expert_hit_rate', float('nan')):.3f}; last sample GPU "
                   f"{s.gpu_mb if s else float('nan'):.0f} MiB")
         slider = window.controls.sliders["n_gpu_layers"]
-        print(f"  GPU slider: enabled {slider.slider.isEnabled()}, readout {slider.readout()!r}, tooltip: {slider.toolTip()[:100]!r}")
+        print(f"  GPU slider: enabled {slider.slider.isEnabled()}, readout {slider.readout()!r}, "
+              f"tooltip: {slider.toolTip()[:100]!r}")
 
     window.start_run()
     picture("gpu-window-cpu.png", 0)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
-
 
 MIB = 1024 * 1024
 

@@ -13,10 +13,8 @@ is what a user sees) and prints the table's rows and the round panel's deltas.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
-
 
 
 def main() -> int:

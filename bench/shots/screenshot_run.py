@@ -14,10 +14,8 @@ series of pictures from one run.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
-
 
 
 def main() -> int:

@@ -31,16 +31,14 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from collections import deque
 from pathlib import Path
 
-
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.base.units import MIB  # noqa: E402
-from shardscope.engine.stream.streaming_run import prepare_plan  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import open_run
+from shardscope.engine.stream.streaming_run import prepare_plan
 
 _BUFFER = re.compile(r"(\S+) model buffer size\s*=\s*([\d.]+) MiB")
 _REPEATING = re.compile(r"offloading (\d+) repeating layers to GPU")

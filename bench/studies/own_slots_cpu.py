@@ -84,8 +84,9 @@ def main() -> None:
         os.lseek(fd, lo, 0)
         ref = os.read(fd, hi - lo)
         ds.drop(lo, hi)
-        print(f"round {rnd}: own slots  load+drop {(c1 - c0) / (n / 1e9):.3f} s/GB sys, {n / 1e6 / (t1 - t0):.0f} MB/s, "
-              f"same bytes {data == ref}, resident now {memory_calls.resident_bytes(m.start, m.end) >> 20} MiB", flush=True)
+        resident = memory_calls.resident_bytes(m.start, m.end) >> 20
+        print(f"round {rnd}: own slots  load+drop {(c1 - c0) / (n / 1e9):.3f} s/GB sys, "
+              f"{n / 1e6 / (t1 - t0):.0f} MB/s, same bytes {data == ref}, resident now {resident} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ def main(quick: bool) -> None:
                 continue
             rates = {p: 100 * replay_one(trace, p, cap).expert_hit_rate for p in POLICIES + ("optimal",)}
             best = max(rates[p] for p in POLICIES if p != "auto")
-            d = {"best": rates["auto"] - best, "lru": rates["auto"] - rates["lru"], "decay": rates["auto"] - rates["decay"]}
+            d = {"best": rates["auto"] - best, "lru": rates["auto"] - rates["lru"],
+                 "decay": rates["auto"] - rates["decay"]}
             case = f"{layers}x{n_expert}x{k} {name} {x}x"
             for key, v in d.items():
                 if v < worst[key][0]:

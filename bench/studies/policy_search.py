@@ -506,7 +506,8 @@ def table(paths: list[str]) -> None:
         print("| policy | " + " | ".join(f"{x:g}x {one * x:,.0f} MiB" for x in MULTIPLES) + " |")
         print("|---|" + "---|" * len(MULTIPLES))
         for policy in ("auto", "decay", "lru", "optimal"):
-            cells = [f"{100 * replay_one(trace, policy, int(one * x * 2**20)).expert_hit_rate:.1f} %" for x in MULTIPLES]
+            rates = [replay_one(trace, policy, int(one * x * 2**20)).expert_hit_rate for x in MULTIPLES]
+            cells = [f"{100 * rate:.1f} %" for rate in rates]
             print(f"| {policy} | " + " | ".join(cells) + " |", flush=True)
 
 
@@ -525,10 +526,11 @@ def cost() -> None:
             replay_one(trace, policy, cap)
             ms[policy] = 1000 * (time.process_time() - t0) / n
         h = trace.header
+        per_pick_us = (ms['auto'] - ms['decay']) / (len(h.unit_bytes) * h.n_expert_used) * 1000
         print(f"{name:6} {len(h.unit_bytes)} layers x top-{h.n_expert_used}: ms of CPU per decoded token "
               + ", ".join(f"{p} {v:.2f}" for p, v in ms.items())
               + f"; auto's shadows cost {ms['auto'] - ms['decay']:.2f} ms a token over decay "
-              f"({(ms['auto'] - ms['decay']) / (len(h.unit_bytes) * h.n_expert_used) * 1000:.0f} us per pick)", flush=True)
+              f"({per_pick_us:.0f} us per pick)", flush=True)
 
 
 MULTIPLES = (0.5, 1.0, 1.5, 2.0, 4.0)

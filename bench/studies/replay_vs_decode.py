@@ -8,15 +8,12 @@ decode thread needs the GIL at every layer's router callback.
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
-from pathlib import Path
 
-
-from shardscope.app.experts.cacheability_curve import compute, compute_in_process  # noqa: E402
-from shardscope.engine.runs.run_factory import open_run  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
+from shardscope.app.experts.cacheability_curve import compute, compute_in_process
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import open_run
 
 
 def main() -> None:

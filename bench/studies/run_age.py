@@ -28,16 +28,13 @@ import math
 import os
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
-
-from bench.lib.bench_models import bundled_model  # noqa: E402
-from bench.lib.drift_cases import (checked, dense_settings, file_copies, moe_model, moe_settings,  # noqa: E402
-                                no_room_for_copies)
-from bench.lib.headless_child import RoundStream, decode_rate, loaded_and_paused  # noqa: E402
-from bench.lib.turns import counted, host_steal, steal_share, turn_seconds  # noqa: E402
+from bench.lib.bench_models import bundled_model
+from bench.lib.drift_cases import checked, dense_settings, file_copies, moe_model, moe_settings, no_room_for_copies
+from bench.lib.headless_child import RoundStream, decode_rate, loaded_and_paused
+from bench.lib.turns import counted, host_steal, steal_share, turn_seconds
 
 WHO = ("aged", "old file", "new file", "original")
 
@@ -58,7 +55,8 @@ def alone(stream: RoundStream, seconds: float, steal: list) -> None:
     for m in sorted(minutes):
         rate = decode_rate(minutes[m], skip_first=False)
         first = first or rate
-        print(f"         {m + 1:6d} {rate:6.1f} {rate / first:11.2f} {100 * steal_share(steal, t0 + 60 * m, t0 + 60 * m + 60):9.1f} %")
+        share = steal_share(steal, t0 + 60 * m, t0 + 60 * m + 60)
+        print(f"         {m + 1:6d} {rate:6.1f} {rate / first:11.2f} {100 * share:9.1f} %")
 
 
 def in_turns(streams: dict[str, RoundStream], seconds: float, turn_s: float, steal: list) -> list:
@@ -82,7 +80,8 @@ def main() -> None:
     parser.add_argument("--case", choices=("dense", "moe"), default="moe")
     parser.add_argument("--alone-s", type=float, default=540.0, help="phase 1: the first run alone this long")
     parser.add_argument("--turns-s", type=float, default=180.0, help="phase 2: the four runs in turns this long")
-    parser.add_argument("--turn-s", type=float, default=None, help="seconds of a turn (default: 4 x a round decode, 5 s at least)")
+    parser.add_argument("--turn-s", type=float, default=None,
+                        help="seconds of a turn (default: 4 x a round decode, 5 s at least)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     for flag in ("alone_s", "turns_s"):

@@ -13,15 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 from pathlib import Path
 
-
-from bench.lib.bench_models import synthetic_model  # noqa: E402
-from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.base.units import MIB  # noqa: E402
-from shardscope.engine.runs.verify import verified_run  # noqa: E402
-from shardscope.engine.runs.verify_report import format_report  # noqa: E402
+from bench.lib.bench_models import synthetic_model
+from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.verify import verified_run
+from shardscope.engine.runs.verify_report import format_report
 
 
 def main() -> None:
