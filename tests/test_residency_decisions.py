@@ -227,5 +227,5 @@ def test_window_skips_pinned_shards_and_lends_the_current_layers_room():
 
 
 def test_budget_below_the_minimum_is_refused_with_the_minimum():
-    with pytest.raises(ShardscopeError, match="minimum of 57 MB"):
+    with pytest.raises(ShardscopeError, match="the minimum is 57 MiB"):
         require_budget(SMALL_LAYERS, 50, 3)

@@ -90,7 +90,7 @@ def list_help(key: str, what: str = "values") -> str:
     spec = KNOBS[key]
     unit = f" ({spec.unit}{'; 0 = ' + spec.off if spec.off else ''})" if spec.unit else ""
     example = spec.propose or spec.tune or ",".join(spec.choices) or _example(spec)
-    return f"{spec.label.lower()} {what}{unit}, e.g. {example}"
+    return f"{spec.label.lower()} {what}{unit}, e.g. {example}".replace("%", "%%")  # argparse formats help
 
 
 def _example(spec) -> str:

@@ -28,7 +28,8 @@ from collections import Counter
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
-from shardscope.engine.layout.budget_minimum import dense_pages, edge_bytes, resident_dense_bytes  # noqa: F401 - one definition, re-exported
+from shardscope.engine.layout.budget_minimum import (dense_pages, edge_bytes, pages_without,  # noqa: F401
+                                                     resident_dense_bytes)  # one definition, re-exported
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import DirectSlots, SlotsFull
 from shardscope.engine.stream.portable_slots import DROP as PORTABLE_DROP
@@ -52,8 +53,10 @@ def _edge_pages(start: int, end: int) -> list[int]:
 
 class ExpertIO:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, slots: DirectSlots | None,
-                 limiter: SsdRateLimiter):
+                 limiter: SsdRateLimiter, trunk_ranges=()):
         self.moe = moe
+        # The trunk's shards where the trunk streams too (engine/stream/residency.py loads them): not read here.
+        self.resident_pages = pages_without(dense_pages(moe), trunk_ranges)
         self.mapping = mapping
         self.fd = fd
         self.slots = slots
@@ -66,7 +69,8 @@ class ExpertIO:
         self._lock = threading.Lock()
 
     def start(self) -> int:
-        """Cold start: drop whatever the load left of the file, read the dense bytes; returns them."""
+        """Cold start: drop whatever the load left of the file, read the dense bytes (less the trunk's
+        streamed shards); returns them."""
         m = self.mapping
         memory_calls._madvise(m.start, m.end, MADV_RANDOM)
         evicted = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
@@ -76,7 +80,7 @@ class ExpertIO:
             self.slots.adopt(MADV_RANDOM)
         total = 0
         mapped_lo, mapped_hi = m.file_offset, m.file_offset + (m.end - m.start)
-        for lo, hi in dense_pages(self.moe):
+        for lo, hi in self.resident_pages:
             # With GPU layers llama.cpp unmaps the ends of the file that hold GPU tensors only
             # (llama-model-loader's unmap_fragment; issue #35): there is no host copy to read there.
             lo, hi = max(lo, mapped_lo), min(hi, mapped_hi)

@@ -1,10 +1,13 @@
-"""One MoE run with expert streaming: dense weights stay resident, routed experts stream.
+"""One MoE run with expert streaming: routed experts stream through the expert cache, and where
+the budget cannot hold the trunk (attention, shared experts, dense layers) it streams by layer too.
 
 The run's skeleton (load, file guard, phases, rounds, stop, close, the summary's
 arithmetic) is engine/stream/run_skeleton.py, shared with the dense StreamingRun; this
 module supplies only the streamer: the ExpertStreamer (engine/experts/expert_streaming.py)
-with its expert cache under the rest of the budget, its counters, the routing trace and
-the knobs it takes live. engine/runs/run_factory.py picks it for MoE models that do not
+with its expert cache, composed where the trunk streams with the dense run's layer streamer
+(a ResidencyController over the trunk's shards: pinned layers, a window in flight, prefetch
+depth) under the trunk's part of one budget (engine/layout/budget_minimum.py split_budget),
+its counters, the routing trace and the knobs it takes live. engine/runs/run_factory.py picks it for MoE models that do not
 fit their budget, or when a routing trace is asked for.
 """
 
@@ -19,8 +22,6 @@ import numpy as np
 import psutil
 
 from shardscope.engine.base.bundled_model import resolve_model_path
-from shardscope.engine.knobs.knob_refusal import KnobRefusal
-from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.policy_advice import ADVICE_TOKENS, cache_advice
@@ -29,11 +30,11 @@ from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
-from shardscope.engine.layout.budget_minimum import (expert_cache_bytes, min_budget_mb, min_expert_cache_bytes,
-                                                     prompt_batch_tokens, resident_dense_bytes, whole_mb)
+from shardscope.engine.layout.budget_minimum import BudgetSplit, prompt_batch_tokens, split_budget, trunk_plan_for
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.measure.metrics import MetricsSample, process_read_bytes
+from shardscope.engine.stream.residency import ResidencyController
 from shardscope.engine.stream.run_skeleton import RunSkeleton, share
 from shardscope.engine.stream.run_summary import RunSummary
 
@@ -50,7 +51,7 @@ class ExpertRunSummary(RunSummary):
     expert_hit_rate: float = math.nan  # by bytes: picked experts resident when picked (a guess loaded in time counts)
     expert_hits: int = 0
     expert_misses: int = 0  # picked experts the decode waited for
-    dense_mb_per_token: float = 0.0  # dense bytes streamed per decoded token (they stay resident: 0)
+    dense_mb_per_token: float = 0.0  # trunk bytes streamed per decoded token (0 while the trunk stays resident)
     expert_mb_per_token: float = 0.0  # experts loaded per decoded token (the streamer's count)
     expert_wait_ms_per_token: float = 0.0
     compute_ms_per_token: float = 0.0  # decode time not spent waiting for experts
@@ -62,6 +63,9 @@ class ExpertRunSummary(RunSummary):
     prompt_mb_read: float = 0.0  # the kernel's read_bytes from the prompt's start to its first token
     trace_path: str = ""
     expert_advice: str = ""  # a better policy on the run's own routing, and by how much (policy_advice.py)
+    trunk_share: int = 0  # percent of the budget above the minimum given to the trunk (the knob, or the engine's choice)
+    trunk_mb: float = 0.0  # what the trunk's shards may keep resident (all of the trunk: it does not stream)
+    trunk_streams: bool = False  # the trunk streamed by layer beside the experts
 
     @staticmethod
     def columns() -> list[str]:
@@ -81,43 +85,34 @@ def _expert_figures(c, c0, figures: dict, per_tok: int, speculation: bool) -> di
     wait_ms = (c.wait_s - c0.wait_s) * 1000 / per_tok
     return dict(
         expert_hits=hits, expert_misses=misses,
-        expert_hit_rate=figures["on_time_rate"],  # one figure, one rule: bytes resident when picked
+        # one figure, one rule: bytes resident when picked (the experts' own: with a streamed trunk
+        # the row's on_time_rate counts its shards too)
+        expert_hit_rate=share(c.on_time_bytes - c0.on_time_bytes, c.needed_bytes - c0.needed_bytes),
         dense_mb_per_token=round((c.dense_loaded_bytes - c0.dense_loaded_bytes) / MIB / per_tok, 3),
         expert_mb_per_token=round((c.loaded_bytes - c0.loaded_bytes) / MIB / per_tok, 3),
         expert_wait_ms_per_token=round(wait_ms, 2),
-        compute_ms_per_token=round(figures["decode_s"] * 1000 / per_tok - wait_ms, 2),
+        # decode time not spent waiting for weights (experts, and a streamed trunk's shards)
+        compute_ms_per_token=round(figures["decode_s"] * 1000 / per_tok - figures["wait_ms_per_token"], 2),
         spec_accuracy=share(correct, issued),
         spec_hidden_share=share(hidden, misses + hidden) if speculation else math.nan,
         evict_residue_mb=round(c.residue_bytes / MIB, 3),
     )
 
 
-def cache_bytes_for(moe: MoeLayout, settings: RunSettings) -> int:
-    """The expert cache the budget allows (engine/layout/budget_minimum.py), or a one-line refusal
-    naming the knob that is too small (KnobRefusal: the CLI names the flag, the window the slider)."""
-    budget = int(settings.budget_mb * MIB)
-    dense = resident_dense_bytes(moe)  # whole pages: what mincore will count
-    name = Path(moe.path).name
-    spec = settings.expert_speculation
-    floor = min_expert_cache_bytes(moe, spec)
-    step = f"{'3' if spec else '2'} layers' picks of {plural(moe.n_expert_used, 'expert')}"
-    if budget - dense < floor:  # too small whatever the cache is set to: the budget is the knob
-        raise KnobRefusal(
-            f"budget {settings.budget_mb:g} MiB leaves {max(budget - dense, 0) / MIB:.1f} MiB for experts of {name}; "
-            f"the minimum is {min_budget_mb(moe, spec)} MiB (dense {dense / MIB:.1f} MiB + {step}"
-            f"{' (speculation on)' if spec else ''}, {floor / MIB:.1f} MiB)", "budget_mb", min_budget_mb(moe, spec))
-    cache = expert_cache_bytes(moe, settings.budget_mb, settings.expert_cache_mb)
-    if dense + cache > budget:
-        raise KnobRefusal(
-            f"with {name}'s {dense / MIB:.0f} MiB of dense weights it exceeds the budget of "
-            f"{settings.budget_mb:g} MiB", "expert_cache_mb", max(0, (budget - dense) // MIB), "at most",
-            given=settings.expert_cache_mb)
-    if cache < floor:
-        raise KnobRefusal(
-            f"below the minimum expert cache of {name}, {whole_mb(floor)} MiB ({step}"
-            f"{' (speculation on)' if spec else ''})", "expert_cache_mb", whole_mb(floor),
-            given=settings.expert_cache_mb)
-    return cache
+def split_for(moe: MoeLayout, settings: RunSettings, layout=None) -> BudgetSplit:
+    """Where the budget goes (engine/layout/budget_minimum.py): globals, the trunk, the expert cache;
+    or a one-line refusal naming the knob that is too small (KnobRefusal: the CLI names the flag,
+    the window the slider). ``layout`` (the file's tensor table; read from ``moe.path`` when not
+    given) gives the trunk's shards; a layout with no file behind it takes the trunk as resident."""
+    if layout is None and Path(moe.path).is_file():
+        layout = load_layout(moe.path)
+    trunk = trunk_plan_for(layout, moe, settings) if layout is not None else None
+    return split_budget(moe, trunk, settings)
+
+
+def cache_bytes_for(moe: MoeLayout, settings: RunSettings, layout=None) -> int:
+    """The expert cache the budget allows, or the refusal ``split_for`` gives."""
+    return split_for(moe, settings, layout).cache_bytes
 
 
 # What an expert run takes between tokens; the layer-streaming knobs do not apply to it (no shards).
@@ -141,7 +136,13 @@ class ExpertRun(RunSkeleton):
         super().__init__(settings, model_path, layout, sample_interval_s=sample_interval_s,
                          on_sample=on_sample, on_token=on_token, on_phase=on_phase)
         self.moe = moe
-        self.cache_bytes = cache_bytes_for(moe, settings)
+        # Where the budget goes: globals, the trunk (streamed by layer when it gets less than all of
+        # its bytes), the expert cache (engine/layout/budget_minimum.py)
+        self.trunk_plan = trunk_plan_for(layout, moe, settings)
+        self.split = split_budget(moe, self.trunk_plan, settings)
+        self.cache_bytes = self.split.cache_bytes
+        self.trunk: ResidencyController | None = None  # the trunk's streamer, when it streams (at load)
+        self._layer_pos = {layer: pos for pos, layer in enumerate(self.trunk_plan.layers)} if self.trunk_plan else {}
         self.trace_path = trace_path
         self._token_base = 0  # tokens of earlier rounds, so trace tokens stay distinct across rounds
         self._trace: TraceWriter | None = None
@@ -151,16 +152,45 @@ class ExpertRun(RunSkeleton):
         self.per_token: list[dict] = []  # decoded tokens: read bytes (kernel) vs loaded expert bytes
 
     # ------------------------------------------------------------ live knobs
+    def _split_of(self, new: RunSettings) -> BudgetSplit:
+        return split_budget(self.moe, trunk_plan_for(self.layout, self.moe, new), new)
+
     def _fits(self, new: RunSettings) -> None:
-        cache_bytes_for(self.moe, new)  # refuses, naming the flag
+        self._split_of(new)  # refuses, naming the flag
+
+    def _restart_needed(self, old: RunSettings, new: RunSettings, keys: list[str]) -> bool:
+        """A trunk that starts or stops streaming needs the layer hook installed or not, a new shard
+        size a new plan: a new run. Everything else moves live."""
+        split = self._split_of(new)
+        return split.trunk_streams != self.split.trunk_streams or (self.split.trunk_streams and "shard_mb" in keys)
+
+    def _take(self, new: RunSettings) -> None:
+        old = self.settings
+        super()._take(new)
+        if self.trunk is not None:  # the layer knobs move the trunk's streamer (the skeleton skips them here)
+            if new.policy != old.policy:
+                self.trunk.set_policy(new.policy)
+            if new.prefetch_depth != old.prefetch_depth:
+                self._resize_cache()
 
     def _resize_cache(self, _value=None) -> None:
-        self.cache_bytes = cache_bytes_for(self.moe, self.settings)
-        if self.streamer is not None:
-            self.streamer.set_cache_bytes(self.cache_bytes, int(self.settings.budget_mb * MIB))
+        self.split = self._split_of(self.settings)
+        self.cache_bytes = self.split.cache_bytes
+        if self.streamer is None:
+            return
+        budget = int(self.settings.budget_mb * MIB)
+        trunk_budget_mb = (self.trunk_plan.globals_bytes + self.split.trunk_bytes) / MIB if self.trunk else 0
+        if self.trunk is not None and trunk_budget_mb < self.trunk.budget_bytes / MIB:
+            self.trunk.set_budget(trunk_budget_mb)  # the side that shrinks first
+        if self.trunk is not None and self.settings.prefetch_depth != self.trunk.prefetch_depth:
+            self.trunk.set_prefetch_depth(self.settings.prefetch_depth)
+        self.streamer.set_cache_bytes(self.cache_bytes, budget)
+        if self.trunk is not None and trunk_budget_mb != self.trunk.budget_bytes / MIB:
+            self.trunk.set_budget(trunk_budget_mb)
 
     set_budget_mb = _resize_cache
     set_expert_cache_mb = _resize_cache
+    set_trunk_share = _resize_cache
 
     set_expert_policy = RunSkeleton.forward("set_policy")
     set_expert_speculation = RunSkeleton.forward("set_speculation")
@@ -204,6 +234,7 @@ class ExpertRun(RunSkeleton):
         # memory where the streamer works on them (experts_on_cpu; engine/stream/gpu_split.py).
         return LlamaSession(self.model_path, n_threads=s.threads, n_ctx=s.n_ctx, n_gpu_layers=s.n_gpu_layers,
                             experts_on_cpu=True, topk_hook=self._on_topk, hook_from_start=True,
+                            layer_hook=self._on_layer if self.split.trunk_streams else None,
                             norm_hook=self._on_norm if s.expert_speculation else None, lazy_load=True,
                             load_progress=self._load_watch, prompt_batch=self._prompt_batch,
                             on_prompt_batch=self.progress.at_batch)
@@ -214,10 +245,16 @@ class ExpertRun(RunSkeleton):
             raise ShardscopeError(f"{self.model_path}: no file mapping found; expert streaming needs Linux mmap")
         if self.trace_path:
             self._trace = TraceWriter(self.trace_path, self._trace_header())
+        if self.split.trunk_streams:
+            # The layer streamer over the trunk's shards, under the trunk's part of the budget, composed
+            # into the expert streamer (one file, one set of own slots, one emulated disk).
+            plan = self.trunk_plan
+            self.trunk = ResidencyController(plan, self.mapping, self._fd, (plan.globals_bytes + self.split.trunk_bytes) / MIB,
+                                             s.prefetch_depth, s.policy, s.ssd_mb_s, slots=self.slots, shared=True)
         return ExpertStreamer(self.moe, self.mapping, self._fd, budget_bytes=int(s.budget_mb * MIB),
                               cache_bytes=self.cache_bytes, policy=s.expert_policy,
                               speculation=s.expert_speculation, trace=self._trace, ssd_mb_s=s.ssd_mb_s,
-                              slots=self.slots)
+                              slots=self.slots, trunk=self.trunk)
 
     def _prompt_batch(self) -> int:
         """Prompt tokens per llama_decode for the cache as it is now (0: the whole prompt at once)."""
@@ -233,6 +270,14 @@ class ExpertRun(RunSkeleton):
     def _on_norm(self, layer: int, row) -> None:
         if self.streamer is not None:
             self.streamer.on_norm(layer, row)
+
+    def _on_layer(self, layer_number: int) -> bool:
+        """A layer is about to compute: its trunk shards resident first (the trunk streams)."""
+        trunk = self.trunk
+        if trunk is None:
+            return True
+        self.progress.at_layer(layer_number)
+        return trunk.on_layer(self._layer_pos.get(layer_number, layer_number))
 
     def _on_topk(self, layer: int, ids) -> bool:
         streamer = self.streamer
@@ -292,7 +337,7 @@ class ExpertRun(RunSkeleton):
         self._token_base += len(result.tokens) + 1
 
     def _summary(self, result, figures: dict) -> "ExpertRunSummary":
-        s, streamer = self.settings, self.streamer
+        s, streamer, trunk = self.settings, self.streamer, self.trunk
         c = streamer.snapshot_counters()
         c0 = self._marks.get("first", c)
         per_tok = max(len(result.token_s), 1)
@@ -301,12 +346,18 @@ class ExpertRun(RunSkeleton):
         figures.pop("decode_s")
         return ExpertRunSummary(
             **figures, **expert,
-            n_layers=self.layout.n_layers, n_shards=0,  # every block, as synth and size count them
+            n_layers=self.layout.n_layers,  # every block, as synth and size count them
             n_gpu_layers=self.session.n_gpu_layers,  # 0 where the build has no GPU offload (cli.py says so)
             n_gpu_layers_requested=s.n_gpu_layers,
-            gpu_compute_ms_per_token=round(gpu_s * 1000 / per_tok, 2), shard_mb=0.0, prefetch_depth=0,
-            budget_mb=s.budget_mb, policy="", emulated_ssd_mb_s=s.ssd_mb_s,
-            globals_mb=round(self.moe.dense_bytes / MIB, 1), pinned_mb=round(self.moe.dense_bytes / MIB, 1),
+            gpu_compute_ms_per_token=round(gpu_s * 1000 / per_tok, 2),
+            shard_mb=s.shard_mb if trunk else 0.0, prefetch_depth=trunk.prefetch_depth if trunk else 0,
+            budget_mb=s.budget_mb, policy=trunk.policy if trunk else "", emulated_ssd_mb_s=s.ssd_mb_s,
+            n_shards=len(self.trunk_plan.shards) if trunk else 0,
+            globals_mb=round((self.trunk_plan.globals_bytes if trunk else self.moe.dense_bytes) / MIB, 1),
+            pinned_mb=round((sum(self.trunk_plan.shards[i].n_bytes for i in trunk.pinned) if trunk else
+                             self.moe.dense_bytes) / MIB, 1),
+            trunk_share=self.split.share, trunk_mb=round(self.split.trunk_bytes / MIB, 1),
+            trunk_streams=trunk is not None,
             load_mechanism=streamer.io.load_mechanism, evict_mechanism=streamer.io.evict_mechanism,
             n_expert=self.moe.n_expert, n_expert_used=self.moe.n_expert_used,
             expert_cache_mb=round(self.cache_bytes / MIB, 1), expert_policy=s.expert_policy,
@@ -324,4 +375,4 @@ class ExpertRun(RunSkeleton):
             self._trace = None
 
 
-__all__ = ["ExpertRun", "ExpertRunSummary", "LIVE_KEYS", "moe_layout_for", "cache_bytes_for"]
+__all__ = ["ExpertRun", "ExpertRunSummary", "LIVE_KEYS", "moe_layout_for", "cache_bytes_for", "split_for"]

@@ -76,8 +76,12 @@ class ExpertCounters:
 class ExpertStreamer:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, *, budget_bytes: int,
                  cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 16, trace=None,
-                 ssd_mb_s: float = 0.0, slots: DirectSlots | None = None):
+                 ssd_mb_s: float = 0.0, slots: DirectSlots | None = None, trunk=None):
         self.moe = moe
+        # The trunk's layer streamer (a ResidencyController over its shards, shared=True) where the
+        # budget cannot hold the trunk: this streamer drops the file and reads the globals at start,
+        # then starts it; its counters add to the weights' (snapshot), its loads are dense loads.
+        self.trunk = trunk
         self.mapping = mapping
         self.fd = fd
         self.budget_bytes = budget_bytes
@@ -91,10 +95,12 @@ class ExpertStreamer:
                                  moe.n_expert_used)  # as replay does: decay reads a prompt pass as shares of its tokens
         self.counters = ExpertCounters()
         # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
-        self.limiter = SsdRateLimiter(ssd_mb_s)
-        self.io = ExpertIO(moe, mapping, fd, slots, self.limiter)
+        self.limiter = trunk.limiter if trunk is not None else SsdRateLimiter(ssd_mb_s)  # one emulated disk
+        # trunk_ranges: the trunk's shards, streamed beside the experts (engine/experts/trunk_streaming.py)
+        trunk_ranges = [r for shard in trunk.plan.shards for r in shard.ranges] if trunk is not None else ()
+        self.io = ExpertIO(moe, mapping, fd, slots, self.limiter, trunk_ranges)
         self.slots = slots  # their books are the sampler's resident-weights reading
-        self._dense_resident = resident_dense_bytes(moe)  # fixed for the run: not re-merged per sample
+        self._dense_resident = sum(hi - lo for lo, hi in self.io.resident_pages)  # fixed for the run
         self.token = 0
         self.in_prompt = True
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
@@ -133,6 +139,8 @@ class ExpertStreamer:
     def start(self) -> None:
         """Cold start: drop the whole file, read the dense bytes back, stream experts from here."""
         self.counters.dense_loaded_bytes += self.io.start()
+        if self.trunk is not None:
+            self.trunk.start()  # after the file's drop: its cold start finds every shard out and loads its own
         if self.speculation:
             self._routers = self._router_views()
 
@@ -159,10 +167,14 @@ class ExpertStreamer:
     def stop(self) -> None:
         """Release a decode thread blocked on loads (Stop pressed)."""
         self._stopped = True
+        if self.trunk is not None:
+            self.trunk.close_waits()
 
     def close(self) -> None:
         """Stop the loader threads: a populate after the model is freed fails (ENOMEM)."""
         self._stopped = True
+        if self.trunk is not None:
+            self.trunk.close()  # its loaders first: the slots they read into close below
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.io.close()
 
@@ -270,7 +282,7 @@ class ExpertStreamer:
 
     @property
     def error(self) -> str | None:
-        return self._error
+        return self._error or (self.trunk.error if self.trunk is not None else None)
 
     @property
     def dense_bytes(self) -> int:
@@ -434,12 +446,31 @@ class ExpertStreamer:
                                          hit_bytes=c.hit_bytes, on_time_bytes=c.on_time_bytes,
                                          loads=c.loads, loaded_bytes=c.loaded_bytes,
                                          evictions=c.evictions, evicted_bytes=c.evicted_bytes, wait_s=c.wait_s)
-        return ResidencySnapshot((), counters, self._dense_resident + self.cache.used_bytes, self.budget_bytes,
-                                 None, self.io.load_mechanism, self.io.evict_mechanism)
+        if self.trunk is None:
+            return ResidencySnapshot((), counters, self._dense_resident + self.cache.used_bytes, self.budget_bytes,
+                                     None, self.io.load_mechanism, self.io.evict_mechanism)
+        trunk = self.trunk.snapshot()  # the weights' figures count the trunk's shards beside the experts
+        return ResidencySnapshot(trunk.states, counters.plus(trunk.counters),
+                                 self._dense_resident + self.cache.used_bytes + self.trunk_resident_bytes(trunk),
+                                 self.budget_bytes, trunk.current_layer_pos,
+                                 f"{self.io.load_mechanism}; trunk: {trunk.load_mechanism}",
+                                 f"{self.io.evict_mechanism}; trunk: {trunk.evict_mechanism}")
+
+    def trunk_resident_bytes(self, trunk_snapshot=None) -> int:
+        """The trunk's shard bytes in the books now (loading or resident; 0 when the trunk does not
+        stream: then it is all in the dense pages)."""
+        if self.trunk is None:
+            return 0
+        snap = trunk_snapshot or self.trunk.snapshot()
+        return snap.resident_bytes - self.trunk.plan.globals_bytes
 
     def snapshot_counters(self) -> ExpertCounters:
+        """The expert counters; dense_loaded_bytes includes the trunk's shard loads where it streams."""
         with self._lock:
-            return self.counters.copy()
+            counters = self.counters.copy()
+        if self.trunk is not None:
+            counters.dense_loaded_bytes += self.trunk.snapshot().counters.loaded_bytes
+        return counters
 
 
 __all__ = ["ExpertStreamer", "ExpertCounters"]

@@ -133,6 +133,16 @@ class RunSettings:
         False, label="Expert speculation", short="speculation", flag="--expert-speculation", sweep="bool",
         sweep_rank=10, tune="off,on", tune_rank=7, live=True, setter="set_expert_speculation", streams="experts",
         tip="Prefetch the experts the router is predicted to pick for the next layer")
+    # The split of an MoE budget between its trunk and its expert cache (engine/layout/budget_minimum.py).
+    trunk_share: int = knob(
+        0, label="Trunk share", short="trunk share", column="trunk", unit="%", off="auto", low=0, high=100,
+        flag="--trunk-share", help="percent of the budget above the minimum the trunk may keep resident, "
+                                   "the rest for the expert cache (0: the engine chooses)",
+        sweep="num", sweep_rank=11, tune="0,1,25,50,75,100", tune_rank=8, propose="0,1,50,100",
+        slider=(0, 100, 1), live=True, setter="set_trunk_share", streams="experts",
+        tip="How the budget above the minimum is split: this percent to the trunk's resident layers "
+            "(read again every token when not resident), the rest to the expert cache. "
+            "0 = auto: the engine's choice from the model and the budget.")
 
     def with_changes(self, **changes) -> "RunSettings":
         return replace(self, **changes)

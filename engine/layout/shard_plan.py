@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.layout.gguf_layout import ModelLayout
+from shardscope.engine.layout.moe_layout import EXPERT_TENSORS
 from shardscope.engine.base.memory_calls import PAGE, page_inward
 from shardscope.engine.base.units import MIB
 
@@ -88,26 +89,24 @@ class ShardPlan:
         return sum(self.shards[i].n_bytes for i in self.layer_shards[layer_pos])
 
     def min_budget_bytes(self, depth: int) -> int:
-        """Globals + the layer being computed + the shards being prefetched.
+        """Globals + the layer being computed + the shards being prefetched (engine/layout/
+        budget_minimum.py's one minimum: the eval callback waits per layer, so all slices of the
+        current layer must be resident together; prefetch keeps ``depth`` more shards in flight)."""
+        from shardscope.engine.layout.budget_minimum import dense_minimum
 
-        The eval callback waits per layer, so all slices of the current layer must be
-        resident together; prefetch keeps ``depth`` more shards in flight.
-        """
-        if not self.shards:
-            return self.globals_bytes
-        biggest_layer = max(self.layer_bytes(i) for i in range(len(self.layers)))
-        needed = self.globals_bytes + biggest_layer + depth * self.max_shard_bytes
-        return min(needed, self.host_bytes)  # past the model's size, everything simply fits
+        return dense_minimum(self, depth).bytes
 
     def shard_of_layer_pos(self, layer_pos: int) -> tuple[int, ...]:
         return self.layer_shards[layer_pos]
 
 
-def _layer_ranges(layout: ModelLayout, layer: int) -> list[tuple[int, int]]:
-    """Page-aligned ranges of one layer's big tensors, adjacent ones merged."""
+def _layer_ranges(layout: ModelLayout, layer: int, skip: frozenset[str] = frozenset(),
+                  small: int = SMALL_TENSOR_BYTES) -> list[tuple[int, int]]:
+    """Page-aligned ranges of one layer's tensors of ``small`` bytes or more (not those named in
+    ``skip``), adjacent ones merged."""
     ranges: list[tuple[int, int]] = []
     for tensor in layout.layer_tensors(layer):
-        if tensor.n_bytes < SMALL_TENSOR_BYTES:
+        if tensor.n_bytes < small or tensor.name in skip:
             continue
         inner = page_inward(tensor.offset, tensor.offset + tensor.n_bytes)
         if inner is None:
@@ -143,7 +142,8 @@ def _split(ranges: list[tuple[int, int]], limit: int) -> list[list[tuple[int, in
     return [p for p in pieces if p]
 
 
-def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> ShardPlan:
+def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0, skip: frozenset[str] = frozenset(),
+                total_bytes: int | None = None, small: int = SMALL_TENSOR_BYTES) -> ShardPlan:
     """Shards over the layers that stay on the host.
 
     llama.cpp gives the GPU the output layer first, then the last repeating layers:
@@ -159,7 +159,7 @@ def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> Sh
     layers = tuple(layout.layer_indices)
     n_offloaded = max(0, min(gpu_layers - 1, len(layers)))
     offloaded = layers[len(layers) - n_offloaded:] if n_offloaded else ()
-    per_layer = [[] if layer in offloaded else _layer_ranges(layout, layer) for layer in layers]
+    per_layer = [[] if layer in offloaded else _layer_ranges(layout, layer, skip, small) for layer in layers]
     shards: list[Shard] = []
     layer_shards: list[tuple[int, ...]] = []
     group_layers: list[int] = []
@@ -206,8 +206,33 @@ def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0) -> Sh
         shards=tuple(shards),
         layer_shards=tuple(layer_shards),
         layers=layers,
-        total_bytes=layout.weight_bytes,
+        total_bytes=layout.weight_bytes if total_bytes is None else total_bytes,
         streamable_bytes=streamable,
         offloaded_layers=offloaded,
-        offloaded_ranges=tuple(r for layer in offloaded for r in _layer_ranges(layout, layer)),
+        offloaded_ranges=tuple(r for layer in offloaded for r in _layer_ranges(layout, layer, skip, small)),
     )
+
+
+def plan_trunk(layout: ModelLayout, moe, shard_mb: float) -> ShardPlan:
+    """Shards over an MoE file's trunk: each layer's dense matrices (attention or its linear kin,
+    latent projections, shared experts, a dense FFN layer), the layer streaming's unit, beside the
+    routed experts that the expert cache streams. The plan's bytes are the trunk's (the experts are
+    another streamer's), so its globals are the dense bytes no shard holds.
+
+    What stays with the globals is chosen by name, not only by size: norms, biases and residual
+    scores (llama.cpp may touch them before the layer's hook: the hook fires after ``attn_norm-N``
+    computed) and routers (speculation reads the next layer's router while this layer computes).
+    The matrices then stream down to TRUNK_SMALL_TENSOR_BYTES, so a latent-MoE trunk of small
+    matrices (Kimi K3's shape at test size) streams too."""
+    skip = frozenset(t.name for t in layout.tensors if t.layer is not None and _stays_with_globals(t.name))
+    return plan_shards(layout, shard_mb, skip=skip, total_bytes=moe.dense_bytes, small=TRUNK_SMALL_TENSOR_BYTES)
+
+
+TRUNK_SMALL_TENSOR_BYTES = 16 * 1024  # four pages: a smaller matrix's page-inward part is mostly edges
+# Routed-expert tensors, never a trunk shard's.
+_EXPERT_PARTS = tuple(f".{name}.weight" for name in EXPERT_TENSORS)
+
+
+def _stays_with_globals(name: str) -> bool:
+    return (name.endswith(_EXPERT_PARTS) or name.endswith(".ffn_gate_inp.weight") or not name.endswith(".weight")
+            or "norm" in name or "score" in name or name.endswith(".bias"))

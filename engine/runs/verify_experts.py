@@ -42,11 +42,20 @@ def expert_ranges(run) -> list[tuple[int, int]]:
     return spans
 
 
-def residency_reading(run, watcher) -> tuple[float, float]:
-    """(the books' expert bytes, mincore's) in MiB, both over the same page-inward ranges."""
+def residency_reading(run, watcher) -> tuple[float, ...]:
+    """(the books' expert bytes, mincore's) in MiB, both over the same page-inward ranges; where the
+    trunk streams, then (the books' resident trunk shards, mincore's) over those shards' ranges."""
     spans = expert_ranges(run)
     books = sum(hi - lo for lo, hi in spans)
-    return books / MIB, watcher.resident_bytes(spans) / MIB
+    reading = (books / MIB, watcher.resident_bytes(spans) / MIB)
+    trunk = getattr(run, "trunk", None)
+    if trunk is None:
+        return reading
+    from shardscope.engine.stream.residency import PINNED, RESIDENT
+
+    states = trunk.snapshot().states
+    shards = [r for shard, state in zip(trunk.plan.shards, states) if state in (RESIDENT, PINNED) for r in shard.ranges]
+    return reading + (sum(hi - lo for lo, hi in shards) / MIB, watcher.resident_bytes(shards) / MIB)
 
 
 def expert_checks(summary, run, token_reads: dict, residency: tuple[float, float]) -> list[Check]:
@@ -54,16 +63,21 @@ def expert_checks(summary, run, token_reads: dict, residency: tuple[float, float
     checks = []
     n_decoded = summary.n_gen - 1
     first, last = token_reads.get("first"), token_reads.get("last")
+    # A streamed trunk (engine/experts/trunk_streaming.py) reads too: the kernel's reads are then the
+    # experts' plus the trunk's shards (dense_mb_per_token), and every shard is needed every token.
+    trunk = getattr(run, "trunk", None)
     if first and last and n_decoded > 0:
         read = last["read_bytes"] - first["read_bytes"]
         outside_tok = read / MIB / n_decoded
         # Floor: a page per expert slice can be read around an expert's exact bytes.
         floor = run.moe.n_expert_used * len(run.moe.layers) * 3 * memory_calls.PAGE / MIB
-        checks.append(Check("expert_mb_per_token (CSV)", BY_NAME["expert_mb_per_token"].source,
-                            summary.expert_mb_per_token, outside_tok,
-                            [relative_difference(summary.expert_mb_per_token, outside_tok, floor=max(floor, 0.5))],
-                            "MiB"))
+        streamed = summary.expert_mb_per_token + (summary.dense_mb_per_token if trunk is not None else 0.0)
+        label = "expert_mb_per_token + dense_mb_per_token (CSV)" if trunk is not None else "expert_mb_per_token (CSV)"
+        checks.append(Check(label, BY_NAME["expert_mb_per_token"].source, streamed, outside_tok,
+                            [relative_difference(streamed, outside_tok, floor=max(floor, 0.5))], "MiB"))
         needed = sum(read_unit_bytes(run.moe, layer) for layer in run.moe.layers) * run.moe.n_expert_used * n_decoded
+        if trunk is not None:  # the trunk's shards, from the file's tensor table: each one every token
+            needed += sum(hi - lo for shard in trunk.plan.shards for lo, hi in shard.ranges) * n_decoded
         kernel_hit = 1 - read / needed if needed else float("nan")
         checks.append(Check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source, summary.cache_hit_rate,
                             kernel_hit, [relative_difference(summary.cache_hit_rate, kernel_hit, floor=1.0)], "of 1"))
@@ -73,9 +87,13 @@ def expert_checks(summary, run, token_reads: dict, residency: tuple[float, float
                             float("nan"), float("nan"), [], "MiB", note=why))
         checks.append(Check("cache_hit_rate (CSV)", BY_NAME["expert_hit_rate"].source,
                             float("nan"), float("nan"), [], "of 1", note=why))
-    books, outside = residency
+    books, outside = residency[:2]
     checks.append(Check("expert residency (end of run)", BY_NAME["expert_resident_mb"].source, books, outside,
                         [relative_difference(books, outside, floor=1.0)], "MiB"))
+    if len(residency) > 2:
+        books, outside = residency[2:]
+        checks.append(Check("trunk residency (end of run)", "mincore over each resident trunk shard, another process",
+                            books, outside, [relative_difference(books, outside, floor=1.0)], "MiB"))
     return checks
 
 

@@ -10,7 +10,8 @@ The eval callback asks llama.cpp to stop at each layer's first node
 (``attn_norm-N``); in the ``ask=False`` call that follows — after the previous layer
 has finished computing — the layer hook may block until the layer's weights are in.
 For MoE expert streaming it stops at ``ffn_moe_topk-N`` instead: the router's picks
-are known there, before the layer's expert matmuls run (``topk_hook``).
+are known there, before the layer's expert matmuls run (``topk_hook``); with both hooks (the
+trunk streams by layer beside the experts) it stops at both.
 
 GPU layers with streamed experts (``experts_on_cpu``): dense tensors on the GPU, routed
 experts in host memory; the session then also stops at ``ffn_moe_out-N`` to time GPU vs
@@ -273,6 +274,8 @@ class LlamaSession:
             self._node_actions.clear()
             return True  # False here would abort the graph
         kind, layer = action
+        if kind == "layer":  # the trunk streams too: its layer's shards before the layer computes
+            return self.layer_hook(layer)
         if kind == "norm":
             self.norm_hook(layer, read_last_row_f32(self._ggml, tensor))
             return True
@@ -287,11 +290,15 @@ class LlamaSession:
         return go_on
 
     def _node_action(self, tensor):
-        """("topk" | "norm" (a norm hook wants it) | "out" (GPU layers are timed), layer), else _SKIP."""
+        """("topk" | "layer" (a layer hook too: the trunk streams) | "norm" (a norm hook wants it) | "out"
+        (GPU layers are timed), layer), else _SKIP."""
         name = self._get_name(tensor) or b""
         match = _TOPK_NODE.match(name)
         if match is not None:
             return "topk", int(match.group(1))
+        layer = _LAYER_NODE.match(name) if self.layer_hook is not None else None
+        if layer is not None:
+            return "layer", int(layer.group(1))
         norm = _FFN_NORM_NODE.match(name) if self.norm_hook is not None else None
         if norm is not None:
             return "norm", int(norm.group(1))

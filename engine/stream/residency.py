@@ -51,8 +51,11 @@ class ResidencySnapshot:
 class ResidencyController:
     def __init__(self, plan: ShardPlan, mapping: memory_calls.FileMapping | None, fd: int | None,
                  budget_mb: float, prefetch_depth: int, policy: str, ssd_mb_s: float = 0.0,
-                 slots: DirectSlots | None = None):
+                 slots: DirectSlots | None = None, shared: bool = False):
         self.plan = plan
+        # shared: the plan is an MoE file's trunk and the expert streamer shares file and slots; it
+        # drops the file at start, reads what no shard holds and closes the slots (trunk_streaming.py)
+        self.shared = shared
         self.mapping = mapping
         self.fd = fd
         self._cond = threading.Condition()
@@ -114,7 +117,7 @@ class ResidencyController:
 
     def start(self) -> None:
         """Cold start: measure what llama.cpp's load left resident, evict the rest, start the threads."""
-        if self.slots:
+        if self.slots and not self.shared:
             # The page cache may hold the file from an earlier run: drop it, or mincore counts it here.
             memory_calls.evict(self.mapping.start, self.mapping.end, self.fd, self.mapping.file_offset)
             self._read_always_resident()
@@ -159,7 +162,8 @@ class ResidencyController:
             self._reader.close()
             self._reader = None
         if self.slots is not None and not any(t.is_alive() for t in (self._thread, self._evictor)):
-            self.slots.close()
+            if not self.shared:
+                self.slots.close()
             self.slots = None
 
     # ----------------------------------------------------------- live knobs
@@ -202,6 +206,11 @@ class ResidencyController:
     @property
     def ssd_mb_s(self) -> float:
         return self._limiter.mb_s
+
+    @property
+    def limiter(self) -> SsdRateLimiter:
+        """The emulated disk; an expert streamer beside this one (shared) paces its reads on it too."""
+        return self._limiter
 
     @property
     def pinned(self) -> frozenset:

@@ -17,12 +17,12 @@ waited. The hit rate is hit_bytes ÷ needed_bytes: ≈ 1 − kernel-read ÷ need
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from shardscope.engine.knobs.knob_refusal import KnobRefusal
+from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.base.units import MIB
 
@@ -31,15 +31,14 @@ MAX_READ_GAP = 1 * MIB
 
 
 def require_budget(plan: ShardPlan, budget_mb: float, depth: int) -> int:
-    """Budget in bytes, or a refusal that says the minimum (checked before loading)."""
+    """Budget in bytes, or a refusal that says the minimum (checked before loading): the one
+    minimum of engine/layout/budget_minimum.py, in the whole MiB the advice gives."""
     budget = int(budget_mb * MIB)
-    minimum = plan.min_budget_bytes(depth)
-    if budget < minimum and budget < plan.host_bytes:
+    minimum = dense_minimum(plan, depth)
+    if budget < minimum.bytes and budget < plan.host_bytes:
         raise KnobRefusal(  # the CLI names --budget-mb, the window the Memory budget slider
-            f"budget {budget_mb:g} MB is below the minimum of {minimum / MIB:.0f} MB for "
-            f"{Path(plan.model_path).name} with prefetch depth {depth} (globals "
-            f"{plan.globals_bytes / MIB:.0f} MB + largest layer + {depth} prefetched shard(s) "
-            f"of up to {plan.max_shard_bytes / MIB:.0f} MB)", "budget_mb", math.ceil(minimum / MIB))
+            f"budget {budget_mb:g} MiB is below the minimum for {Path(plan.model_path).name} with prefetch depth "
+            f"{depth}; the minimum is {minimum.mb} MiB ({minimum.parts()})", "budget_mb", minimum.mb)
     return budget
 
 
@@ -130,6 +129,10 @@ class ResidencyCounters:
 
     def copy(self) -> "ResidencyCounters":
         return ResidencyCounters(**self.__dict__)
+
+    def plus(self, other: "ResidencyCounters") -> "ResidencyCounters":
+        """Two streamers' counters as one (the trunk's shards and the experts under one budget)."""
+        return ResidencyCounters(**{k: v + getattr(other, k) for k, v in self.__dict__.items()})
 
     def since(self, old: "ResidencyCounters") -> "ResidencyCounters":
         """What was counted after ``old`` was read (a round's share of the running totals)."""
