@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.profile_file import Profile, list_profiles, load_profile, profile_filename, save_profile
+from shardscope.engine.knobs.profile_file import (Profile, ProfileModel, list_profiles, load_profile, profile_filename,
+                                                  save_profile)
 from shardscope.engine.knobs.settings import RunSettings
 
 
@@ -37,7 +38,7 @@ class ProfileStore:
         return self.user_dir / profile_filename(name)
 
     def save(self, name: str, settings: RunSettings, *, description: str = "",
-             device: str | None = None) -> Profile:
+             device: str | None = None, model: ProfileModel | None = None) -> Profile:
         """Write ``name`` to the user folder; ShardscopeError (nothing written) if refused."""
         name = name.strip()
         if not name:
@@ -56,9 +57,10 @@ class ProfileStore:
             if existing.name != name:
                 raise ShardscopeError(
                     f"{path}: already holds profile {existing.name!r} (same file name); choose another name")
-        # Profiles describe tuning, not a model: they stay usable on any model.
+        # Usable on any model (no path kept), but they record the model they were tuned for
+        # (``model``), so applying one to another model can say what it changes.
         profile = Profile(name=name, settings=settings.with_changes(model_path=None),
-                          description=description, device=device, path=path)
+                          description=description, device=device, path=path, model=model)
         save_profile(profile, path)
         self.refresh()
         return self.find(name) or profile

@@ -11,6 +11,10 @@ A profile file looks like this::
     ...
     n_gpu_layers = 0           # optional keys fall back to RunSettings defaults
     ssd_mb_s = 860.0
+    [model]                    # optional: the model it was tuned for
+    name = "qwen3moe-250.gguf"
+    size_bytes = 262144000
+    fingerprint = "9f3c..."    # sha1 of the GGUF header (metadata and tensor table)
 
 Every enabled knob may appear in ``[settings]`` (``model_path`` as a string);
 any other key, at the top level or in ``[settings]``, is refused. Loading never
@@ -51,7 +55,40 @@ __all__ = [
     "REQUIRED_SETTINGS",
     "TOP_LEVEL_KEYS",
     "SETTINGS_KEYS",
+    "ProfileModel",
+    "model_of_file",
 ]
+
+
+@dataclass(frozen=True)
+class ProfileModel:
+    """The model a profile was tuned for: its file name, size and a fingerprint of its GGUF header
+    (metadata and tensor table, not the weights), so a profile applied to another model can say so."""
+
+    name: str
+    size_bytes: int
+    fingerprint: str
+
+    def same_model(self, other: "ProfileModel | None") -> bool:
+        return other is not None and self.fingerprint == other.fingerprint and self.size_bytes == other.size_bytes
+
+
+MODEL_KEYS = ("name", "size_bytes", "fingerprint")
+
+
+def model_of_file(path: str | os.PathLike) -> ProfileModel:
+    """The ProfileModel of a GGUF file (ShardscopeError naming the file if it is not one)."""
+    import hashlib
+
+    from shardscope.engine.layout.layout_cache import load_layout
+
+    layout = load_layout(path)
+    try:
+        with open(layout.path, "rb") as handle:
+            header = handle.read(layout.data_offset)
+    except OSError as exc:
+        raise ShardscopeError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return ProfileModel(Path(layout.path).name, int(layout.file_size), hashlib.sha1(header).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -68,9 +105,10 @@ class Profile:
     device: str | None = None
     builtin: bool = False
     path: Path | None = field(default=None, compare=False)
+    model: ProfileModel | None = None  # the model it was tuned for; None: not recorded
 
 
-TOP_LEVEL_KEYS = ("name", "description", "device", "settings")
+TOP_LEVEL_KEYS = ("name", "description", "device", "settings", "model")
 REQUIRED_TOP_LEVEL = ("name", "settings")
 SETTINGS_KEYS = ENABLED  # knobs declared but not enabled yet are no profile keys
 REQUIRED_SETTINGS = tuple(key for key in ENABLED if KNOBS[key].required)
@@ -221,7 +259,29 @@ def _profile_from_data(data: Any, source: str, path: Path | None, builtin: bool)
         device=device,
         builtin=builtin,
         path=path,
+        model=_model_from_data(data.get("model"), source),
     )
+
+
+def _model_from_data(table: Any, source: str) -> ProfileModel | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ShardscopeError(f"{source}: 'model' must be a table ([model]), got {_type_name(table)}")
+    for key in table:
+        if key not in MODEL_KEYS:
+            raise ShardscopeError(_unknown_key_message(source, key, "in [model]", MODEL_KEYS))
+    for key in MODEL_KEYS:
+        if key not in table:
+            raise ShardscopeError(f"{source}: [model] is missing required key {key!r}")
+    name, size, fingerprint = table["name"], table["size_bytes"], table["fingerprint"]
+    if not isinstance(name, str) or not name.strip():
+        raise ShardscopeError(f"{source}: [model] name must be a file name, got {_short(name)}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ShardscopeError(f"{source}: [model] size_bytes must be a whole number of bytes, got {_short(size)}")
+    if not isinstance(fingerprint, str) or not re.fullmatch(r"[0-9a-f]{40}", fingerprint):
+        raise ShardscopeError(f"{source}: [model] fingerprint must be 40 hex digits (sha1), got {_short(fingerprint)}")
+    return ProfileModel(name, size, fingerprint)
 
 
 def load_profile(path: str | os.PathLike) -> Profile:
@@ -251,6 +311,9 @@ def _profile_to_data(profile: Profile) -> dict[str, Any]:
             continue  # None = the bundled model; TOML has no null
         table[key] = value
     data["settings"] = table
+    if profile.model is not None:
+        data["model"] = {"name": profile.model.name, "size_bytes": int(profile.model.size_bytes),
+                         "fingerprint": profile.model.fingerprint}
     return data
 
 
