@@ -17,6 +17,11 @@ once the end is reached, the newest `capacity` samples are moved back to the
 front. Every sample costs one store per curve, the held window is always one
 contiguous slice, and the move happens once per `capacity` samples.
 
+A drag or a zoom inside a plot stops the chart following the newest samples; while it does
+not follow, a banner over the top plot's title row says so, at which time the view ends and
+how to go back ("paused at t = 84 s (live 212 s) — End or double-click to follow").
+Double-clicking a plot follows again (End is the window's shortcut for follow_latest).
+
 The chart takes its colours from the Qt palette so it matches the rest of the
 application whether that is light or dark.
 """
@@ -31,13 +36,13 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
-from PySide6.QtWidgets import QGraphicsItem, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
 from shardscope.widgets.number_format import format_number
 from shardscope.widgets.draw_budget import DrawBudget
 from shardscope.widgets.time_marks import TimeMarks
 
-__all__ = ["LiveChart"]
+__all__ = ["LiveChart", "elide_words"]
 
 _LEGEND_ALPHA = 200
 # Samples come at 10 Hz: a silence this long is time the run did not run (paused, suspended,
@@ -83,6 +88,20 @@ def _title_never_widens(label: pg.LabelItem) -> None:
 
     label.updateMin = update_min  # pyqtgraph calls it after every setText
     label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape)
+
+
+def elide_words(metrics: QFontMetrics, text: str, width: int) -> str:
+    """``text`` cut at a word boundary to fit ``width`` px, ending in "…" when cut ("Cache hits,
+    on time (per s…" read as a word of its own); a first word too long is cut where it must be."""
+    if metrics.horizontalAdvance(text) <= width:
+        return text
+    words = text.split(" ")
+    while len(words) > 1:
+        words.pop()
+        shown = " ".join(words).rstrip(" ,;:\u2014-(") + "\u2026"
+        if metrics.horizontalAdvance(shown) <= width:
+            return shown
+    return metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
 
 
 def _escape_format(text: str) -> str:
@@ -131,6 +150,13 @@ class LiveChart(pg.GraphicsLayoutWidget):
                                max_markers_in_view=self.max_markers_in_view)
         self.ci.setContentsMargins(4, 4, 4, 4)
         self.ci.setSpacing(2)
+        # Over the top plot's title row (left-aligned titles are elided short of it while shown).
+        self.paused_label = QLabel(self)
+        self.paused_label.setStyleSheet("QLabel { background: #fff3cd; color: #5c4400; border: 1px solid #d9b44a;"
+                                        " border-radius: 3px; padding: 0px 6px; }")
+        self.paused_label.setToolTip("The charts stopped following the newest samples (a drag or zoom in a plot). "
+                                     "Press End, double-click a plot, or Run \u2192 Follow latest to follow again.")
+        self.paused_label.hide()
 
         # A redraw's cost decides how often it may come (widgets/draw_budget.py): at most
         # ``refresh_hz``, and never more than ``draw_duty`` of a core.
@@ -353,6 +379,45 @@ class LiveChart(pg.GraphicsLayoutWidget):
     def is_following(self) -> bool:
         return self._following
 
+    def paused_text(self) -> str:
+        """The banner's text while the chart does not follow ("" while it does)."""
+        return self.paused_label.text() if not self.paused_label.isHidden() else ""
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        """A double-click on the charts follows the newest samples again."""
+        self.follow_latest()
+        self._show_paused()
+        event.accept()
+
+    def _show_paused(self, x1: float | None = None) -> None:
+        if self._following or not self._plots:
+            if not self.paused_label.isHidden():
+                self.paused_label.hide()
+                for plot in self._plots.values():
+                    plot.title_width = -1  # the top title has its whole row back
+            return
+        if x1 is None:
+            x1 = next(iter(self._plots.values())).item.getViewBox().viewRange()[0][1]
+        newest = float(self._t[self._end - 1]) if self._len else None
+        at = min(x1, newest) if newest is not None else x1
+        live = f" (live {newest:,.0f} s)" if newest is not None and newest > at + 0.5 else ""
+        text = f"paused at t = {max(at, 0.0):,.0f} s{live} \u2014 End or double-click to follow"
+        if text != self.paused_label.text() or self.paused_label.isHidden():
+            self.paused_label.setText(text)
+            self.paused_label.adjustSize()
+            first = next(iter(self._plots.values())).item
+            rect = self.mapFromScene(first.titleLabel.sceneBoundingRect()).boundingRect()
+            height = max(rect.height(), self.paused_label.height())
+            self.paused_label.move(max(0, self.viewport().width() - self.paused_label.width() - 6),
+                                   max(0, rect.top() + (rect.height() - height) // 2))
+            was_hidden = self.paused_label.isHidden()
+            self.paused_label.show()
+            self.paused_label.raise_()
+            if was_hidden:
+                first_plot = next(iter(self._plots.values()))
+                first_plot.title_width = -1  # elide the top title short of the banner
+                self._set_title_note(first_plot, first_plot.title_note)
+
     def export_png(self, path: str) -> None:
         self._redraw()  # the picture must include samples that arrived since the last tick
         if not self.grab().save(path, "PNG"):
@@ -475,6 +540,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         else:
             x0, x1 = lo, math.inf
         self._scale_from_zero(t, start, lo)
+        self._show_paused(None if self._following else x1)
         self._place_level_labels()
         # Every redraw: the Y ranges move with the data even when the time axis stands still.
         self.marks.sync(x0, x1, self._level_label_rects())
@@ -549,6 +615,8 @@ class LiveChart(pg.GraphicsLayoutWidget):
         # The title is cut at the plot's width (_title_never_widens); a note that does not fit
         # ends in "…" rather than mid-number ("…(USB-C SSD): 19" read as 19 tok/s at 1280 × 800).
         width = int(plot.item.getViewBox().width()) - 8  # the title spans the view, not the axis
+        if not self.paused_label.isHidden() and self._plots and plot is next(iter(self._plots.values())):
+            width -= self.paused_label.width() + 12  # the paused banner sits at the row's right end
         if note == plot.title_note and width == plot.title_width:
             return
         plot.title_note, plot.title_width = note, width
@@ -556,11 +624,12 @@ class LiveChart(pg.GraphicsLayoutWidget):
         font = QFont(self.font())
         font.setPointSizeF(9.0)
         metrics = QFontMetrics(font)
+        plot.item.titleLabel.setToolTip(text)  # the whole title, however short the row
         if not note and (width <= 0 or metrics.horizontalAdvance(text) <= width):
             plot.item.setTitle(text, size="9pt", color=self._fg.name())  # as add_plot set it
             return
         if width > 0:
-            text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
+            text = elide_words(metrics, text, width)
         plot.item.setTitle(text, size="9pt", color=self._fg.name(), justify="left")
 
     def _on_user_moved_view(self, *_: object) -> None:
