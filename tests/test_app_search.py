@@ -228,8 +228,10 @@ def test_auto_tune_on_a_synthetic_model_uses_fewer_runs_than_the_grid(qtbot, tmp
     assert best is not None and best.fits and best.settings.budget_mb == 200
     assert best.summary.projected_ts > 0 and best.summary.device == "iphone-16-pro"
     text = dialog.best_label.text()
-    assert f"{result.runs} runs used vs 8 in the full grid" in text
-    assert format_number(best.summary.projected_ts) in text and "(unverified numbers)" in text
+    assert f"{result.runs} runs ({result.rounds} warm rounds) of a 8-combination grid" in text
+    assert best.interval.text() in text and "(unverified numbers)" in text  # the interval it decided on
+    assert ("margin" in text) and ("tied with" in text or "no ties" in text)
+    assert "device compute assumed = this host × 1.0" in text
 
     window.set_device(None)
     assert dialog.apply_button.isEnabled() and dialog.apply_best()
@@ -241,5 +243,6 @@ def test_auto_tune_on_a_synthetic_model_uses_fewer_runs_than_the_grid(qtbot, tmp
     assert profile is not None and profile.device == "iphone-16-pro"
     loaded = load_profile(profile.path)
     assert {k: getattr(loaded.settings, k) for k in tuned} == tuned
+    assert best.interval.text() in loaded.description and "margin" in loaded.description
     dialog.close()
     window.close()

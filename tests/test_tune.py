@@ -88,14 +88,16 @@ def test_tune_on_a_synthetic_model_beats_the_grid_on_runs_and_saves_a_profile(sy
     assert best.summary.device == "iphone-16-pro"
     assert best.settings.budget_mb == cap
     assert best.summary.resident_weights_mb <= result.weight_budget_mb
-    # It is the best of what it measured.
-    assert best.score == max(e.score for e in result.evaluations)
+    # The best measured, or tied with it: no measured candidate's interval lies above the best's.
+    assert not any(e.interval is not None and e.interval.above(best.interval) for e in result.evaluations)
+    assert all(len(e.rounds) >= 3 for e in result.evaluations if e.interval is not None)  # warm rounds, not one
 
     path = save_tuned_profile(result, "Tuned test", model_path=synthetic_model)
     assert path == user_profiles_dir() / "tuned-test.toml"
     assert path.parent == tmp_path / "config" / "profiles"
     profile = load_profile(path)
     assert profile.name == "Tuned test" and profile.device == "iphone-16-pro"
+    assert best.interval.text() in profile.description and "margin" in profile.description
     s = profile.settings
     assert (s.policy, s.shard_mb, s.prefetch_depth, s.threads, s.budget_mb) == (
         best.settings.policy, best.settings.shard_mb, best.settings.prefetch_depth, best.settings.threads, cap)
@@ -112,11 +114,13 @@ def test_tune_cli_saves_the_profile_and_csv(synthetic_model, tmp_path):
          "--quiet"], capture_output=True, text=True, timeout=240, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "coordinate descent" in proc.stdout and "of a 2-combination grid" in proc.stdout
+    assert "(2 combinations in the full grid)" in proc.stderr  # the grid it then searches, not the declared lists'
+    assert " rounds) tok/s" in proc.stdout  # every candidate with its interval
     assert "best: policy pinned, shard 32 MiB" in proc.stdout
     profile = load_profile(tmp_path / "cfg" / "profiles" / "cli-tuned.toml")
     assert profile.settings.budget_mb == 160
     rows = out.read_text().strip().splitlines()
-    assert len(rows) == 1 + 2  # header + one row per run
+    assert len(rows) == 1 + 2  # header + one row per run (its round nearest the interval's mean)
 
 
 def test_tune_cli_refuses_bad_input_in_one_line(tmp_path):
@@ -129,3 +133,51 @@ def test_tune_cli_refuses_bad_input_in_one_line(tmp_path):
         lines = [line for line in proc.stderr.splitlines() if line.strip() and "tune for" not in line
                  and "candidates:" not in line]
         assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_ties_keep_the_start_value_and_a_knob_without_effect_is_not_ranked():
+    """Rounds of noise around one figure: no candidate is called best over the start; a clear
+    gain still moves. Replayed rounds (the measure returns each candidate's warm rounds)."""
+    import random
+
+    rng = random.Random(1)
+
+    def measure(s: RunSettings):
+        base = 100.0 * (1.5 if s.threads == 2 else 1.0)  # threads matter; the policy only adds noise
+        return [_fake_summary(s, base * (1 + rng.uniform(-0.1, 0.1))) for _ in range(5)]
+
+    cands = {"policy": ["pinned", "lru"], "shard_mb": [64], "prefetch_depth": [2], "threads": [1, 2]}
+    result = auto_tune("iphone-16-pro", candidates=cands, budget_cap_mb=300, measure=measure)
+    best = result.best
+    assert best.settings.threads == 2 and best.settings.policy == "pinned"  # the start's policy kept
+    policy = [d for d in result.decisions if d.knob == "policy"][0]
+    assert len(policy.choice.ties) == 2 and policy.choice.why.startswith("tie")
+    assert [e.settings.policy for e in result.ties()] == ["lru"]
+    assert result.margin() > 0.3  # over threads 1
+
+
+@pytest.fixture(scope="module")
+def synthetic_moe_model(tmp_path_factory) -> str:
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import MoeSpec
+
+    path = tmp_path_factory.mktemp("moe") / "moe-24mb.gguf"
+    write_synthetic_model(path, 24, n_layers=4, seed=2, moe=MoeSpec(experts=8, experts_used=2))
+    return str(path)
+
+
+def test_the_tune_cli_counts_the_grid_it_searches(synthetic_moe_model):
+    """Issue 48: "1000 combinations" printed before, "a 100-combination grid" after: one count."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardscope.engine.cli.cli", "tune", "--model", synthetic_moe_model, "--tokens", "2",
+         "--budget-cap-mb", "1", "--quiet"],  # every candidate refused before loading: no run
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 1 and "no candidate ran" in proc.stderr, proc.stderr
+    from shardscope.engine.runs.run_factory import streams_experts
+    from shardscope.engine.search.tune import default_candidates, searched_grid
+
+    experts = streams_experts(RunSettings(model_path=synthetic_moe_model, budget_mb=1))
+    grid = math.prod(len(v) for v in searched_grid(default_candidates(), experts, {}).values())
+    assert f"({grid} combinations in the full grid)" in proc.stderr, proc.stderr
+    assert f"of a {grid}-combination grid" in proc.stdout, proc.stdout
+    assert grid < math.prod(len(v) for v in default_candidates().values())

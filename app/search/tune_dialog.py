@@ -7,6 +7,12 @@ size, so the saving is visible rather than claimed). Each candidate is a real ru
 of the open model here, projected onto the device; a candidate whose weights do
 not fit the device's memory never wins.
 
+Each candidate is measured until its projected figure's interval is known (a cold first round
+left out, then warm rounds: engine.search.tune), every line shows the interval, and the Best
+box names the margin, the ties (overlapping intervals: the current or cheaper value kept) and
+any knob that cannot move the projection ("no effect"). A saved profile's description
+records the same.
+
 The budget is capped at the window's Memory budget slider: on a small model the
 device's whole weight budget would hold everything and there would be nothing to
 tune. The SSD emulated while measuring is the window's SSD slider. Candidate lists
@@ -17,6 +23,7 @@ engine checks between runs), and keeps the best found so far.
 
 from __future__ import annotations
 
+import html
 import math
 import os
 
@@ -35,8 +42,10 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
 from shardscope.engine.knobs.knobs import KNOBS, describe
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.search.tune import (DEFAULT_CANDIDATES, TUNE_KNOBS, Evaluation, TuneResult, auto_tune,
-                                          device_weight_budget_mb, searched_candidates)
+from shardscope.engine.devices.run_projection import compute_basis
+from shardscope.engine.search.tune import (DEFAULT_CANDIDATES, MAX_ROUNDS, MIN_ROUNDS, TUNE_KNOBS, Evaluation,
+                                          TuneResult, auto_tune, device_weight_budget_mb, searched_candidates,
+                                          verdict_text)
 from shardscope.widgets import format_number
 
 DEFAULT_TOKENS = 6  # as `shardscope tune`
@@ -76,9 +85,12 @@ def evaluation_text(ev: Evaluation, idle: tuple[str, ...] = ()) -> str:
         return f"{head}: {knobs_text(ev.settings, budget=False, idle=idle)} → {ev.error}"
     s = ev.summary
     fit = "" if ev.fits else ", does not fit the device"
+    iv, here = ev.interval, ev.measured_interval
+    projected = iv.text() if iv is not None else format_number(s.projected_ts)
+    stalled = f"; {ev.stalled} round(s) left out: the host stalled" if ev.stalled else ""
     # The budget is the same for every candidate (the cap): left out to keep lines short.
-    return (f"{head}: {knobs_text(ev.settings, budget=False, idle=idle)} → projected {format_number(s.projected_ts)} tok/s "
-            f"({s.projected_bound}-bound), measured {format_number(s.avg_ts)} tok/s{fit}")
+    return (f"{head}: {knobs_text(ev.settings, budget=False, idle=idle)} → projected {projected} tok/s "
+            f"({s.projected_bound}-bound), measured {here.text() if here is not None else '?'} tok/s{fit}{stalled}")
 
 
 class TuneDialog(SearchDialog):
@@ -211,8 +223,10 @@ class TuneDialog(SearchDialog):
             cands = self.searched(cands)
             runs = max_runs(cands, self.passes_spin.value())
             grid = math.prod(len(v) for v in cands.values())
-            self.cost_label.setText("Start: at most " + cost_text(runs, self.tokens_spin.value(), self.window_.last_round,
-                                                                   what=f"runs (the full grid is {grid})"))
+            tokens = self.tokens_spin.value() * (1 + MAX_ROUNDS)  # a cold round and up to MAX_ROUNDS warm ones
+            self.cost_label.setText("Start: at most " + cost_text(
+                runs, tokens, self.window_.last_round,
+                what=f"runs (the full grid is {grid}; each a cold round and {MIN_ROUNDS}-{MAX_ROUNDS} warm rounds)"))
         return self.cost_label.text()
 
     # ------------------------------------------------------------------ running
@@ -262,8 +276,8 @@ class TuneDialog(SearchDialog):
     def _on_done(self, result: TuneResult) -> None:
         self.result = result
         self.progress.setValue(self.progress.maximum())
-        self.log.appendPlainText("search path:")
-        for line in result.path:
+        self.log.appendPlainText("decisions:")
+        for line in result.path[:1] + [d.text() for d in result.decisions]:
             self.log.appendPlainText(f"  {line}")
         head = "cancelled: best so far" if result.stopped else "done"
         self._say(f"{head}: {result.runs} runs (+{result.refused} refused before loading) of a "
@@ -277,14 +291,13 @@ class TuneDialog(SearchDialog):
             return ""
         if result.best is None or result.best.summary is None:
             return "No candidate ran and fit the device."
-        best, s = result.best, result.best.summary
+        best = result.best
         device = get_device(result.device_id)
         unverified = " (unverified numbers)" if unverified_inputs(device) else ""
         return (f"<b>{knobs_text(best.settings, idle=self.idle)}</b><br>"
-                f"projected <b>{format_number(s.projected_ts)} tok/s</b> on {device.name} "
-                f"({s.projected_bound}-bound){unverified}; measured {format_number(s.avg_ts)} tok/s here<br>"
-                f"{result.runs} runs used vs {result.grid_size} in the full grid"
-                + (f" ({result.refused} more refused before loading)" if result.refused else ""))
+                f"on {device.name}{unverified}: {html.escape(verdict_text(result))}<br>"
+                f"device compute {compute_basis(device)}"
+                + (f"<br>{result.refused} more refused before loading" if result.refused else ""))
 
     # ------------------------------------------------------------------ results
     def best_settings(self) -> RunSettings | None:
@@ -309,9 +322,7 @@ class TuneDialog(SearchDialog):
         if settings is None:
             return None
         s, r = self.result.best.summary, self.result
-        description = (f"Auto-tuned for {r.device_id} on {s.model_filename}: projected {s.projected_ts:.3g} tok/s "
-                       f"({s.projected_bound}-bound), measured {s.avg_ts:.3g} tok/s here; {r.runs} runs of a "
-                       f"{r.grid_size}-combination grid.")
+        description = f"Auto-tuned for {r.device_id} on {s.model_filename}: {verdict_text(r)}"
         profile = self.window_.save_profile_as(name, settings=settings, device=r.device_id,
                                                description=description)
         self._say(f"saved profile {profile.name!r} to {profile.path}" if profile is not None

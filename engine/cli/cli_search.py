@@ -250,6 +250,23 @@ def _print_llama_bench_rows(base, results, fmt: str) -> None:
 
 
 # ------------------------------------------------------------------------ tune
+def _searched_lists(cands: dict, args, device) -> dict:
+    """The candidate lists auto_tune will search (a knob the run kind ignores keeps one value): the
+    grid printed before the tune is the one its result reports (issue 48: "1000 combinations" then
+    "a 100-combination grid")."""
+    from shardscope.engine.runs.run_factory import streams_experts
+    from shardscope.engine.search.tune import default_candidates, device_weight_budget_mb, searched_grid
+
+    budget = device_weight_budget_mb(device)
+    budget = min(budget, args.budget_cap_mb or budget)
+    full = {**default_candidates(), **cands}
+    try:
+        experts = streams_experts(RunSettings(model_path=args.model_path, budget_mb=budget))
+    except ShardscopeError:
+        return full  # the tune itself refuses the model, in its own words
+    return searched_grid(full, experts, cands)
+
+
 def _register_tune(sub) -> None:
     p = sub.add_parser(
         "tune", help="find the settings with the best projected tok/s on a device (coordinate descent)",
@@ -267,8 +284,12 @@ def _register_tune(sub) -> None:
                                                                      " (default: 1 to this host's cores)"))
     p.add_argument("--ssd-mb-s", type=cli_args.non_negative_float, default=None,
                    help="SSD emulated while measuring here (default: the device profile's; 0: off)")
-    p.add_argument("--min-gain", type=cli_args.non_negative_float, default=0.02,
-                   help="relative gain a move must bring (default 0.02 = 2 %%, the host's noise)")
+    p.add_argument("--min-gain", type=cli_args.non_negative_float, default=0.0,
+                   help="relative gain a move must bring besides a separated interval (default 0)")
+    p.add_argument("--min-rounds", type=cli_args.positive_int, default=3,
+                   help="warm rounds per candidate at least (after its cold first round; default 3)")
+    p.add_argument("--max-rounds", type=cli_args.positive_int, default=8,
+                   help="warm rounds per candidate at most (fewer where its interval is known sooner; default 8)")
     p.add_argument("--max-passes", type=cli_args.positive_int, default=6)
     p.add_argument("--save-profile", metavar="NAME", help="save the best settings as a user profile")
     p.add_argument("--force", action="store_true", help="let --save-profile replace a profile of that name")
@@ -295,17 +316,21 @@ def cmd_tune(args) -> int:
         from shardscope.engine.search.tune import tuned_profile_path
 
         tuned_profile_path(args.save_profile, args.profile_dir, force=args.force)
+    if args.min_rounds > args.max_rounds:
+        raise ShardscopeError(f"--min-rounds {args.min_rounds} exceeds --max-rounds {args.max_rounds}")
     cands = _parse_knobs(args, TUNE_FLAGS)
     if "threads" not in cands:
         cands["threads"] = list(range(1, (os.cpu_count() or 1) + 1))
-    grid = math.prod(len(v) for v in cands.values())
     base = _base_settings(args, {})
-    print(f"tune for {device.name}: {SEARCH_DESCRIPTION.format(gain=args.min_gain)}", file=sys.stderr)
+    cands = _searched_lists(cands, args, device)  # the lists the descent searches, so the counts agree
+    grid = math.prod(len(v) for v in cands.values())
+    rounds = f"{args.min_rounds}-{args.max_rounds}" if args.min_rounds < args.max_rounds else f"{args.min_rounds}"
+    print(f"tune for {device.name}: {SEARCH_DESCRIPTION.format(rounds=rounds)}", file=sys.stderr)
     from shardscope.engine.knobs.knob_ranges import format_values
 
     print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
           + f" ({grid} combinations in the full grid)", file=sys.stderr)
-    from shardscope.engine.search.search_noise import fits_note, tune_tie_line
+    from shardscope.engine.search.search_noise import fits_note
     from shardscope.engine.search.tune import device_weight_budget_mb
 
     budget = device_weight_budget_mb(device)
@@ -331,28 +356,30 @@ def cmd_tune(args) -> int:
             result = auto_tune(device.id, model_path=args.model_path, candidates=cands,
                                budget_cap_mb=args.budget_cap_mb, n_gen=args.n_gen, n_ctx=base.n_ctx,
                                ssd_mb_s=args.ssd_mb_s, min_gain=args.min_gain, max_passes=args.max_passes,
+                               min_rounds=args.min_rounds, max_rounds=args.max_rounds,
                                on_eval=on_eval, should_stop=interrupted)
     finally:
         bar.close()
-    print(f"search: coordinate descent, {result.passes} pass(es), {result.runs} runs "
+    print(f"search: coordinate descent, {result.passes} pass(es), {result.runs} runs, {result.rounds} warm rounds "
           f"(+{result.refused} combinations refused before loading) of a {result.grid_size}-combination grid")
     print(f"budget: {result.budget_mb:g} MiB (device weight budget {result.weight_budget_mb:g} MiB"
           + (f", capped at {args.budget_cap_mb:g} MiB" if args.budget_cap_mb else "") + ")")
-    for line in result.path:
-        print(f"  {line}")
+    print(f"  {result.path[0]}" if result.path else "  (nothing ran)")
+    for decision in result.decisions:  # each knob's interval decision, moves included
+        print(f"  {decision.text()}")
     if result.best is None:
         print("tune: no candidate ran and fit the device", file=sys.stderr)
         return 130 if result.stopped else 1
+    from shardscope.engine.devices.run_projection import compute_basis
+    from shardscope.engine.search.tune import verdict_text
+
     b = result.best
     s = b.settings
     print(f"best: {describe(s, (*TUNED, 'budget_mb'))}")
-    print(f"      projected {b.summary.projected_ts:.3g} tok/s on {device.id} ({b.summary.projected_bound}-bound), "
-          f"measured {b.summary.avg_ts:.3g} tok/s here (emulated SSD "
-          f"{'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}), resident weights "
-          f"{b.summary.resident_weights_mb:.0f} MiB ≤ {result.weight_budget_mb:g} MiB")
-    tie = tune_tie_line(result.evaluations, b)
-    if tie:
-        print(tie)
+    print(f"      on {device.id}: {verdict_text(result)}")
+    print(f"      emulated SSD while measuring: {'off' if not s.ssd_mb_s else f'{s.ssd_mb_s:g} MB/s'}; resident "
+          f"weights {b.summary.resident_weights_mb:.0f} MiB ≤ {result.weight_budget_mb:g} MiB; device compute "
+          f"{compute_basis(device)}")
     if result.stopped:
         print(f"shardscope: tune interrupted after {result.runs} runs: best so far shown"
               + (f", {result.runs} rows written to {args.csv}" if args.csv else ""), file=sys.stderr)

@@ -9,21 +9,36 @@ run are both within the device's weight budget (app memory limit − KV cache �
 compute buffers − runtime, :func:`engine.devices.weight_budget_mb` with the split of
 the built-in iPhone profile: 3072 − 256 − 256 − 512 = 2048 MB).
 
-How it searches (not the full grid): **coordinate descent with a result cache.**
+How it searches (not the full grid): **coordinate descent with a result cache, on intervals.**
 
 1. The budget is fixed at the most the device allows (optionally capped with
    ``budget_cap_mb``): with the same other knobs a larger budget never reads more
    per token, so it is not worth runs.
 2. Start from the device's built-in run profile (profiles/iphone-16-pro.toml for
    iphone-16-pro), each knob snapped to its nearest candidate value.
-3. One knob at a time (policy, shard size, prefetch depth, threads), run every
-   candidate value of that knob with the others held, and move to the best one if
-   it beats the current point by more than ``min_gain`` (2 %: below that it is the
-   host's noise, not the knob).
-4. Repeat passes over all knobs until a whole pass moves nothing (or
+3. **Each candidate is measured until its figure's spread is known**: one run, its first
+   round cold (the load's reads and first touches: a warm-up, not counted), then warm rounds
+   of the same settings, each projected onto the device, until the projected figure's
+   interval (engine/search/interval_decision.py: mean ± t · sd / √n) is narrow, or separated
+   from the current point's, or ``max_rounds`` is reached (at least ``min_rounds``). A round
+   whose host stalled (engine/devices/token_stalls.py, the host's steal) is not counted.
+   One cold round ranked the host's noise (issue 48: five expert policies 74.9-86.8, "lfu
+   best", while rounds of one setting swung 51-96).
+4. One knob at a time (policy, shard size, prefetch depth, threads; the expert knobs for a MoE
+   run), every candidate value with the others held. Candidates whose intervals overlap the
+   top one's are **tied**: among them the current value stays (the default until something
+   clearly beat it), else the default, else the cheapest. A knob that acts only on what is
+   read (``streams`` set in engine/knobs/knobs.py) and cannot move the projected figure — its
+   candidates project alike with the compute term held at one value, e.g. the expert policy
+   while the device is compute-bound — is reported as having **no effect** and not ranked.
+   A move also needs a gain of more than ``min_gain``.
+5. Repeat passes over all knobs until a whole pass moves nothing (or
    ``max_passes``). Every result is cached by its settings, so no combination is
    measured twice; combinations the engine refuses (budget below the minimum for
    that shard size and depth) are cached as invalid and cost no run.
+
+The result names the best, its interval, its **margin** over the best candidate it is not tied
+with, and its **ties**; a saved profile's description records all three.
 
 It measures about (sum of the candidate counts) runs per pass instead of their
 product; the price is that it can stop at a point where only changing two knobs
@@ -36,6 +51,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -45,13 +61,16 @@ from shardscope.engine.base.finite import is_finite_number
 from shardscope.engine.knobs.knob_ranges import parse_knob
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, KNOBS, LAYER_KNOBS, TUNED, describe
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.search.interval_decision import Choice, Interval, choose, cost_key, enough_rounds, interval, no_effect
 from shardscope.engine.stream.streaming_run import RunSummary
 
 __all__ = [
     "TUNE_KNOBS",
     "DEFAULT_CANDIDATES",
     "Evaluation",
+    "KnobDecision",
     "TuneResult",
+    "searched_grid",
     "auto_tune",
     "default_candidates",
     "device_weight_budget_mb",
@@ -59,6 +78,8 @@ __all__ = [
     "user_profiles_dir",
     "save_tuned_profile",
     "SEARCH_DESCRIPTION",
+    "measure_rounds",
+    "verdict_text",
 ]
 
 TUNE_KNOBS = TUNED  # in the order the descent visits them
@@ -69,11 +90,13 @@ DEFAULT_CANDIDATES: dict[str, list] = {
 }
 
 SEARCH_DESCRIPTION = (
-    "coordinate descent: budget fixed at the device's weight budget (or the cap); from the device's "
-    "built-in profile, one knob at a time (policy, shard size, prefetch depth, threads; for a MoE model that "
-    "streams experts: threads, expert policy, speculation, and cache sizes if listed) moves to its best "
-    "candidate if that beats the current point by more than {gain:.0%}; passes repeat until none moves; "
-    "results are cached, so no combination runs twice"
+    "coordinate descent on intervals: budget fixed at the device's weight budget (or the cap); each "
+    "candidate is one run, its cold first round left out, then {rounds} warm rounds until its projected "
+    "figure's interval is known; from the device's built-in profile, one knob at a time (policy, shard size, "
+    "prefetch depth, threads; for a MoE model that streams experts: threads, expert policy, speculation, and "
+    "cache sizes if listed) moves to its best candidate only where their intervals do not overlap "
+    "(overlapping ones tie: the current or cheaper value stays); a knob that cannot move the projection is "
+    "said to have no effect; passes repeat until none moves; results are cached, so no combination runs twice"
 )
 
 
@@ -108,21 +131,63 @@ def device_weight_budget_mb(device) -> float:
 
 @dataclass
 class Evaluation:
-    """One candidate: measured (``summary``) or refused (``error``)."""
+    """One candidate: measured (``rounds``, its warm rounds; ``summary`` the one nearest their
+    mean, for the CSV) or refused (``error``)."""
 
     settings: RunSettings
     summary: RunSummary | None
     error: str | None
     fits: bool = False
     order: int = 0  # 1-based run number, 0 when it cost no run (refused before loading)
+    rounds: list = field(default_factory=list)  # the warm rounds' summaries that count
+    terms: list = field(default_factory=list)  # per counted round: (ssd_s, dram_s, compute_s, overlapped)
+    stalled: int = 0  # rounds left out because the host stalled
+
+    @property
+    def interval(self) -> Interval | None:
+        """The projected device tok/s over the counted rounds; None for refused, failed or not fitting."""
+        if self.summary is None or self.error or not self.fits:
+            return None
+        return interval([s.projected_ts for s in (self.rounds or [self.summary])])
+
+    @property
+    def measured_interval(self) -> Interval | None:
+        """This host's measured tok/s over the same rounds."""
+        if self.summary is None:
+            return None
+        return interval([s.avg_ts for s in (self.rounds or [self.summary])])
 
     @property
     def score(self) -> float:
-        """Projected device tok/s; -inf for refused, failed or not fitting candidates."""
-        if self.summary is None or self.error or not self.fits:
-            return -math.inf
-        value = self.summary.projected_ts
-        return value if is_finite_number(value) else -math.inf
+        """The projected device tok/s (the interval's mean); -inf for refused, failed or not fitting."""
+        iv = self.interval
+        return iv.mean if iv is not None else -math.inf
+
+
+@dataclass(frozen=True)
+class KnobDecision:
+    """What one pass decided for one knob."""
+
+    knob: str
+    pass_number: int
+    choice: Choice | None  # None: no candidate ran
+    no_effect: bool = False
+    moved: bool = False
+
+    def text(self) -> str:
+        if self.choice is None:
+            return f"pass {self.pass_number}: {self.knob}: no candidate ran"
+        spec = KNOBS[self.knob]
+        if self.no_effect:
+            return (f"pass {self.pass_number}: {self.knob}: no effect on the projected figure (with the compute "
+                    f"held, its {len(self.choice.intervals)} values project alike: the device's time is not its reads); "
+                    f"kept {spec.text(self.choice.pick)}")
+        c = self.choice
+        head = f"pass {self.pass_number}: {self.knob} → {spec.text(c.pick)}"
+        if len(c.ties) > 1:
+            names = ", ".join(f"{spec.text(k)} {c.intervals[k].text()}" for k in c.ties)
+            return f"{head} ({c.why}; tied: {names})"
+        return f"{head} (clear: {c.intervals[c.pick].text()})"
 
 
 @dataclass
@@ -138,10 +203,36 @@ class TuneResult:
     passes: int = 0
     stopped: bool = False
     path: list[str] = field(default_factory=list)  # one line per move, for the output
+    decisions: list[KnobDecision] = field(default_factory=list)
+    rounds: int = 0  # warm rounds measured over all candidates (cold first rounds not counted)
 
     @property
     def grid_size(self) -> int:
         return math.prod(len(v) for v in self.candidates.values())
+
+    def ties(self) -> list[Evaluation]:
+        """The measured candidates whose interval overlaps the best's: the best is not measured above them."""
+        best = self.best.interval if self.best is not None else None
+        if best is None:
+            return []
+        return [e for e in self.evaluations if e is not self.best and e.interval is not None
+                and e.interval.overlaps(best)]
+
+    def runner_up(self) -> Evaluation | None:
+        """The best measured candidate the best is not tied with."""
+        tied = {id(e) for e in self.ties()}
+        others = [e for e in self.evaluations if e is not self.best and e.interval is not None and id(e) not in tied]
+        return max(others, key=lambda e: e.score, default=None)
+
+    def margin(self) -> float:
+        """(best − runner-up) / runner-up on the projected means; NaN when nothing is clearly behind."""
+        runner = self.runner_up()
+        if self.best is None or runner is None or not runner.score:
+            return math.nan
+        return (self.best.score - runner.score) / runner.score
+
+    def no_effect_knobs(self) -> list[str]:
+        return list(dict.fromkeys(d.knob for d in self.decisions if d.no_effect))
 
 
 def _snap(value, candidates: list):
@@ -170,25 +261,70 @@ def _fits(settings: RunSettings, summary: RunSummary, weight_budget: float) -> b
     return settings.budget_mb <= weight_budget and kernel_ok
 
 
-def _measure_run(settings: RunSettings, device_id: str) -> RunSummary:
-    from shardscope.engine.runs.bench_command import run_bench
+def _round_terms(summary: RunSummary, device_id: str) -> tuple | None:
+    """(ssd_s, dram_s, compute_s, overlapped) of a round's projection; None where it has none."""
+    from shardscope.engine.devices.run_projection import projection_for
 
-    summary, _ = run_bench(settings, device=device_id)
-    return summary
+    try:
+        p = projection_for(summary, device_id)
+    except ShardscopeError:
+        return None
+    return p.terms["ssd"], p.terms["dram"], p.terms["compute"], bool(p.overlapped)
+
+
+def measure_rounds(settings: RunSettings, device_id: str, enough: Callable[[list[RunSummary]], bool],
+                   should_stop: Callable[[], bool] | None = None) -> tuple[list[RunSummary], int]:
+    """One run of ``settings``: its first round cold (not returned), then warm rounds, each
+    projected onto the device, until ``enough(counted rounds)``; rounds whose host stalled are
+    not counted. Returns (counted rounds, stalled rounds)."""
+    from shardscope.engine.devices.run_projection import round_stall
+    from shardscope.engine.measure import host_steal
+    from shardscope.engine.runs.bench_command import attach_projection
+    from shardscope.engine.runs.run_factory import open_run
+
+    counted: list[RunSummary] = []
+    state = {"rounds": 0, "stalled": 0, "mark": host_steal.reading(), "ttft": []}
+    with open_run(settings) as run:
+        def on_summary(summary: RunSummary) -> None:
+            now = host_steal.reading()
+            steal, state["mark"] = host_steal.share(state["mark"], now), now
+            state["rounds"] += 1
+            if state["rounds"] > 1 and not summary.stopped:  # the first round is the cold warm-up
+                ttft = state["ttft"]
+                usual = statistics.median(ttft) if len(ttft) >= 2 else math.nan
+                if round_stall(summary, steal, usual):
+                    state["stalled"] += 1
+                else:
+                    attach_projection(summary, device_id)
+                    counted.append(summary)
+                    ttft.append(summary.ttft_ms)
+            if (enough(counted) or (should_stop is not None and should_stop())
+                    or state["rounds"] > 3 * MAX_ROUNDS):  # a host stalling every round: give up on more
+                run.stop()
+
+        run.run(continuous=True, on_summary=on_summary)
+    return counted, state["stalled"]
+
+
+MIN_ROUNDS = 3
+MAX_ROUNDS = 8
+TARGET_REL = 0.03  # an interval this narrow (± of its mean) is known well enough
 
 
 def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict[str, list] | None = None,
               budget_cap_mb: float | None = None, n_gen: int = 6, n_ctx: int = 128,
-              ssd_mb_s: float | None = None, min_gain: float = 0.02, max_passes: int = 6,
-              measure: Callable[[RunSettings], RunSummary] | None = None,
+              ssd_mb_s: float | None = None, min_gain: float = 0.0, max_passes: int = 6,
+              min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS, target_rel: float = TARGET_REL,
+              measure: Callable[[RunSettings], RunSummary | list[RunSummary] | None] | None = None,
               on_eval: Callable[[Evaluation], None] | None = None,
               should_stop: Callable[[], bool] | None = None) -> TuneResult:
-    """Coordinate-descent search (module doc) for the best projected tok/s that fits.
+    """Coordinate-descent search (module doc) for the best projected tok/s that fits, on intervals.
 
     ``ssd_mb_s`` is the disk emulated while measuring here (None: the start profile's,
     i.e. the device's SSD; 0: no emulation). ``measure`` replaces the real run (a
-    function settings → RunSummary with the projection filled in), e.g. to replay a
-    full grid's results. ``on_eval`` sees every evaluation as it is made.
+    function settings → a RunSummary, or a list of warm rounds' summaries, with the
+    projection filled in), e.g. to replay a full grid's results. ``on_eval`` sees every
+    evaluation as it is made.
     """
     from shardscope.engine.base.bundled_model import resolve_model_path
     from shardscope.engine.devices.devices import get_device
@@ -209,6 +345,8 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         raise ShardscopeError(f"tune: --budget-cap-mb must be > 0, got {budget_cap_mb:g}")
     if not 0 <= min_gain < 1:
         raise ShardscopeError(f"tune: min_gain must be between 0 and 1, got {min_gain:g}")
+    if not 1 <= min_rounds <= max_rounds:
+        raise ShardscopeError(f"tune: rounds per candidate must satisfy 1 ≤ min ≤ max, got {min_rounds}, {max_rounds}")
 
     budget = weight_budget if budget_cap_mb is None else min(weight_budget, budget_cap_mb)
     budget = int(budget) if float(budget).is_integer() else budget
@@ -216,8 +354,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         load_layout(resolve_model_path(model_path))  # a bad model file is refused before any run
     # An injected ``measure`` replays a layer-streaming grid.
     experts = measure is None and streams_experts(RunSettings(model_path=model_path, budget_mb=budget))
-    given = {k: v for k, v in (candidates or {}).items() if v != DEFAULT_CANDIDATES.get(k)}
-    cands = searched_candidates(cands, experts, given)
+    cands = searched_grid(cands, experts, candidates or {})
     start = start_settings(device_id)
     start = start.with_changes(
         model_path=model_path, budget_mb=budget, n_gen=n_gen, n_ctx=n_ctx,
@@ -228,9 +365,19 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
                         candidates={k: cands[k] for k in TUNE_KNOBS}, best=None)
     cache: dict[RunSettings, Evaluation] = {}
 
-    run_one = measure or (lambda s: _measure_run(s, device.id))
+    def enough_against(against: Interval | None) -> Callable[[list[RunSummary]], bool]:
+        return lambda rounds: enough_rounds([r.projected_ts for r in rounds], against, min_n=min_rounds,
+                                            max_n=max_rounds, target_rel=target_rel)
 
-    def evaluate(settings: RunSettings) -> Evaluation:
+    def run_one(settings: RunSettings, against: Interval | None) -> tuple[list[RunSummary], int] | None:
+        if measure is not None:
+            got = measure(settings)
+            if got is None:
+                return None
+            return (list(got) if isinstance(got, (list, tuple)) else [got]), 0
+        return measure_rounds(settings, device.id, enough_against(against), should_stop)
+
+    def evaluate(settings: RunSettings, against: Interval | None = None) -> Evaluation:
         if settings in cache:
             return cache[settings]
         ev = None
@@ -241,17 +388,29 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
                 ev = Evaluation(settings, None, str(exc))
         if ev is None:
             try:
-                summary = run_one(settings)
+                got = run_one(settings, against)
             except ShardscopeError as exc:
                 result.runs += 1
                 ev = Evaluation(settings, None, str(exc), order=result.runs)
             else:
-                if summary is None:  # a replayed grid point that the engine refused
+                if got is None:  # a replayed grid point that the engine refused
                     ev = Evaluation(settings, None, "refused before loading")
                 else:
+                    rounds, stalled = got
                     result.runs += 1
-                    ev = Evaluation(settings, summary, None, _fits(settings, summary, weight_budget),
-                                    order=result.runs)
+                    result.rounds += len(rounds)
+                    if not rounds:
+                        why = "stopped before a warm round" if stalled == 0 else f"the host stalled all {stalled} rounds"
+                        ev = Evaluation(settings, None, why, order=result.runs, stalled=stalled)
+                    else:
+                        mid = statistics.fmean(r.projected_ts for r in rounds) if all(
+                            is_finite_number(r.projected_ts) for r in rounds) else math.nan
+                        rep = min(rounds, key=lambda r: abs(r.projected_ts - mid)) if math.isfinite(mid) else rounds[-1]
+                        terms = [t for t in (_round_terms(r, device.id) for r in rounds) if t is not None] \
+                            if measure is None else []
+                        fits = all(_fits(settings, r, weight_budget) for r in rounds)
+                        ev = Evaluation(settings, rep, None, fits, order=result.runs, rounds=rounds, terms=terms,
+                                        stalled=stalled)
         if ev.summary is None and ev.order == 0:
             result.refused += 1
         cache[settings] = ev
@@ -271,26 +430,45 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         result.passes += 1
         moved = False
         for knob in TUNE_KNOBS:
-            best_here = current
+            if len(cands[knob]) < 2:
+                continue
+            here = {getattr(current.settings, knob): current}
             for value in cands[knob]:
-                if value == getattr(current.settings, knob) or stop():
+                if value in here or stop():
                     continue
-                ev = evaluate(current.settings.with_changes(**{knob: value}))
-                if ev.score > best_here.score:
-                    best_here = ev
-            if best_here is not current and _beats(best_here.score, current.score, min_gain):
-                result.path.append(f"pass {result.passes}: {knob} {getattr(current.settings, knob)} → "
-                                   f"{getattr(best_here.settings, knob)}: {_score_text(best_here)}")
-                current = best_here
-                moved = True
+                here[value] = evaluate(current.settings.with_changes(**{knob: value}), current.interval)
             if stop():
                 break
+            held = getattr(current.settings, knob)
+            ran = {v: e.interval for v, e in here.items() if e.interval is not None}
+            spec = KNOBS[knob]
+            choice = choose(ran, keep=held, default=getattr(start, knob),
+                            cost={v: cost_key(v, spec.choices) for v in ran})
+            idle = bool(spec.streams) and no_effect({v: here[v].terms for v in ran if here[v].terms})
+            if choice is None or idle:
+                result.decisions.append(KnobDecision(knob, result.passes, choice, no_effect=idle))
+                continue
+            pick = here[choice.pick]
+            go = choice.pick != held and (current.interval is None or _beats(pick.score, current.score, min_gain))
+            result.decisions.append(KnobDecision(knob, result.passes, choice, moved=go))
+            if go:
+                result.path.append(f"pass {result.passes}: {knob} {spec.text(held)} → {spec.text(choice.pick)}: "
+                                   f"{_score_text(pick)}")
+                current = pick
+                moved = True
         if not moved:
             break
-    valid = [e for e in cache.values() if math.isfinite(e.score)]
-    # The best point measured: the descent's, unless a candidate beat it by less than min_gain.
-    result.best = max(valid, key=lambda e: e.score, default=None)
+    # The descent's point: every knob at its clear best or, among ties, at the kept value.
+    result.best = current if current.interval is not None else max(
+        (e for e in cache.values() if e.interval is not None), key=lambda e: e.score, default=None)
     return result
+
+
+def searched_grid(cands: dict[str, list], experts: bool, given: dict[str, list]) -> dict[str, list]:
+    """The lists the descent searches: ``searched_candidates`` with ``given`` the lists that differ
+    from the declared defaults (so the counts printed before a tune are the grid it searches)."""
+    changed = {k: v for k, v in given.items() if v != DEFAULT_CANDIDATES.get(k)}
+    return searched_candidates(cands, experts, changed)
 
 
 def _beats(new: float, old: float, min_gain: float) -> bool:
@@ -309,8 +487,11 @@ def _score_text(ev: Evaluation) -> str:
     if ev.summary is None:
         return f"refused ({ev.error})"
     fit = "" if ev.fits else ", does not fit"
-    return (f"projected {ev.summary.projected_ts:.3g} tok/s ({ev.summary.projected_bound}-bound), "
-            f"measured {ev.summary.avg_ts:.3g} tok/s{fit}")
+    iv, here = ev.interval, ev.measured_interval
+    projected = iv.text() if iv is not None else f"{ev.summary.projected_ts:.3g}"
+    stalled = f"; {ev.stalled} round(s) left out: the host stalled" if ev.stalled else ""
+    return (f"projected {projected} tok/s ({ev.summary.projected_bound}-bound), "
+            f"measured {here.text() if here is not None else '?'} tok/s here{fit}{stalled}")
 
 
 def tuned_profile_path(name: str, directory: str | os.PathLike | None = None, *, force: bool = False) -> Path:
@@ -346,13 +527,46 @@ def save_tuned_profile(result: TuneResult, name: str, *, directory: str | os.Pat
         model_path=model_path, n_gen=d.n_gen, n_ctx=d.n_ctx, prompt=d.prompt, temperature=d.temperature,
         seed=d.seed, budget_mb=int(round(best.settings.budget_mb)), shard_mb=int(round(best.settings.shard_mb)),
     )
-    s = best.summary
-    description = (
-        f"Auto-tuned {_dt.date.today().isoformat()} for {result.device_id} on {s.model_filename}: projected "
-        f"{s.projected_ts:.3g} tok/s ({s.projected_bound}-bound), measured {s.avg_ts:.3g} tok/s on the tuning "
-        f"host; coordinate descent, {result.runs} runs of a {result.grid_size}-point grid."
-    )
+    description = (f"Auto-tuned {_dt.date.today().isoformat()} for {result.device_id} on "
+                   f"{best.summary.model_filename}: {verdict_text(result)}")
     path = tuned_profile_path(name, directory, force=force)
     save_profile(Profile(name=name.strip(), settings=settings, description=description, device=result.device_id),
                  path)
     return path
+
+
+def _candidate_text(ev: Evaluation, keys: tuple[str, ...]) -> str:
+    return f"{describe(ev.settings, keys) or 'the start'} {ev.interval.text()}"
+
+
+def verdict_text(result: TuneResult) -> str:
+    """The best as a decision: its interval, its margin over the best candidate it is not tied
+    with, its ties and the knobs with no effect — what the CLI prints last and a saved profile's
+    description records."""
+    best = result.best
+    if best is None or best.interval is None:
+        return "no candidate ran and fit the device"
+    s = best.summary
+    varied = tuple(k for k in TUNE_KNOBS if len(result.candidates.get(k, ())) > 1)
+    here = best.measured_interval
+    parts = [f"projected {best.interval.text()} tok/s ({s.projected_bound}-bound), measured "
+             f"{here.text() if here is not None else '?'} tok/s on the tuning host"]
+    runner = result.runner_up()
+    if runner is not None:
+        parts.append(f"margin {100 * result.margin():+.0f} % over the next clear candidate "
+                     f"({_candidate_text(runner, varied)})")
+    else:
+        parts.append("margin: none measured (every candidate ties with it)")
+    ties = result.ties()
+    if ties:
+        shown = "; ".join(_candidate_text(e, varied) for e in sorted(ties, key=lambda e: -e.score)[:6])
+        more = f" and {len(ties) - 6} more" if len(ties) > 6 else ""
+        parts.append(f"tied with {len(ties)} (intervals overlap; the default or cheaper setting kept): {shown}{more}")
+    else:
+        parts.append("no ties")
+    idle = result.no_effect_knobs()
+    if idle:
+        parts.append(f"no effect on the projection: {', '.join(idle)} (not ranked)")
+    parts.append(f"coordinate descent, {result.runs} runs ({result.rounds} warm rounds) of a "
+                 f"{result.grid_size}-combination grid")
+    return "; ".join(parts) + "."
