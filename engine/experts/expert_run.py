@@ -27,6 +27,7 @@ from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.policy_advice import ADVICE_TOKENS, cache_advice
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
+from shardscope.engine.experts.hash_prefetch import HashPrefetch
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
@@ -66,6 +67,11 @@ class ExpertRunSummary(RunSummary):
     trunk_share: int = 0  # percent of the budget above the minimum given to the trunk (the knob, or the engine's choice)
     trunk_mb: float = 0.0  # what the trunk's shards may keep resident (all of the trunk: it does not stream)
     trunk_streams: bool = False  # the trunk streamed by layer beside the experts
+    # hash-routed layers (deepseek4): picks known ahead of their layer, the misses that hid, the share of
+    # decoded tokens whose every hash pick was resident at its layer (engine/experts/hash_prefetch.py)
+    hash_picks_ahead: int = 0
+    hash_misses_hidden: int = 0
+    hash_ready_share: float = math.nan
 
     @staticmethod
     def columns() -> list[str]:
@@ -121,6 +127,8 @@ LIVE_KEYS = LIVE | frozenset(LAYER_KNOBS)
 
 class ExpertRun(RunSkeleton):
     streams = "experts"
+    hash_prefetch = True  # load hash-routed layers' picks when the token is known (bench/hash_prefetch.py: off)
+    hashes = None  # the run's HashPrefetch (engine/experts/hash_prefetch.py), once the streamer starts
     apply_between_tokens = True  # the streamer's books change on the decode thread only
 
     def __init__(self, settings: RunSettings, *, trace_path: str | None = None, sample_interval_s: float = 0.1,
@@ -263,6 +271,7 @@ class ExpertRun(RunSkeleton):
 
     def _start_streamer(self) -> None:
         self.streamer.start()
+        self.hashes = HashPrefetch(self.streamer, self.layout, load=self.hash_prefetch)  # hash-routed layers
 
     def _halt_streamer(self) -> None:
         self.streamer.stop()
@@ -284,7 +293,15 @@ class ExpertRun(RunSkeleton):
         if streamer is None:
             return True
         self.progress.at_layer(layer)
-        return streamer.on_topk(layer, ids)
+        hidden = self.hashes.before_topk(layer, ids) if self.hashes else 0
+        go_on = streamer.on_topk(layer, ids)
+        if hidden:
+            self.hashes.after_topk(layer, hidden)
+        return go_on
+
+    def _token_sampled(self, index: int, token: int) -> None:
+        if self.hashes and index + 1 < self.settings.n_gen:  # decoded next: its hash layers' picks are known
+            self.hashes.on_token(token)
 
     def run(self, continuous: bool = False,
             on_summary: Callable[["ExpertRunSummary"], None] | None = None) -> "ExpertRunSummary":
@@ -307,6 +324,8 @@ class ExpertRun(RunSkeleton):
         self._marks = {}
         self.streamer.begin_prompt()
         self.streamer.token = self._token_base
+        if self.hashes:
+            self.hashes.begin_round()
         self._marks["prompt_start"] = process_read_bytes(psutil.Process())
 
     def _token_done(self, index: int, proc: psutil.Process) -> None:
@@ -367,6 +386,7 @@ class ExpertRun(RunSkeleton):
             trace_path=self.trace_path or "",
             prompt_batch_tokens=min(self.prompt_batch_tokens or result.prompt_tokens, result.prompt_tokens),
             prompt_mb_read=round(self._marks.get("prompt_read", 0) / MIB, 3),
+            **(self.hashes.figures() if self.hashes else {}),
         )
 
     def _close_extras(self) -> None:

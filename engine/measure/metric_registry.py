@@ -92,6 +92,13 @@ METRICS: tuple[Metric, ...] = (
     # Of compute_ms_per_token, the stretches the GPU layers ran (timed between the eval callback's
     # stops; engine/stream/llama_session.py): what a projection does not scale by CPU cores.
     Metric("gpu_compute_ms_per_token", "ms", "GPU compute / token", kind="experts"),
+    # Hash-routed layers (deepseek4's tid2eid): their picks are known from the token id, loaded before the
+    # layer (engine/experts/hash_prefetch.py); how many were known ahead, the misses that hid, and the share
+    # of decoded tokens whose every hash pick was resident at its layer.
+    Metric("hash_picks_ahead", "", "hash picks known ahead", summary=True, kind="experts"),
+    Metric("hash_misses_hidden", "", "misses hash prefetch hid", summary=True, kind="experts"),
+    Metric("hash_ready_share", "%", "hash picks loaded before their layer", fraction=True, summary=True,
+           kind="experts"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}

@@ -296,6 +296,7 @@ class RunSkeleton:
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = marks["last_t"] = time.perf_counter()
             self._token_done(index, proc)
+            self._token_sampled(index, token)
             marks.setdefault("wait_s", []).append(self._tally().wait_s)  # per-token waits: token_wait_s
             if index == 0:
                 self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
@@ -411,6 +412,10 @@ class RunSkeleton:
 
     def _begin_round(self) -> None:
         pass
+
+    def _token_sampled(self, index: int, token: int) -> None:
+        """``token`` was just sampled and is the next decode's input (an expert run prefetches what its
+        id routes to: engine/experts/hash_prefetch.py); nothing for a dense run."""
 
     def _token_done(self, index: int, proc: psutil.Process) -> None:
         pass
