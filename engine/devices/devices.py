@@ -21,6 +21,10 @@ File layout (every quantity table has ``value``, ``source`` and ``verified``)::
     [ram_mb]                            # optional, informative
     [ssd_read_mb_s]                     # where the weights stream from (sequential)
     [ssd_latency_us] [ssd_queue_depth]  # optional: per-request latency (default 0) and requests in flight (32)
+    [flash_probe]                       # optional: the device's own read probe, rows of
+    reads = [[4096, 1, 1809.9], ...]    #   [request KiB, requests in flight, MiB/s]; the flash model
+    source = "..."  verified = true     #   (engine/devices/flash_model.py) is fitted from them once
+    [cache_mgmt_us_per_mib]             # optional: an expert cache's cost per missed MiB (default 0)
     [dram_mb_s]                         # how fast resident weights can be touched
     [cpu]  performance_cores = 2  efficiency_cores = 4  source = "..."  verified = true
     [gpu]  description = "..."  source = "..."  verified = true
@@ -42,7 +46,7 @@ from shardscope.engine.base.toml_file import read_toml
 from shardscope.engine.base.units import MIB
 from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, _check_positive_number,
                                                     _quantity, _string, _table, _type_name)
-from shardscope.engine.stream.ssd_rate_limiter import SsdModel
+from shardscope.engine.devices.flash_model import FlashModel, ProbeRead, fit_flash_model, plain_flash_model
 
 
 __all__ = [
@@ -64,9 +68,10 @@ DEVICES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "devices"  # en
 # A device file is a couple of kilobytes; anything this big is not one.
 
 _REQUIRED_QUANTITIES = ("app_memory_limit_mb", "ssd_read_mb_s", "dram_mb_s")
-_OPTIONAL_QUANTITIES = ("app_memory_limit_extended_mb", "ram_mb", "compute_scale", "ssd_latency_us", "ssd_queue_depth")
+_OPTIONAL_QUANTITIES = ("app_memory_limit_extended_mb", "ram_mb", "compute_scale", "ssd_latency_us", "ssd_queue_depth",
+                        "cache_mgmt_us_per_mib")
 _TOP_LEVEL_KEYS = frozenset(
-    {"id", "name", "storage", "cpu", "gpu", *_REQUIRED_QUANTITIES, *_OPTIONAL_QUANTITIES}
+    {"id", "name", "storage", "cpu", "gpu", "flash_probe", *_REQUIRED_QUANTITIES, *_OPTIONAL_QUANTITIES}
 )
 _DEFAULT_COMPUTE_SCALE_SOURCE = (
     "default assumption: one core of this device is as fast as one core of the measuring host"
@@ -108,11 +113,25 @@ class Device:
     # measuring host's GPU), not by CPU cores. False: the GPU's share runs on the CPU cores.
     gpu_compute: bool = False
     gpu_compute_scale: float = 1.0
+    # The flash model fitted from the preset's [flash_probe] (None: one rate, one latency, a queue depth)
+    flash_fit: FlashModel | None = field(default=None, compare=False)
+    # An expert cache's own cost per missed MiB on this device (pages committed for the miss, evicted
+    # for it): 0 unless the preset measured it ([cache_mgmt_us_per_mib])
+    cache_mgmt_us_per_mib: float = 0.0
 
     @property
-    def ssd_model(self) -> SsdModel:
-        """The device's reads as the emulator and the projection model them."""
-        return SsdModel(self.ssd_read_mb_s, self.ssd_latency_us * 1e-6, self.ssd_queue_depth)
+    def flash_model(self) -> FlashModel:
+        """The device's reads as `size`, the window's projection and bench/phone_check.py model them:
+        the probe's fit where the preset has one, else its rate, latency and queue depth."""
+        if self.flash_fit is not None:
+            return self.flash_fit
+        return plain_flash_model(self.ssd_read_mb_s, self.ssd_latency_us * 1e-6, self.ssd_queue_depth,
+                                 source=self.sources.get("ssd_read_mb_s", ""))
+
+    @property
+    def ssd_model(self) -> FlashModel:
+        """The same as :attr:`flash_model` (the name older callers use)."""
+        return self.flash_model
 
     @property
     def total_cores(self) -> int:
@@ -153,6 +172,7 @@ class Device:
             ssd_read_mb_s=float(ssd_read_mb_s),
             sources=sources,
             unverified=self.unverified | {"ssd_read_mb_s"},
+            flash_fit=None,  # another disk: the probe of this one no longer applies
         )
 
 
@@ -254,6 +274,17 @@ def _read_device(path: str | Path) -> Device:
     if ssd["ssd_queue_depth"] != int(ssd["ssd_queue_depth"]):
         raise ShardscopeError(f"{where}: 'ssd_queue_depth.value' must be a whole number, got {ssd['ssd_queue_depth']:g}")
 
+    cache_mgmt = 0.0
+    if "cache_mgmt_us_per_mib" in data:
+        cache_mgmt, table = _quantity(data, "cache_mgmt_us_per_mib", where)
+        note("cache_mgmt_us_per_mib", table)
+    flash_fit = None
+    if "flash_probe" in data:
+        probe = _table(data, "flash_probe", where, {"reads", "source", "verified"})
+        note("flash_probe", probe)
+        flash_fit = fit_flash_model(_probe_reads(probe.get("reads"), where), int(ssd["ssd_queue_depth"]),
+                                    f"{where}: [flash_probe]", source=probe["source"])
+
     cpu = _table(data, "cpu", where, {"performance_cores", "efficiency_cores", "source", "verified"})
     cores = {}
     for key in ("performance_cores", "efficiency_cores"):
@@ -309,7 +340,25 @@ def _read_device(path: str | Path) -> Device:
         path=str(path),
         ssd_latency_us=ssd["ssd_latency_us"],
         ssd_queue_depth=int(ssd["ssd_queue_depth"]),
+        flash_fit=flash_fit,
+        cache_mgmt_us_per_mib=cache_mgmt,
     )
+
+
+def _probe_reads(rows, where: str) -> list[ProbeRead]:
+    """[flash_probe] reads: rows of [request KiB, requests in flight, MiB/s], each checked."""
+    key = f"{where}: 'flash_probe.reads'"
+    if not isinstance(rows, list) or not rows:
+        raise ShardscopeError(f"{key} must be a list of [request KiB, requests in flight, MiB/s] rows")
+    out = []
+    for n, row in enumerate(rows, 1):
+        ok = (isinstance(row, list) and len(row) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in row))
+        if not ok or row[0] <= 0 or row[2] <= 0 or row[1] != int(row[1]) or row[1] < 1:
+            raise ShardscopeError(f"{key} row {n}: expected [request KiB > 0, whole requests in flight >= 1, "
+                                  f"MiB/s > 0], got {row!r}")
+        out.append(ProbeRead(int(row[0] * 1024), int(row[1]), float(row[2])))
+    return out
 
 
 def builtin_devices(directory: str | Path | None = None) -> dict[str, Device]:

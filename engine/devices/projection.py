@@ -7,10 +7,15 @@ first, and each one is a division we can check by hand:
 * ``dram``    = resident weight bytes touched per token / the device's DRAM bandwidth
 * ``compute`` = measured compute seconds per token, scaled to the device's cores
 
-With prefetch (depth > 0) the next shard is read while this one is computed, so at
-best the terms overlap and a token costs ``max(ssd, dram, compute)``. Without
-prefetch the disk read and the compute take turns, so a token costs
-``ssd + max(dram, compute)``. DRAM and compute stay under one max even then: the
+Two figures, named for what they are, and the projection carries both:
+
+* the **serial time** ``ssd + max(dram, compute)``: the disk read and the compute take turns,
+  nothing overlapped (an engine that waits for each layer's reads, as misses are waited for);
+* the **overlapped bound** ``max(ssd, dram, compute)``: an engine that reads while it computes
+  waits only for the longer, at best: the one figure that is a best case.
+
+``s_per_token`` is the one the deployment's engine does: overlapped with prefetch (depth > 0),
+serial without; a real overlapping engine lands between the two (its reads are not all hidden). DRAM and compute stay under one max even then: the
 kernels stream weights from memory while they multiply (that is the roofline), and
 the measured compute time already contains the host's own memory time, so adding
 the two would count memory twice.
@@ -35,16 +40,18 @@ time is shorter than its CPU would have taken::
     compute_device = (compute_host − gpu_host) * cpu_factor + gpu_host / gpu_compute_scale   (GPU device)
     compute_device = compute_host * cpu_factor                                               (CPU device)
 
-The ssd term is the emulator's own SSD model (``engine.stream.ssd_rate_limiter.SsdModel``):
-bytes ÷ sequential bandwidth, plus the per-request latency the device's queue depth
-cannot hide, given how many requests a token reads and in how many batches that wait
-for each other (a MoE layer's misses are one batch). The projection names which part
+The ssd term is the device's flash model (``engine.devices.flash_model.FlashModel``: fitted
+from the preset's own probe where it has one, else the emulator's SSD model, one rate, a
+latency per request and a queue depth): read time as a function of request size and requests
+in flight, given how many requests a token reads and in how many batches that wait for each
+other (a MoE layer's misses are one batch). The projection names which part
 bounds a run: ``limit`` is "bandwidth" or "latency" when the ssd term is the largest,
 else "compute" or "dram". Without request counts (or at latency 0) it is bytes ÷ bandwidth.
 
-What this leaves out, so the result is a best case (an upper bound on tok/s): imperfect
-overlap, thermal throttling, page-cache hits beyond what the measurement saw, and the
-KV cache's own memory traffic.
+What this leaves out: thermal throttling, page-cache hits beyond what the measurement saw,
+the KV cache's own memory traffic, and (for the serial time) any overlap the engine does get.
+How far off the answer was on real phones is measured by bench/phone_check.py and printed
+beside it (engine/devices/projection_error.py).
 
 Units: bytes, seconds, and bandwidths in MB/s = 10^6 bytes/s.
 """
@@ -127,8 +134,37 @@ class Projection:
     s_per_token: float
     bound: str
     terms: dict[str, float] = field(hash=False)
-    overlapped: bool = True
+    overlapped: bool = True  # the deployment's engine overlaps reads with compute (s_per_token = the bound)
     ssd_latency_s: float = 0.0  # the part of the ssd term that is request latency, not bytes
+
+    @property
+    def serial_s(self) -> float:
+        """The serial time: ssd + max(dram, compute), nothing overlapped."""
+        return self.terms["ssd"] + max(self.terms["dram"], self.terms["compute"])
+
+    @property
+    def overlapped_s(self) -> float:
+        """The overlapped bound: max(ssd, dram, compute), the best case."""
+        return max(self.terms.values())
+
+    @property
+    def serial_tok_s(self) -> float:
+        return 1.0 / self.serial_s
+
+    @property
+    def overlapped_tok_s(self) -> float:
+        return 1.0 / self.overlapped_s
+
+    @property
+    def engine_text(self) -> str:
+        """Which of the two the deployment's engine does, in words."""
+        return ("the engine overlaps reads with compute: the overlapped bound, a best case" if self.overlapped
+                else "the engine waits for its reads: the serial time (overlap would give the bound)")
+
+    def figures_text(self) -> str:
+        """"serial 2.1 tok/s (compute + flash, nothing overlapped); overlapped bound 3.4 tok/s (best case)"."""
+        return (f"serial {self.serial_tok_s:.3g} tok/s (compute + flash, nothing overlapped); "
+                f"overlapped bound {self.overlapped_tok_s:.3g} tok/s (max of the two: the best case)")
 
     @property
     def limit(self) -> str:
@@ -145,13 +181,12 @@ class Projection:
     def describe(self) -> str:
         """One line: the time, the bound and every term, for logs and the CLI."""
         parts = ", ".join(f"{name} {self.terms[name]:.3g} s" for name in BOUNDS)
-        how = "max" if self.overlapped else "ssd + max(dram, compute)"
         ssd = self.terms["ssd"]
         split = (f"; ssd = {ssd - self.ssd_latency_s:.3g} s bandwidth + {self.ssd_latency_s:.3g} s latency"
                  if self.ssd_latency_s > 0 else "")
         return (
             f"{self.s_per_token:.3g} s/token ({self.tokens_per_s:.3g} tok/s), "
-            f"{self.bound_text}; terms per token: {parts} (combined as {how}){split}"
+            f"{self.bound_text}; terms per token: {parts}{split}; {self.figures_text()}; {self.engine_text}"
         )
 
 
@@ -168,6 +203,7 @@ def project_from_bandwidth(
     ssd_latency_s: float = 0.0,
     ssd_queue_depth: int = 32,
     gpu_factor: float | None = None,
+    flash: SsdModel | None = None,
 ) -> Projection:
     """The roofline for "a device with X MB/s SSD", without a device file.
 
@@ -180,11 +216,15 @@ def project_from_bandwidth(
     same cores as the measurement; :func:`project` derives it from a device).
     ``gpu_factor`` multiplies the measurement's GPU seconds instead, where the device computes
     on its GPU; None: they are CPU compute on the device, scaled by ``compute_factor``.
+    ``flash``: the device's flash model (``Device.flash_model``); given, it replaces the model
+    ``ssd_mb_s`` / ``ssd_latency_s`` / ``ssd_queue_depth`` describe (its ``mb_s`` is the rate
+    the latency split is reckoned against).
     """
     m = measurement.validated()
     ssd = _positive(ssd_mb_s, "projection", "ssd_mb_s") * MB_S
     latency = finite_number(ssd_latency_s, "projection", "ssd_latency_s", sign=ZERO_OR_MORE)
-    model = SsdModel(ssd / MB_S, latency, max(1, int(ssd_queue_depth)))
+    model = flash if flash is not None else SsdModel(ssd / MB_S, latency, max(1, int(ssd_queue_depth)))
+    ssd = model.mb_s * MB_S
     ssd_s = model.read_seconds(m.ssd_bytes_per_token, m.ssd_requests_per_token, m.ssd_batches_per_token)
     terms = {
         "ssd": ssd_s,
@@ -197,10 +237,8 @@ def project_from_bandwidth(
                             + m.gpu_compute_s_per_token * _positive(gpu_factor, "projection", "gpu_factor"))
     if dram_mb_s is not None:
         terms["dram"] = m.resident_bytes_per_token / (_positive(dram_mb_s, "projection", "dram_mb_s") * MB_S)
-    if m.prefetch:
-        s_per_token = max(terms.values())
-    else:
-        s_per_token = terms["ssd"] + max(terms["dram"], terms["compute"])
+    # the serial time and the overlapped bound (module doc); the engine's is the one it does
+    s_per_token = max(terms.values()) if m.prefetch else terms["ssd"] + max(terms["dram"], terms["compute"])
     if s_per_token <= 0:
         raise ShardscopeError(
             "projection: nothing to project: no bytes read, no bytes touched and no compute time per token"
@@ -240,11 +278,12 @@ def project(
 ) -> Projection:
     """Project a measurement onto a device preset (optionally with another disk)."""
     m = measurement.validated()
-    ssd = device.ssd_read_mb_s if ssd_mb_s_override is None else ssd_mb_s_override
+    if ssd_mb_s_override is not None:
+        device = device.with_ssd(ssd_mb_s_override)  # another disk: its rate, not this one's probe
     return project_from_bandwidth(
-        m, ssd_mb_s=ssd, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device),
+        m, ssd_mb_s=device.ssd_read_mb_s, dram_mb_s=device.dram_mb_s, compute_factor=compute_factor_for(m, device),
         ssd_latency_s=device.ssd_latency_us * 1e-6, ssd_queue_depth=device.ssd_queue_depth,
-        gpu_factor=1.0 / device.gpu_compute_scale if device.gpu_compute else None,
+        gpu_factor=1.0 / device.gpu_compute_scale if device.gpu_compute else None, flash=device.flash_model,
     )
 
 

@@ -179,6 +179,7 @@ class SizingResult:
     layer_picks_bytes: float = 0.0  # MoE: P, one layer's k picked experts
     expert_cache_bytes: float = 0.0  # MoE: budget - G - D, the one expert cache of this budget
     bytes_source: str = ""  # the model's bytes: from a GGUF header, a trace header or parameter counts
+    flash_model: str = ""  # the device's flash model in words (fitted from its probe where the preset has one)
 
     @property
     def tokens_per_s(self) -> float:
@@ -332,6 +333,7 @@ def size_shape(
     projection = project_from_bandwidth(
         measurement, ssd_mb_s=device.ssd_read_mb_s, dram_mb_s=device.dram_mb_s,
         ssd_latency_s=device.ssd_latency_us * 1e-6, ssd_queue_depth=device.ssd_queue_depth,
+        flash=device.flash_model,  # the preset's probe-fitted flash model (engine/devices/flash_model.py)
     )
     if compute == 0:
         assumptions.append("compute not modelled (0 s): the tok/s is an upper bound")
@@ -383,6 +385,8 @@ def size_shape(
         layer_picks_bytes=shape.layer_picks_bytes if moe else 0.0,
         expert_cache_bytes=expert_cache,
         bytes_source=shape.bytes_source,
+        flash_model=(f"{device.flash_model.describe()}, fitted from the preset's flash probe"
+                     if device.flash_fit is not None else ""),
     )
 
 

@@ -76,6 +76,9 @@ def format_sizing(result: SizingResult) -> str:
         else "ssd + max(dram, compute): without prefetch, compute waits for each read"
     )
     lines.append(f"  projection  {seconds_text(p.s_per_token)} per token = {rate_text(p.tokens_per_s)}, {p.bound_text}")
+    lines.extend(projection_figure_lines(p))
+    if r.flash_model:
+        lines.append(f"    flash     {r.flash_model}")
     lines.append(
         f"    ssd       {seconds_text(p.terms['ssd'])} = {bytes_text(r.streamed_bytes_per_token)} / "
         f"{r.ssd_mb_s / 1000:g} GB/s"
@@ -102,3 +105,13 @@ def format_sizing(result: SizingResult) -> str:
     return "\n".join(lines)
 
 
+def projection_figure_lines(p) -> list[str]:
+    """The serial time and the overlapped bound, which one the engine does, each with the error the
+    phone check measured on published runs (engine/devices/projection_error.py)."""
+    from shardscope.engine.devices.projection_error import error_text
+
+    return [f"    serial    {rate_text(p.serial_tok_s)} = 1 / (ssd + max(dram, compute)): nothing overlapped; "
+            f"{error_text('serial_tok_s')}",
+            f"    overlapped bound {rate_text(p.overlapped_tok_s)} = 1 / max(ssd, dram, compute): the best case; "
+            f"{error_text('overlapped_tok_s')}",
+            f"    engine    {p.engine_text}"]

@@ -1,0 +1,151 @@
+"""A device's flash as its own probe measured it: read time as a function of request size and requests in flight.
+
+One rate and one latency do not describe a phone's flash: BigMoeOnEdge's probe of the OnePlus 15R
+reads 576 KiB requests at 967 MiB/s with one reader but 4 MiB ones at 1810, and two readers reach
+2460 MiB/s at 4 MiB yet only 1785 at 576 KiB. Four numbers do, each a line through the probe:
+
+* a reader alone spends ``t1(s) = a + s / b`` on a request of ``s`` bytes (``a`` its fixed cost:
+  the command, the flash's access time, the syscall; ``b`` its byte rate);
+* the device, however many readers keep it busy, spends ``S(s) = c + s / B`` of its own time on
+  the request (``c`` what it cannot overlap with another request, ``B`` the saturated byte rate).
+
+A request waits ``t1(s) - S(s)`` in its lane (the part other requests' transfers can hide), then
+takes ``S(s)`` of the device after the requests booked before it; its lane frees when it is done.
+In steady state ``q`` readers of ``s``-byte requests therefore move
+
+    rate(s, q) = min(q x s / t1(s), s / S(s))      bytes per second
+
+and a batch of requests (one MoE layer's misses) is scheduled exactly so, lane by lane
+(:meth:`FlashModel.batch_seconds`). With ``c = 0`` and ``b = B`` this is the emulator's SSD model
+(``engine.stream.ssd_rate_limiter.SsdModel``: a latency, one rate, a queue depth) to the byte,
+which is what a preset without a probe gets.
+
+The fit (:func:`fit_flash_model`), once per preset when it is read: ``a`` and ``b`` by least
+squares through the one-reader rows (per-request time s / rate against s); ``c`` and ``B`` through
+each request size's best rate over its rows with more readers (past the knee more readers only
+queue: the best rate is the saturated one), or ``c = 0`` with one such size. A preset's
+``[flash_probe]`` holds the rows and their source.
+
+Units: bytes, seconds, MB/s = 10^6 bytes/s (the probe's rows are in KiB and MiB/s, as published).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.units import MIB
+from shardscope.engine.stream.ssd_rate_limiter import SsdModel
+
+
+@dataclass(frozen=True)
+class ProbeRead:
+    """One row of a flash probe: requests of ``request_bytes``, ``in_flight`` at a time, ``mib_s`` measured."""
+
+    request_bytes: int
+    in_flight: int
+    mib_s: float
+
+    @property
+    def seconds_per_request(self) -> float:
+        return self.request_bytes / (self.mib_s * MIB)
+
+
+@dataclass(frozen=True)
+class FlashModel(SsdModel):
+    """The SSD model with a reader's own rate and a device cost per request (module doc).
+
+    ``mb_s`` = B (saturated), ``latency_s`` = a (a reader's fixed cost per request),
+    ``queue_depth`` = the requests in flight the deployment keeps (its I/O lanes),
+    ``reader_mb_s`` = b (0: the same as B), ``request_s`` = c. ``source`` says where the numbers came from.
+    """
+
+    reader_mb_s: float = 0.0
+    request_s: float = 0.0
+    source: str = ""
+
+    @property
+    def _reader_b_s(self) -> float:
+        return (self.reader_mb_s or self.mb_s) * 1e6
+
+    def one_reader_seconds(self, request_bytes: float) -> float:
+        """t1(s): one request with nothing else in flight."""
+        return self.latency_s + request_bytes / self._reader_b_s
+
+    def device_seconds(self, request_bytes: float) -> float:
+        """S(s): the device's own time for one request, the part no other request hides."""
+        return self.request_s + request_bytes / (self.mb_s * 1e6)
+
+    def rate_mb_s(self, request_bytes: float, in_flight: int) -> float:
+        """Steady-state MB/s with ``in_flight`` readers of ``request_bytes`` each (the probe's figure)."""
+        lanes = in_flight * request_bytes / self.one_reader_seconds(request_bytes)
+        device = request_bytes / self.device_seconds(request_bytes)
+        return min(lanes, device) / 1e6
+
+    def batch_seconds(self, sizes: list[int]) -> float:
+        """Seconds to read requests of ``sizes`` issued together on an idle device, ``queue_depth`` at a time."""
+        if not sizes:
+            return 0.0
+        inv_b, inv_big_b = 1.0 / self._reader_b_s, 1.0 / (self.mb_s * 1e6)
+        lanes = [0.0] * max(1, int(self.queue_depth))
+        device_free = finish = 0.0
+        for size in sizes:
+            start = heapq.heappop(lanes)
+            # the wait in the lane: t1 - S (a - c + s (1/b - 1/B)), never negative for a fitted model
+            ready = start + max(0.0, self.latency_s - self.request_s + size * (inv_b - inv_big_b))
+            device_free = max(ready, device_free) + self.request_s + size * inv_big_b
+            heapq.heappush(lanes, device_free)
+            finish = max(finish, device_free)
+        return finish
+
+    def describe(self) -> str:
+        if not self.request_s and (not self.reader_mb_s or self.reader_mb_s == self.mb_s):
+            return super().describe()
+        return (f"one reader {self.latency_s * 1e6:.0f} µs + s / {self.reader_mb_s:.0f} MB/s a request; the device "
+                f"{self.request_s * 1e6:.0f} µs + s / {self.mb_s:.0f} MB/s (saturated); {self.queue_depth} in flight")
+
+
+def plain_flash_model(mb_s: float, latency_s: float = 0.0, queue_depth: int = 32, source: str = "") -> FlashModel:
+    """One rate, one latency, a queue depth: a preset without a probe (the emulator's model exactly)."""
+    return FlashModel(mb_s, latency_s, queue_depth, source=source)
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y on x."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - slope * mx, slope
+
+
+def fit_flash_model(reads: list[ProbeRead], lanes: int, where: str = "flash probe", source: str = "") -> FlashModel:
+    """The four numbers through a probe's rows (module doc); one line naming ``where`` if the rows cannot give them."""
+    one = [(r.request_bytes, r.seconds_per_request) for r in reads if r.in_flight == 1]
+    if len({s for s, _ in one}) < 2:
+        raise ShardscopeError(f"{where}: needs one-reader rows (in flight 1) at two request sizes at least, "
+                              f"got {len({s for s, _ in one})}")
+    a, per_byte = _line(one)
+    best: dict[int, float] = {}
+    for r in reads:
+        if r.in_flight > 1:
+            best[r.request_bytes] = max(best.get(r.request_bytes, 0.0), r.mib_s)
+    if not best:
+        raise ShardscopeError(f"{where}: needs a row with more than one request in flight (the saturated rate)")
+    sat = [(s, s / (x * MIB)) for s, x in best.items()]
+    if len(sat) == 1:
+        c, per_byte_device = 0.0, sat[0][1] / sat[0][0]
+    else:
+        c, per_byte_device = _line(sat)
+    if per_byte <= 0 or per_byte_device <= 0:
+        raise ShardscopeError(f"{where}: the rows give a rate that falls as requests grow; check the rows")
+    b, big_b = 1.0 / per_byte, 1.0 / per_byte_device
+    if a < 0 or c < 0:
+        raise ShardscopeError(f"{where}: the rows give a negative cost per request ({a * 1e6:.0f} µs one reader, "
+                              f"{c * 1e6:.0f} µs the device); check the rows")
+    return FlashModel(big_b / 1e6, a, lanes, reader_mb_s=b / 1e6, request_s=min(c, a), source=source)
+
+
+__all__ = ["FlashModel", "ProbeRead", "fit_flash_model", "plain_flash_model"]
