@@ -19,7 +19,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 
 from shardscope.app.window.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
-from conftest import engine_ready, make_window, stop_and_wait, wait_for
+from conftest import drawn_curve, engine_ready, make_window, stop_and_wait, wait_drawn, wait_for
 from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows, run_columns
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
@@ -44,8 +44,10 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     assert window.device_combo.device_id() == "iphone-16-pro"  # projection stays on the iPhone
     window.apply_settings(window.current_settings().with_changes(n_gen=8))
     window.start_run()
-    wait_for(qtbot, window, lambda: len([s for s in window.summaries if not s.stopped]) >= 2
-             and all(window.chart.point_count(k) > 0 for k in CURVES), timeout=30_000)
+    wait_for(qtbot, window, lambda: len([s for s in window.summaries if not s.stopped]) >= 2, timeout=30_000)
+    # Every curve as drawn: its plot item holds the newest samples after the chart's own redraw
+    # (point_count, one count for every curve, was true of a curve that drew nothing).
+    wait_drawn(qtbot, window.chart, CURVES)
     assert window.worker.run.settings.n_gen == 8
     # Live numbers = the last MetricsSample while the run goes, once the display timer (4 Hz) has
     # shown what it holds (no event runs between the flush and the reads).
@@ -64,8 +66,10 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     assert last.cache_hit_rate == pytest.approx(last.cache_hits / (last.cache_hits + last.cache_misses), abs=1e-4)
 
     # After Stop nothing is "now": the Live rates and memory are blank, the tokens decoded stay (issue 32).
-    # Chart ends, shard map and level lines = the last MetricsSample.
+    # Chart ends, shard map and level lines = the last MetricsSample: what each plot item holds once
+    # the chart has redrawn after the last sample.
     s = window.last_sample
+    wait_drawn(qtbot, window.chart, CURVES + ("ontime",))
     for key, _label, _units in LIVE_FIELDS:
         if key == "n_tokens":
             assert same_number(window.live_numbers.text(key), getattr(s, key)), key
@@ -73,9 +77,9 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
             assert window.live_numbers.text(key) == "\u2014", key
     for curve, field in (("weights", "resident_weights_mb"), ("other", "other_rss_mb"), ("rss", "rss_mb"),
                          ("ssd", "ssd_mb_s"), ("toks", "tok_s")):
-        assert window.chart.curve_data(curve)[1][-1] == pytest.approx(getattr(s, field)), curve
+        assert drawn_curve(window.chart, curve)[1][-1] == pytest.approx(getattr(s, field)), curve
     for curve, field in (("hit", "cache_hit_rate"), ("ontime", "on_time_rate")):  # fractions drawn in %
-        drawn = window.chart.curve_data(curve)[1][-1]
+        drawn = drawn_curve(window.chart, curve)[1][-1]
         assert (math.isnan(drawn) and math.isnan(getattr(s, field))) or drawn == pytest.approx(100 * getattr(s, field))
     assert window.shard_map.states() == list(s.shard_states)
     assert window.chart.level_line("budget").value() == pytest.approx(s.budget_mb) == 200  # the demo budget
@@ -137,12 +141,16 @@ def test_live_changes_reach_the_engine_and_are_marked(qtbot, window, synthetic_m
     assert run.session.n_threads == 1
     assert window.chart.marker_count() == markers + 5
 
-    # A budget under the minimum: refused by the engine, shown, slider reverted.
+    # A budget under the minimum is not offered (issue 48, item 4): the slider stops at the engine's
+    # floor and says why beside it, with no dialog; the run takes the floor.
+    floor = sliders["budget_mb"].slider.minimum()
     sliders["budget_mb"].slider.setValue(20)
-    assert "below the minimum" in window.last_error
-    assert sliders["budget_mb"].value() == 240 and run.controller.budget_bytes == 240 * MIB
-    assert window.chart.marker_count() == markers + 5
-    window.last_error = None
+    assert window.last_error is None, window.last_error
+    assert sliders["budget_mb"].value() == floor and run.controller.budget_bytes == floor * MIB
+    assert "the least" in sliders["budget_mb"].note()
+    user_moves("budget_mb", 240)
+    assert window.chart.marker_count() == markers + 7
+    markers += 2
 
     # n_gpu_layers: this CPU build cannot offload, and the slider says so.
     assert sliders["n_gpu_layers"].disabledReason()

@@ -193,18 +193,18 @@ def test_the_windows_budget_slider_starts_at_the_models_minimum(qtbot, tmp_path,
         window.close()
 
 
-def test_a_budget_below_the_floor_is_shown_as_given_not_raised(qtbot, tmp_path, qwen_like):
-    """A profile's budget under the model's minimum stays what it says; the run's refusal then
-    names the slider (not a silent raise to the floor)."""
+def test_a_budget_below_the_floor_is_raised_to_it_and_said_beside_the_slider(qtbot, tmp_path, qwen_like):
+    """A profile's budget under the model's minimum: the slider offers only what runs (issue 48,
+    item 4), so it shows the floor, and the note beside it says what it was raised from."""
     from tests.conftest import make_window
 
     window = make_window(qtbot, tmp_path / "config")
     try:
         window.open_model(qwen_like)
         qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == qwen_like, timeout=30_000)
-        floor = bm.min_budget_mb(window.model_info.moe, False)
-        window.apply_settings(RunSettings(budget_mb=floor - 2))
-        assert window.controls.value("budget_mb") == floor - 2
-        assert window.current_settings().budget_mb == floor - 2
+        window.apply_settings(RunSettings(budget_mb=1))
+        floor = window.controls.sliders["budget_mb"].slider.minimum()
+        assert window.controls.value("budget_mb") == floor == window.current_settings().budget_mb
+        assert window.notes()["budget_mb"].startswith(f"budget 1\u2192{floor} MiB")
     finally:
         window.close()

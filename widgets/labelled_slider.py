@@ -9,12 +9,17 @@ from code never emit it: the engine already knows the value it pushed.
 Values snap to multiples of `step` from the minimum so a committed value is
 always one the engine was offered (e.g. budgets in 50 MB steps). The QSlider
 works in the same units as `value()` so code holding `slider` sees no mapping.
+
+A slider never opens a dialog: a value moved to the end of its range (a model's minimum
+budget, what a budget leaves for a cache) is said by an inline note under the row
+(`setNote`), which stays until the next change, so the keyboard keeps its focus and a
+drag is never interrupted.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
 
 __all__ = ["LabelledSlider"]
 
@@ -48,11 +53,22 @@ class LabelledSlider(QWidget):
         self.readout_label = QLabel(self)
         self.readout_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
-        layout = QHBoxLayout(self)
+        # Why the value sits where it does (clamped to the range the engine accepts): under the row.
+        self.note_label = QLabel(self)
+        self.note_label.setWordWrap(True)
+        self.note_label.setStyleSheet("color: #a04000")
+        self.note_label.hide()
+
+        column = QVBoxLayout(self)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        layout = QHBoxLayout()
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title_label)
         layout.addWidget(self.slider, 1)
         layout.addWidget(self.readout_label)
+        column.addLayout(layout)
+        column.addWidget(self.note_label)
 
         self.slider.setSingleStep(self._step)
         self.slider.setPageStep(self._step * 10)
@@ -105,6 +121,14 @@ class LabelledSlider(QWidget):
         self._minimum_text = text or None
         self._reserve_readout_width()
         self._show_value(self.value())
+
+    def setNote(self, text: str | None) -> None:
+        """An inline line under the slider (None or "" hides it): why a value was clamped."""
+        self.note_label.setText(text or "")
+        self.note_label.setVisible(bool(text))
+
+    def note(self) -> str:
+        return self.note_label.text() if not self.note_label.isHidden() else ""
 
     def disabledReason(self) -> str | None:
         return self._disabled_reason

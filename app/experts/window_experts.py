@@ -73,13 +73,20 @@ class WindowExperts:
         moe, s = self.expert_panel.moe, self.current_settings()
         self._grey_unused_knobs(moe if getattr(self, "model_info", None) and self.model_info.moe else None)
         cache = float(s.expert_cache_mb) if s.expert_cache_mb else None  # the size chosen, even on a trace alone
-        if not s.expert_cache_mb and moe is not None and streams_experts(moe, s.budget_mb):
+        auto = None  # what "auto" (0) gives: all the budget leaves after the dense weights
+        if moe is not None and streams_experts(moe, s.budget_mb):
             try:
-                cache = cache_bytes_for(moe, s) / MIB
-            except ShardscopeError:  # below the minimum: Run will say so, naming the slider
-                cache = None
+                auto = cache_bytes_for(moe, s.with_changes(expert_cache_mb=0)) / MIB
+            except ShardscopeError:  # below the minimum: the budget slider does not offer it
+                auto = None
+        if not s.expert_cache_mb:
+            cache = auto
         slider = self.controls.sliders["expert_cache_mb"]
-        slider.setMinimumText(f"auto {cache:,.0f} MiB" if cache is not None and not s.expert_cache_mb else None)
+        limits = self.controls.limits("expert_cache_mb")
+        if limits is not None and limits[2]:  # the slider's lowest position is "auto"
+            slider.setMinimumText(f"auto {auto:,.0f} MiB" if auto is not None else "auto")
+        else:
+            slider.setMinimumText(None)
         self.expert_panel.set_current_cache(cache)
         self.expert_panel.set_projection_inputs(self.last_round, self.device_id(), s.expert_policy)
 

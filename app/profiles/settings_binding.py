@@ -9,6 +9,12 @@ slider" to a knob by hand.
 keyboard step, combo pick, box ticked), never when code sets a value (loading a profile,
 reverting a refused change): the window marks the chart and pushes to the engine
 exactly once per real change.
+
+``set_limits`` fits a slider to the range the engine accepts for the open model and the
+other knobs (app/files/knob_limits.py) and moves a value outside it inside, saying so: the
+slider then offers only values that run. The expert cache's lowest position is its 0
+("auto"), the next one the smallest cache the engine accepts, so a keyboard step from
+"auto" lands on a size that runs.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class SettingsPanel(QWidget):
         self.combos: dict[str, QComboBox] = {}
         self.checks: dict[str, QCheckBox] = {}
         self._committed: dict[str, object] = {}
+        self._limits: dict[str, tuple[int, int, bool]] = {}  # key -> (low, high, lowest position = 0)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
@@ -67,7 +74,7 @@ class SettingsPanel(QWidget):
             slider.setToolTip(spec.tip)
             slider.title_label.setMinimumWidth(slider.title_label.fontMetrics().horizontalAdvance(widest))
             layout.addWidget(slider)
-            slider.valueCommitted.connect(lambda v, k=spec.name: self._on_commit(k, _cast(k, v)))
+            slider.valueCommitted.connect(lambda v, k=spec.name: self._on_commit(k, self._from_slider(k, v)))
             self.sliders[spec.name] = slider
             self._committed[spec.name] = _cast(spec.name, slider.value())
 
@@ -110,13 +117,19 @@ class SettingsPanel(QWidget):
         return base.with_changes(**self._committed)
 
     # ------------------------------------------------------------------ writing
-    def set_settings(self, settings: RunSettings) -> None:
-        """Show a profile's values; emits nothing (code, not the user, changed them)."""
+    def set_settings(self, settings: RunSettings, *, refit: bool = False) -> None:
+        """Show a profile's values; emits nothing (code, not the user, changed them).
+        ``refit``: the sliders with limits take the values as given, for set_limits to move
+        inside the limits of the new values together (a larger budget and cache at once)."""
         for key in self._committed:
-            self.set_value(key, getattr(settings, key))
+            if refit and key in self._limits:
+                self._committed[key] = _cast(key, getattr(settings, key))
+            else:
+                self.set_value(key, getattr(settings, key))
 
     def set_value(self, key: str, value) -> None:
-        """Set one control quietly: used for profiles and to revert a refused change."""
+        """Set one control quietly: used for profiles and to revert a refused change. A slider
+        with limits (set_limits) takes the nearest value inside them."""
         if key in self.checks:
             self.checks[key].setChecked(bool(value))
             self._committed[key] = bool(value)
@@ -126,6 +139,11 @@ class SettingsPanel(QWidget):
             self._committed[key] = self.combos[key].currentText()
             return
         slider = self.sliders[key]
+        if key in self._limits:
+            shown = self._clamped(key, value)
+            slider.setValue(self._to_slider(key, shown))
+            self._committed[key] = shown
+            return
         v = int(round(float(value)))
         lo, hi = slider.slider.minimum(), slider.slider.maximum()
         if v > hi:
@@ -141,6 +159,58 @@ class SettingsPanel(QWidget):
         self.set_value(key, value)
         if self._committed[key] != old:
             self.edited.emit(key, old, self._committed[key])
+
+    def set_limits(self, key: str, low: int, high: int, *, off_below: bool = False) -> tuple | None:
+        """Offer ``low``..``high`` only (``off_below``: and 0 at the lowest position, below ``low``).
+        The value is moved inside, quietly; returns (old, new) when it moved."""
+        slider = self.sliders[key]
+        low = int(low)
+        high = max(int(high), low - 1 if off_below else low)
+        self._limits[key] = (low, high, off_below)
+        old = self._committed[key]
+        new = self._clamped(key, old)
+        slider.setRange(low - 1 if off_below else low, max(high, low - 1 if off_below else low))
+        slider.setValue(self._to_slider(key, new))
+        self._committed[key] = new
+        return (old, new) if new != old else None
+
+    def drop_limits(self, key: str) -> None:
+        """The knob no longer depends on the model (a dense model's expert cache): its value stays."""
+        if self._limits.pop(key, None) is not None:
+            self.set_value(key, self._committed[key])
+
+    def limits(self, key: str) -> tuple[int, int, bool] | None:
+        return self._limits.get(key)
+
+    def offered(self, key: str) -> list:
+        """Every value the slider offers, lowest first (a test steps through them)."""
+        s = self.sliders[key].slider
+        return list(dict.fromkeys(self._from_slider(key, v) for v in range(s.minimum(), s.maximum() + 1)))
+
+    def set_note(self, key: str, text: str | None) -> None:
+        """The inline note beside a slider (why its value or range is what it is); None clears it."""
+        if key in self.sliders:
+            self.sliders[key].setNote(text)
+
+    def _clamped(self, key: str, value):
+        low, high, off_below = self._limits[key]
+        if off_below and not value:
+            return _cast(key, 0)
+        if off_below and high < low:  # only 0 runs (the budget leaves no room for a set size)
+            return _cast(key, 0)
+        return _cast(key, min(max(int(round(float(value))), low), high))
+
+    def _to_slider(self, key: str, value) -> int:
+        limits = self._limits.get(key)
+        if limits is not None and limits[2] and not value:
+            return limits[0] - 1
+        return int(round(float(value)))
+
+    def _from_slider(self, key: str, position: int):
+        limits = self._limits.get(key)
+        if limits is not None and limits[2] and position < limits[0]:
+            return _cast(key, 0)
+        return _cast(key, position)
 
     def set_maximum(self, key: str, maximum: int, minimum: int | None = None) -> None:
         """Fit a slider's range to the model (budget ~ model size); never below its value.

@@ -9,7 +9,6 @@ never a relayout.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable
 
@@ -43,11 +42,11 @@ from shardscope.app.files.window_files import WindowFiles
 from shardscope.app.profiles.window_profiles import WindowProfiles
 from shardscope.app.rounds.window_rounds import WindowRounds
 from shardscope.app.window.idle_panels import WindowIdlePanels
+from shardscope.app.window.window_limits import WindowLimits, moved_text
 from shardscope.widgets.coalesced_calls import CoalescedCalls
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import changed
 from shardscope.engine.measure.metrics import MetricsSample
-from shardscope.engine.layout.budget_minimum import min_budget_mb
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.knobs.profile_file import Profile
 from shardscope.engine.knobs.settings import RunSettings
@@ -62,7 +61,8 @@ DISPLAY_MS = 250  # text and numbers: 4 times a second reads as live
 ROUND_MS = 500  # the last round's panel, projection line and expert-cache figures
 
 
-class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, WindowIdlePanels, QMainWindow):
+class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, WindowIdlePanels, WindowLimits,
+                 QMainWindow):
     run_finished = Signal()
     error_shown = Signal(str)
     model_opened = Signal(str)  # resolved path, once probed
@@ -216,10 +216,12 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
 
     def apply_settings(self, settings: RunSettings, label: str | None = None) -> None:
         """Set every control from ``settings`` (also n_gen, prompt...); a running run takes them
-        live or restarts, or refuses them (then the controls go back)."""
+        live or restarts, or refuses them (then the controls go back). A value the open model
+        cannot run with is moved to the nearest one it can, said beside its slider."""
         old, old_base = self.current_settings(), self.base_settings
         self.base_settings = settings.with_changes(model_path=None)
-        self.controls.set_settings(settings)
+        self.clear_notes()
+        self.controls.set_settings(settings, refit=True)
         self._fit_ranges()
         self._show_expert_cache()
         new = self.current_settings()
@@ -229,45 +231,49 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         text = label or ", ".join(describe_change(k, getattr(old, k), getattr(new, k)) for k in keys)
         if not self._push(new, text):
             self.base_settings = old_base
-            self.controls.set_settings(old)
+            self.controls.set_settings(old, refit=True)
+            self._fit_ranges()
 
-    def _push(self, new: RunSettings, text: str) -> bool:
-        """Hand ``new`` to the running run and mark the chart; False (error shown) if refused."""
+    def _push(self, new: RunSettings, text: str, control: str | None = None) -> bool:
+        """Hand ``new`` to the running run and mark the chart; False (error shown) if refused.
+        ``control``: the control the user changed; a refusal is then said beside it, no dialog."""
         worker = self.runs.worker
         before = worker.settings if worker is not None else None
         try:
             answer = self.runs.apply(new)
         except ShardscopeError as exc:
-            self.show_error(describe_exception(exc, self.model_path))
+            message = describe_exception(exc, self.model_path)
+            if control is not None:
+                self.refuse_inline(control, message)
+            else:
+                self.show_error(message)
             return False
         if answer == "live" and before is not None:
             self.note_live_change(before)  # the running round now mixes two settings
         self.mark(text + (" (restart)" if answer == "restart" else ""))
         return True
 
-    def _fit_ranges(self) -> None:
-        info = self.model_info
-        if info is not None:
-            floor = None if info.moe is None else min_budget_mb(info.moe, self.current_settings().expert_speculation)
-            self.controls.set_maximum("budget_mb", max(1024, math.ceil(info.total_mb * 1.5)), minimum=floor)
-            self.controls.set_maximum("n_gpu_layers", info.n_layers + 1)  # +1: the output layer
-            if info.moe is not None:
-                self.controls.set_maximum("expert_cache_mb", math.ceil(info.moe.expert_bytes / MIB))
-        else:
-            self.controls.set_maximum("budget_mb", 4096)
-
     def _on_edited(self, key: str, old, new) -> None:
-        """A user's committed change of one control."""
+        """A user's committed change of one control; the other sliders' ranges follow it, and a
+        value they no longer offer moves with it (one change for the run, one marker)."""
+        self.controls.set_note(key, None)
+        moved = self._fit_ranges()
+        self._note_at_end(key)
         self._show_expert_cache()
+        text = ", ".join(filter(None, (describe_change(key, old, new), moved_text(moved))))
         if not self.is_running():
-            self.statusBar().showMessage(f"{describe_change(key, old, new)} (applies at the next Run)", 5000)
+            self.statusBar().showMessage(f"{text} (applies at the next Run)", 5000)
             if key == "shard_mb":
                 self._probe(self.model_path, quiet=True)  # redraw the shard map for the new plan
             else:
                 self._show_idle_plan()  # the next Run's plan: no states left from the stopped run
             return
-        if not self._push(self.current_settings(), describe_change(key, old, new)):
-            self.controls.set_value(key, old)  # the engine kept the old value: show that
+        if not self._push(self.current_settings(), text, control=key):
+            note = self.controls.sliders[key].note() if key in self.controls.sliders else ""
+            kept = self.current_settings().with_changes(**{k: a for k, a, _b in [(key, old, new), *moved]})
+            self.controls.set_settings(kept, refit=True)  # the engine kept the old values: show them
+            self._fit_ranges()
+            self.controls.set_note(key, note or None)
 
     def mark(self, label: str) -> None:
         """A vertical marker at the newest sample's time on every chart."""
@@ -336,10 +342,14 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         # title that does not already end with it, which read "shardscope — model — shardscope".
         self.setWindowTitle(f"{info.name} \u2014 shardscope")
         self.model_status.setText(info.name)
+        new_file = old_file != info.path
+        if new_file:
+            self.clear_notes()  # the last model's clamps said nothing about this one
         self._fit_ranges()
         self.show_experts(info.moe)
-        if old_file is not None and old_file != info.path:
+        if old_file is not None and new_file:
             self._forget_shown_run()
+            self.expert_panel.forget_curves()  # another model's routing says nothing about this one
         if not self.is_running():
             self._show_idle_plan()
         elif old_path != self.model_path:
@@ -347,6 +357,8 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         if not quiet:
             self.statusBar().showMessage(f"opened {info.path}", 5000)
             self.model_opened.emit(info.path)
+        if new_file:
+            self.show_profile_fit()  # before Run: what the profile changes on this model
 
     # ==================================================================== runs
     def start_run(self) -> None:
