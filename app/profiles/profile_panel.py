@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QPushButton, QWidget
+from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from shardscope.app.profiles.profile_store import ProfileStore
 from shardscope.engine.knobs.profile_file import Profile
@@ -16,7 +16,15 @@ class ProfilePanel(QGroupBox):
     def __init__(self, store: ProfileStore, save_tip: str, parent: QWidget | None = None) -> None:
         super().__init__("Profile", parent)
         self.store = store
-        layout = QHBoxLayout(self)
+        column = QVBoxLayout(self)
+        layout = QHBoxLayout()
+        column.addLayout(layout)
+        # What the profile changes on the open model (tuned for another, a value it cannot run): before Run.
+        self.fit_label = QLabel("")
+        self.fit_label.setWordWrap(True)
+        self.fit_label.setStyleSheet("color: #a04000")
+        self.fit_label.hide()
+        column.addWidget(self.fit_label)
         self.combo = QComboBox()
         self.combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.combo.setMinimumContentsLength(12)
@@ -37,6 +45,15 @@ class ProfilePanel(QGroupBox):
         if current is not None:
             self.select(current)
         return errors
+
+    def show_fit(self, text: str) -> None:
+        """The line under the profile saying what applying it to the open model changed ("" hides it)."""
+        self.fit_label.setText(text)
+        self.fit_label.setToolTip(text)
+        self.fit_label.setVisible(bool(text))
+
+    def fit(self) -> str:
+        return self.fit_label.text() if not self.fit_label.isHidden() else ""
 
     def select(self, profile: Profile) -> None:
         for i in range(self.combo.count()):
