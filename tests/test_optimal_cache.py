@@ -146,14 +146,15 @@ def test_the_plot_draws_the_optimum_as_the_limit_with_the_gap(qtbot):
     plot.set_curves({"decay": [(100, 0.30), (200, 0.50)], "lru": [(100, 0.20), (200, 0.45)],
                      "optimal": [(100, 0.55), (200, 0.75)]})
     plot.set_policy("decay")
-    plot.set_current(190)  # the gap is written at the curve point nearest the current size
+    plot.set_current(190)  # the gap is written at the current size, read off both curves (issue 48)
     QApplication.processEvents()
     at, points = plot.gap()
-    assert at == 200 and points == pytest.approx(25.0)
-    assert "decay 25.0 points\nbelow the optimum" in plot._gap_text.toPlainText() and plot._gap_text.isVisible()
+    assert at == 190 and points == pytest.approx(25.0)
+    assert "decay 25.0 points\nbelow the optimum\nat 190 MiB" in plot._gap_text.toPlainText()
+    assert plot._gap_text.isVisible()
     names = [label.text for _, label in plot.legend.items]
     assert "optimal (limit)" in names
     plot.set_policy("lru")
-    assert plot.gap() == (200, pytest.approx(30.0))
+    assert plot.gap() == (190, pytest.approx(30.5))  # lru 0.20→0.45, optimum 0.55→0.75: 0.425, 0.73 at 190
     plot.set_curves({"lru": [(100, 0.2)]})  # no optimum: nothing to shade, no text
     assert plot.gap() is None and not plot._gap_text.isVisible()

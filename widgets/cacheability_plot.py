@@ -28,6 +28,18 @@ PROJECTED_COLOR = "#f2a93b"  # the dotted orange projected tok/s curve
 LIMIT = "optimal"  # the curve drawn as the limit (engine.experts.replay.OPTIMAL)
 
 
+def _at(points: dict[float, float], x: float) -> float:
+    """The curve's value at ``x``: its point there, else read off the line between its neighbours."""
+    if x in points:
+        return points[x]
+    xs = sorted(points)
+    lo = max((p for p in xs if p <= x), default=xs[0])
+    hi = min((p for p in xs if p >= x), default=xs[-1])
+    if hi == lo:
+        return points[lo]
+    return points[lo] + (points[hi] - points[lo]) * (x - lo) / (hi - lo)
+
+
 class CacheabilityPlot(pg.PlotWidget):
     size_chosen = Signal(float)
 
@@ -38,6 +50,8 @@ class CacheabilityPlot(pg.PlotWidget):
         self.item.showGrid(x=True, y=True, alpha=0.25)
         self.item.setLabel("bottom", "expert cache", units="MiB")
         self.item.setLabel("left", "expert hit rate", units="%")
+        for name in ("bottom", "left"):
+            self.item.getAxis(name).enableAutoSIPrefix(False)  # "kMiB" at 1,000 MiB and up only confused
         self.item.setYRange(0, 100, padding=0.02)
         # bottom right: hit-rate curves rise from the bottom left, so that corner stays empty
         self.legend = self.item.addLegend(offset=(-8, -40), labelTextColor="#222", brush=pg.mkBrush(255, 255, 255, 200))
@@ -96,13 +110,16 @@ class CacheabilityPlot(pg.PlotWidget):
         self._show_gap()
 
     def gap(self) -> tuple[float, float] | None:
-        """(cache MiB, points) where the gap to the limit is written: at the current size
-        if a curve point lies there, else where the gap is widest; None without both curves."""
+        """(cache MiB, points) where the gap to the limit is written: at the current size (read
+        off both curves, between their points where it falls between them), else where the gap
+        is widest; None without both curves."""
         ours, limit = dict(self._points.get(self._policy or "", [])), dict(self._points.get(LIMIT, []))
         shared = sorted(set(ours) & set(limit))
         if not shared:
             return None
         current = self.current()
+        if current is not None and shared[0] <= current <= shared[-1]:
+            return current, 100 * (_at(limit, current) - _at(ours, current))
         at = min(shared, key=lambda x: abs(x - current)) if current is not None else \
             max(shared, key=lambda x: limit[x] - ours[x])
         return at, 100 * (limit[at] - ours[at])
@@ -119,7 +136,7 @@ class CacheabilityPlot(pg.PlotWidget):
         self._gap_band = pg.FillBetweenItem(ours, limit, brush=pg.mkBrush(120, 120, 120, 45))
         self.item.addItem(self._gap_band)
         at, points = where
-        y = 100 * dict(self._points[LIMIT])[at]
+        y = 100 * _at(dict(self._points[LIMIT]), at)
         # three short lines: the plot is often a narrow column of the window
         self._gap_text.setText(f"{self._policy} {points:.1f} points\nbelow the optimum\nat {at:,.0f} MiB")
         # Inside the plot whatever its size: near the top the lines went past 100 % and were cut
@@ -163,6 +180,16 @@ class CacheabilityPlot(pg.PlotWidget):
         self._projected_entry = curve
         self.legend.addItem(curve, "projected tok/s (right axis)")
         self._sync_views()
+
+    def clear_all(self) -> None:
+        """Nothing drawn: no curves, no projection, no note (another model was opened)."""
+        self._projected = []
+        if self._projection_view is not None:
+            self._projection_view.clear()
+        if self._projected_entry is not None:
+            self.legend.removeItem(self._projected_entry)
+            self._projected_entry = None
+        self.set_curves({})
 
     def legend_names(self) -> list[str]:
         """The names in the legend, in order (tests)."""

@@ -5,9 +5,12 @@ The hit rates are ``engine.replay.cacheability`` unchanged (the same numbers ``s
 replay`` prints for the same sizes); sizes are whole MiB so the CLI can be given exactly
 the sizes the plot shows.
 
-The replay is pure Python for seconds on a long session; in a thread of the app it would
+The replay is pure Python for minutes on a long session; in a thread of the app it would
 hold the GIL that the decode thread's expert callbacks need at every layer, so the panel
-replays in a separate process (docs/decisions.md has the measurement).
+replays in a separate process (docs/decisions.md has the measurement). That process runs at
+the idle scheduling class (SCHED_IDLE where the OS has it, else nice 19): it takes only CPU
+time the run leaves, so the live run keeps its speed. It reports each (policy, size) replayed,
+so the panel shows progress and an ETA, and Cancel ends it at once.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ import dataclasses
 import math
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
 from shardscope.engine.experts.foreign_traces import load_trace as read_any_trace
-from shardscope.engine.experts.replay import REPLAY_POLICIES, cacheability, min_cache_bytes
+from shardscope.engine.experts.replay import REPLAY_POLICIES, min_cache_bytes, replay
 from shardscope.engine.experts.routing_trace import RoutingTrace
 from shardscope.engine.devices.run_projection import projection_for
 from shardscope.engine.base.units import MIB
@@ -57,8 +60,11 @@ def load_trace(source) -> tuple[RoutingTrace, str]:
     return source, "this session"
 
 
-def compute(source, policies: tuple[str, ...] = REPLAY_POLICIES) -> CacheabilityResult:
-    """Replay ``source`` at ``cache_sizes`` for each policy and the optimum (Belady's limit).
+def compute(source, policies: tuple[str, ...] = REPLAY_POLICIES, at_mb: tuple[float, ...] = (),
+            progress: Callable[[float], None] | None = None) -> CacheabilityResult:
+    """Replay ``source`` at ``cache_sizes`` (and the sizes ``at_mb``, e.g. the cache in use, so the
+    note there is a replayed figure) for each policy and the optimum (Belady's limit), one
+    (policy, size) at a time, calling ``progress`` with the fraction done after each.
     ShardscopeError for an empty or bad trace."""
     from shardscope.engine.base.errors import ShardscopeError
 
@@ -72,22 +78,109 @@ def compute(source, policies: tuple[str, ...] = REPLAY_POLICIES) -> Cacheability
     used_bytes = header.n_expert_used * sum(header.unit_bytes.values())
     # whole MiB, so a size is added only where its floor still holds a layer's picks (a tiny trace's
     # token rounds down to 0 MiB)
+    floor = min_cache_bytes(trace)
     tokens_mib = {float(math.floor(m * used_bytes / MIB)) for m in (1, 2)}
-    sizes = sorted(set(cache_sizes(min_cache_bytes(trace), full))
-                   | {mib for mib in tokens_mib if min_cache_bytes(trace) <= mib * MIB < full})
-    curves = cacheability(trace, sizes, list(policies))
+    asked = {float(round(x)) for x in at_mb if x and floor <= round(x) * MIB <= full}
+    sizes = sorted(set(cache_sizes(floor, full))
+                   | {mib for mib in tokens_mib if floor <= mib * MIB < full} | asked)
+    curves: dict[str, list[tuple[float, float]]] = {}
+    units = [(p, size) for p in policies for size in sizes]
+    for i, (policy, size) in enumerate(units):
+        for row in replay(trace, [size], [policy], where=name):
+            curves.setdefault(row.policy, []).append((float(row.cache_mb), float(row.expert_hit_rate)))
+        if progress is not None:
+            progress((i + 1) / len(units))
     used = header.n_expert_used * sum(header.unit_bytes.values()) / MIB
-    return CacheabilityResult({p: [(float(x), float(y)) for x, y in pts] for p, pts in curves.items()},
-                              tuple(sizes), name, header.n_expert_used, used)
+    return CacheabilityResult(curves, tuple(sizes), name, header.n_expert_used, used)
 
 
-def compute_in_process(source, policies: tuple[str, ...] = REPLAY_POLICIES) -> CacheabilityResult:
-    """``compute`` in a fresh (spawned: no copy of llama.cpp's threads) process at a lower
-    priority, so the decode keeps its cores; the caller's thread only waits. Errors come
-    back as raised there (one-line ShardscopeErrors)."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=os.nice, initargs=(10,)) as pool:
-        return pool.submit(compute, source, policies).result()
+def _idle_priority() -> str:
+    """Take only the CPU time others leave: SCHED_IDLE where the OS has it, else nice 19."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "idle"
+    except (AttributeError, OSError):
+        os.nice(19)
+        return "nice 19"
+
+
+def _child(conn, source, policies, at_mb) -> None:
+    """The replay process: progress messages, then the result (or the error's one line)."""
+    from shardscope.engine.base.errors import ShardscopeError
+
+    _idle_priority()
+    try:
+        result = compute(source, policies, at_mb, progress=lambda f: conn.send(("progress", f)))
+        conn.send(("done", (result, stats_line(source))))
+    except ShardscopeError as exc:
+        conn.send(("error", str(exc)))
+    except Exception as exc:  # a bug: one line back to the window, never a dead app
+        conn.send(("error", f"internal error: {type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def compute_in_process(source, policies: tuple[str, ...] = REPLAY_POLICIES, at_mb: tuple[float, ...] = (),
+                       progress: Callable[[float], None] | None = None, poll_s: float = 0.2):
+    """``compute`` (and the routing statistics line) in a fresh spawned process (no copy of
+    llama.cpp's threads) at the idle priority; the caller's thread waits, calling ``progress``
+    with the fraction done (and at least every ``poll_s``, so a Cancel raised there ends the
+    process at once). Returns (CacheabilityResult, stats line); errors come back as raised there."""
+    from shardscope.engine.base.errors import ShardscopeError
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_child, args=(child, source, policies, at_mb), daemon=True)
+    process.start()
+    child.close()
+    done = 0.0
+    try:
+        while True:
+            if parent.poll(poll_s):
+                try:
+                    kind, value = parent.recv()
+                except EOFError:
+                    raise ShardscopeError(f"the cacheability replay ended without an answer "
+                                          f"(exit code {process.exitcode})") from None
+                if kind == "progress":
+                    done = value
+                elif kind == "done":
+                    return value
+                else:
+                    raise ShardscopeError(value)
+            elif not process.is_alive() and not parent.poll(0):
+                raise ShardscopeError(f"the cacheability replay ended without an answer (exit code {process.exitcode})")
+            if progress is not None:
+                progress(done)  # raises to cancel
+    finally:
+        if process.is_alive():
+            process.terminate()
+        process.join(5)
+        parent.close()
+
+
+def stats_line(records) -> str:
+    """The overall routing statistics of a RoutingTrace or a trace file, as one line ("" without
+    decoded tokens). A file is read by ``replay``'s own loader (any format it reads, its one-line errors)."""
+    from shardscope.engine.base.errors import ShardscopeError
+    from shardscope.engine.experts.trace_stats import summary_line, trace_stats
+
+    trace = records if isinstance(records, RoutingTrace) else read_any_trace(records)
+    try:
+        return summary_line(trace_stats(trace))
+    except ShardscopeError:
+        return ""
+
+
+def eta_text(fraction: float, elapsed_s: float) -> str:
+    """"40 % — about 1 min 20 s left" (no ETA before the first tenth of a second's measure)."""
+    pct = f"{100 * fraction:.0f} %"
+    if fraction <= 0 or elapsed_s <= 0.5:
+        return pct
+    left = elapsed_s * (1 - fraction) / fraction
+    if left < 60:
+        return f"{pct} — about {max(1, round(left))} s left"
+    return f"{pct} — about {int(left // 60)} min {int(left % 60):02d} s left"
 
 
 def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: float,
@@ -106,4 +199,5 @@ def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: 
     return out
 
 
-__all__ = ["CacheabilityResult", "cache_sizes", "compute", "compute_in_process", "load_trace", "projected_points"]
+__all__ = ["CacheabilityResult", "cache_sizes", "compute", "compute_in_process", "load_trace", "projected_points",
+           "stats_line", "eta_text"]

@@ -6,7 +6,9 @@ The map is polled on the GUI thread at up to 10 Hz (within 1 % of a core) from `
 ``latest_view``: the newest copy the run process sent, taken without waiting for it), so the
 decode never waits for a paint, the window never waits for the run, and no widget is touched
 off the GUI thread. Replays run on a
-BackgroundTask that waits for a separate process (app/cacheability_curve.py says why).
+BackgroundTask that waits for a separate process (app/cacheability_curve.py says why), with
+progress, an ETA and Cancel: on a long session a replay takes minutes. Its curves belong to the
+model they were replayed from: opening another model clears them (forget_curves).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import time
 from typing import Callable
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QComboBox, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout,
+                               QWidget)
 
 from shardscope.app.base.background import BackgroundTask
-from shardscope.app.experts.cacheability_curve import CacheabilityResult, compute_in_process, projected_points
+from shardscope.app.experts.cacheability_curve import (CacheabilityResult, compute_in_process, eta_text, projected_points,
+                                                       stats_line)
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout
@@ -28,20 +32,6 @@ from shardscope.widgets.cacheability_plot import CacheabilityPlot
 from shardscope.widgets.draw_budget import DrawBudget
 
 POLL_MS = 100
-
-
-def routing_stats_line(records) -> str:
-    """The overall routing statistics of a RoutingTrace or a trace file, as one line ("" without decoded tokens).
-    A file is read by ``replay``'s own loader (any format it reads, its one-line errors)."""
-    from shardscope.engine.experts.foreign_traces import load_trace
-    from shardscope.engine.experts.routing_trace import RoutingTrace
-    from shardscope.engine.experts.trace_stats import summary_line, trace_stats
-
-    trace = records if isinstance(records, RoutingTrace) else load_trace(records)
-    try:
-        return summary_line(trace_stats(trace))
-    except ShardscopeError:
-        return ""
 
 
 class ExpertPanel(QWidget):
@@ -97,10 +87,21 @@ class ExpertPanel(QWidget):
         self.compute_button.setToolTip("Replay this session's routing through every policy at several cache sizes")
         self.compute_button.clicked.connect(self.compute_from_session)
         buttons.addWidget(self.compute_button)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the replay (the curves drawn before stay)")
+        self.cancel_button.clicked.connect(self.cancel_replay)
+        self.cancel_button.hide()
+        buttons.addWidget(self.cancel_button)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         buttons.addWidget(self.status, 1)
         cl.addLayout(buttons)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumHeight(8)
+        self.progress.hide()
+        cl.addWidget(self.progress)
         self.routing_stats = QLabel("")  # the replayed trace's routing statistics (engine.experts.trace_stats)
         self.routing_stats.setWordWrap(True)
         # Room for the two lines wrapped at the panel's narrowest: a wrapped label's height is not its hint.
@@ -173,23 +174,62 @@ class ExpertPanel(QWidget):
         if self.task is not None and self.task.isRunning():
             self.status.setText("a replay is already running")
             return
+        at = (self.plot.current(),) if self.plot.current() else ()  # a replayed figure at the cache in use
 
-        def work(_progress):
+        def work(progress):
             records = source()  # on the task's thread: copying a long trace takes a while
             if records is None:
                 raise ShardscopeError("no MoE run is going: run an MoE model, or open a routing trace")
-            # The statistics are one pass over the records, cheap enough for this thread.
-            return compute_in_process(records), routing_stats_line(records)
+            return compute_in_process(records, at_mb=at, progress=progress)
 
-        self.status.setText(f"replaying {what} \u2026")
+        self._what, self._started = what, time.monotonic()
+        self.status.setText(f"replaying {what} \u2026 (at idle priority: the run keeps its speed)")
         self.compute_button.setEnabled(False)
+        self.cancel_button.show()
+        self.progress.setValue(0)
+        self.progress.show()
         task = self.task = BackgroundTask(work, self)
+        task.progressed.connect(self._on_progress)
         task.succeeded.connect(self._on_computed)
         task.failed.connect(self._on_failed)
-        task.finished.connect(lambda: self.compute_button.setEnabled(True))
+        task.finished.connect(self._on_task_ended)
         task.start()
 
+    def _on_progress(self, fraction: float) -> None:
+        if self.task is None or self.sender() is not self.task:
+            return  # a cancelled replay's last report
+        self.progress.setValue(int(1000 * fraction))
+        self.status.setText(f"replaying {self._what}: {eta_text(fraction, time.monotonic() - self._started)}")
+
+    def _on_task_ended(self) -> None:
+        if self.sender() is self.task:
+            self.compute_button.setEnabled(True)
+            self.cancel_button.hide()
+            self.progress.hide()
+
+    def cancel_replay(self) -> None:
+        """Cancel: the replay's process ends at once (within its 0.2-s poll); the curves drawn stay."""
+        if self.task is not None and self.task.isRunning():
+            self.task.cancel()
+            self.status.setText("cancelling \u2026")
+
+    def forget_curves(self) -> None:
+        """Another model: no curve, note or statistics of the last one's routing stays; a replay
+        still going is cancelled (its answer would be about the old model)."""
+        if self.task is not None and self.task.isRunning():
+            self.task.cancel()
+        self.task = None
+        self.compute_button.setEnabled(True)
+        self.cancel_button.hide()
+        self.progress.hide()
+        self.result = None
+        self.plot.clear_all()
+        self.routing_stats.setText("")
+        self.status.setText("")
+
     def _on_computed(self, done) -> None:
+        if self.sender() is not self.task:
+            return  # a replay of a model no longer open
         result, stats_line = done
         self.routing_stats.setText(stats_line)
         self.result = result
@@ -200,6 +240,12 @@ class ExpertPanel(QWidget):
         self.computed.emit(result)
 
     def _on_failed(self, message: str) -> None:
+        if self.sender() is not self.task:
+            return
+        if message == "cancelled":
+            self.status.setText("replay cancelled" + (" (the curves shown are the last complete replay)"
+                                                      if self.result is not None else ""))
+            return
         self.status.setText(message.splitlines()[0])
         self.failed.emit(message)
 
