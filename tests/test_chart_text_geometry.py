@@ -139,3 +139,54 @@ def test_a_level_lines_label_never_hides_the_curve_it_sits_on(qtbot) -> None:
             if abs(c.red() - want.red()) + abs(c.green() - want.green()) + abs(c.blue() - want.blue()) < 40:
                 seen += 1
     assert seen >= box.width() / 4, f"the tok/s curve shows in {seen} pixels of the label's {box.width():.0f}-px width"
+
+
+def _points_under_legends(chart) -> list[str]:
+    """Every drawn curve point (in view) that lies inside its plot's legend, read from the scene."""
+    from PySide6.QtCore import QPointF
+
+    hits = []
+    for key in ("memory", "ssd", "hit", "toks", "per_token"):
+        item = chart.plot_item(key)
+        legend, vb = item.legend, item.getViewBox()
+        if item not in chart.ci.items or legend is None or not legend.items or not legend.isVisible():
+            continue
+        box = legend.sceneBoundingRect()
+        (x0, x1), _ = vb.viewRange()
+        for curve in item.listDataItems():
+            if not curve.isVisible():
+                continue
+            xs, ys = curve.getData()
+            if xs is None:
+                continue
+            for x, y in zip(xs, ys):
+                if x0 <= x <= x1 and y == y and box.contains(vb.mapViewToScene(QPointF(float(x), float(y)))):
+                    hits.append(f"{key}: {curve.name()} at ({x:.1f}, {y:.1f})")
+                    break
+    return hits
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_no_legend_over_a_curve_point(qtbot, window, size, moe) -> None:
+    """Issue 48, item 7: legends over the memory lines and a 100 % hit rate. Each curve runs up to its
+    plot's top at the newest samples (the right end, under the right-aligned legends), hit rates at
+    100 %; no curve point may fall inside a legend."""
+    qtbot.waitUntil(lambda: window.model_info is not None, timeout=60_000)  # hang bound
+    window.resize(*size)
+    window.show()
+    qtbot.waitExposed(window)
+    chart = window.chart
+    show_expert_row(chart, moe)
+    keys = chart.curve_keys()
+    percent = {"hit", "ontime", "expert_hit", "spec"}
+    for i in range(900):
+        t = i * 0.1
+        ramp = 40.0 + 60.0 * i / 899  # the largest values at the right end
+        chart.append(t, {k: (100.0 if k in percent else ramp * (1 + 0.1 * n)) for n, k in enumerate(keys)})
+    qtbot.wait(300)
+    drawn = chart.refresh_count
+    chart.append(90.0, {k: (100.0 if k in percent else 100.0) for k in keys})
+    qtbot.waitUntil(lambda: chart.refresh_count > drawn, timeout=10_000)  # hang bound
+    chart.viewport().repaint()
+    assert not _points_under_legends(chart), _points_under_legends(chart)

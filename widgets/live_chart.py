@@ -59,6 +59,7 @@ class _Plot:
     curve_keys: list[str] = field(default_factory=list)
     from_zero: float = 0.0  # > 0: Y runs from 0 to this many times the visible top (see scale_from_zero)
     level_within: float = 0.0  # > 0: a level line higher than this many times the data's top is not drawn
+    fixed_top: float = 0.0  # > 0: Y runs from 0 to at least this (a percentage's 100), the legend's band above
     title: str = ""
     title_note: str = ""
     title_width: int = 0  # the width the shown title was elided to
@@ -194,7 +195,9 @@ class LiveChart(pg.GraphicsLayoutWidget):
         vb.enableAutoRange(x=False, y=True)
         vb.setAutoVisible(y=True)
         vb.sigRangeChangedManually.connect(self._on_user_moved_view)
-        legend = item.addLegend(offset=(6, 2), colCount=1, labelTextSize="8pt")
+        # Compact (no outer margin above and below the rows): its band is taken from the plot's height
+        legend = item.addLegend(offset=(6, 2), colCount=1, labelTextSize="8pt", horSpacing=10)
+        legend.layout.setContentsMargins(3, 0, 3, 0)
         legend.setZValue(10)
         # Legends, titles and the value axis rarely change: drawn once into a pixmap and
         # blitted until they do (they were a fifth of each frame, profiled).
@@ -294,6 +297,35 @@ class LiveChart(pg.GraphicsLayoutWidget):
         plot.level_within = float(level_within)
         plot.item.getViewBox().enableAutoRange(y=False)
         self._dirty = True
+
+    def fixed_range(self, plot_key: str, top: float, headroom: float = 1.25) -> None:
+        """Y from 0 to ``headroom`` × ``top`` (a percentage: 0 to 125 %, never 99.6-100.4 at a
+        steady 100 %), or higher where the legend needs a taller band above ``top``."""
+        plot = self._plot(plot_key)
+        plot.fixed_top = float(top)
+        plot.from_zero = float(headroom)
+        plot.item.getViewBox().enableAutoRange(y=False)
+        self._dirty = True
+
+    def _fixed_ticks(self, plot: _Plot, headroom: float) -> None:
+        """Ticks up to the fixed top only (the band above is the legend's, not a 300 % hit rate):
+        0, half and the top where the plot is tall enough for three labels, else 0 and the top."""
+        top = plot.fixed_top
+        tall = plot.item.getViewBox().height() / headroom >= 3 * self.fontMetrics().height()
+        ticks = [(0.0, "0"), (top / 2, f"{top / 2:g}"), (top, f"{top:g}")] if tall else [(0.0, "0"), (top, f"{top:g}")]
+        if getattr(plot, "_ticks", None) != ticks:
+            plot._ticks = ticks
+            plot.item.getAxis("left").setTicks([ticks])
+
+    def _legend_headroom(self, plot: _Plot) -> float:
+        """The Y headroom that keeps the data's top below the legend: the legend sits in the plot's
+        top band and must cover no curve (it covered the memory lines and a 100 % hit rate)."""
+        legend, vb = plot.item.legend, plot.item.getViewBox()
+        height = vb.height()
+        if legend is None or not legend.items or not legend.isVisible() or height <= 0:
+            return 1.0
+        band = legend.boundingRect().height() + 8  # its offset from the top, and a margin under it
+        return height / (height - band) if height > 1.2 * band else 6.0
 
     def set_grid(self, visible: bool) -> None:
         """Off by default: pyqtgraph replays grid lines through a QPicture on every
@@ -550,6 +582,11 @@ class LiveChart(pg.GraphicsLayoutWidget):
         for key, plot in self._plots.items():
             if plot.from_zero <= 0:
                 continue
+            headroom = max(plot.from_zero, self._legend_headroom(plot))
+            if plot.fixed_top > 0:
+                plot.item.setYRange(0.0, plot.fixed_top * headroom, padding=0)
+                self._fixed_ticks(plot, headroom)
+                continue
             tops = [np.nanmax(v) for v in (self._y[k][start : self._end][visible] for k in plot.curve_keys)
                     if v.size and not np.isnan(v).all()]
             tops += [v for k, v in self._held_tops.items() if self._plots[self._curve_plot[k]] is plot]
@@ -569,7 +606,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
                     tops.append(value)
             plot.above = [f"{text} \u2191 above" for text in above]
             top = max((x for x in tops if math.isfinite(x)), default=0.0)
-            plot.item.setYRange(0.0, top * plot.from_zero if top > 0 else 1.0, padding=0)
+            plot.item.setYRange(0.0, top * headroom if top > 0 else 1.0, padding=0)
 
     def _place_level_labels(self) -> None:
         """A level line's label that the legend would cover (a narrow plot, a wide legend, the

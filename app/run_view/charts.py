@@ -61,9 +61,9 @@ def build_run_chart() -> LiveChart:
     # An emulated SSD of 860 MB/s over 20 MB/s of reads flattened the reads to the floor:
     # the emulation line is drawn only within 4x the reads' top, and named in the title above that.
     chart.scale_from_zero("ssd", level_within=4.0)
-    hit = chart.plot_item("hit")
-    hit.enableAutoRange(y=False)  # a percentage: a fixed axis, not 99.6-100.4 at a steady 100 %
-    hit.setYRange(0, 125, padding=0)
+    # a percentage: a fixed axis (not 99.6-100.4 at a steady 100 %), 0 to 125 % or more: 100 % stays
+    # below the legend however many rows the legend takes
+    chart.fixed_range("hit", 100.0)
     return chart
 
 
