@@ -45,6 +45,12 @@ class RoundProjection:
 
     def caption(self) -> str:
         text = f"projected on {self.device_name}: {format_number(self.tok_s)} tok/s ({self.bound}-bound)"
+        if self.projection is not None:  # both figures, the serial one with the error the phone check measured
+            from shardscope.engine.devices.projection_error import error_text
+
+            p = self.projection
+            text += (f"; serial {format_number(p.serial_tok_s)} ({error_text('serial_tok_s')}), "
+                     f"overlapped bound {format_number(p.overlapped_tok_s)} (the best case)")
         text += " (unverified numbers)" if self.unverified else ""
         if self.bound == "compute" and self.basis.startswith("assumed"):  # then the figure is this host's speed
             text += f"; compute {self.basis.split(' (')[0]}"
@@ -53,8 +59,9 @@ class RoundProjection:
         return text + (f"\n{self.differs}" if self.differs else "")
 
     def tooltip(self) -> str:
-        lines = [f"Roofline projection of this round's measured bytes/token and compute onto "
-                 f"{self.device_name} ({self.device_id}); a best case, not a measurement.",
+        lines = [f"Projection of this round's measured bytes/token and compute onto "
+                 f"{self.device_name} ({self.device_id}), not a measurement"
+                 + (f": {self.projection.figures_text()}; {self.projection.engine_text}." if self.projection else "."),
                  "Compute: the median token's compute here (stalled tokens left out) × the device's "
                  f"compute factor, {self.basis or 'from the preset'}."]
         if self.unverified:

@@ -141,6 +141,8 @@ def fill_device_columns(summary, device_id: str, projection: Projection) -> None
     summary.device = get_device(device_id).id
     summary.projected_ts = round(projection.tokens_per_s, 4)
     summary.projected_bound = projection.bound
+    summary.projected_serial_ts = round(projection.serial_tok_s, 4)
+    summary.projected_overlapped_ts = round(projection.overlapped_tok_s, 4)
 
 
 def project_summary(summary, device_id: str) -> Projection:

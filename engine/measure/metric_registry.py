@@ -85,6 +85,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("expert_resident_mb", "MiB", "experts resident", kind="experts",
            source="mincore over each cached expert's bytes, another process"),
     Metric("projected_ts", "tok/s", "projected", summary=True, markdown=True),
+    # The projection's two figures (engine/devices/projection.py): projected_ts is the one the device's
+    # engine does; the serial time is compute + flash with nothing overlapped, the bound max of the two.
+    Metric("projected_serial_ts", "tok/s", "projected, serial", summary=True),
+    Metric("projected_overlapped_ts", "tok/s", "projected, overlapped bound", summary=True),
     Metric("prompt_batch_tokens", "", "prompt batch (tokens)", kind="experts"),
     Metric("io_path", "", "I/O path", summary=True),  # a word: mremap / portable / page cache (io_path.py)
     Metric("prompt_mb_read", "MiB", "read in the prompt", kind="experts",

@@ -57,6 +57,8 @@ class RunSummary:
     device: str = ""
     projected_ts: float = math.nan
     projected_bound: str = ""
+    projected_serial_ts: float = math.nan  # compute + flash, nothing overlapped (engine/devices/projection.py)
+    projected_overlapped_ts: float = math.nan  # max of the two: the best case
     # Not fields (no annotation), so no columns: each decoded token's wall time and, of it, the wait
     # for loads, set by the run (empty for a row read back from a CSV); the projection's per-token
     # compute is their median (engine/devices/token_stalls.py).
