@@ -272,7 +272,7 @@ def cmd_replay(args) -> int:
     if not policies:
         raise ShardscopeError(f"--policy: give at least one policy ({', '.join(REPLAY_POLICIES)}), got {args.policy!r}")
     rows = replay(trace, args.cache_mb, policies, where=args.trace)
-    print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name))
+    print(format_rows(rows, Path(trace.header.model).name or Path(args.trace).name, trace.header.hash_layers))
     from shardscope.engine.experts.policy_advice import best_lines
     for line in best_lines(rows, Path(args.trace).name):  # the trace and the margin (a tie under 1 point)
         print(line)

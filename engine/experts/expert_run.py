@@ -27,7 +27,7 @@ from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.policy_advice import ADVICE_TOKENS, cache_advice
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
-from shardscope.engine.experts.hash_prefetch import HashPrefetch
+from shardscope.engine.experts.hash_prefetch import HashPrefetch, hash_tables
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
@@ -231,7 +231,8 @@ class ExpertRun(RunSkeleton):
 
     def _trace_header(self) -> TraceHeader:
         return TraceHeader(Path(self.model_path).name, self.moe.n_expert, self.moe.n_expert_used,
-                           {layer: self.moe.unit_bytes(layer) for layer in self.moe.layers})
+                           {layer: self.moe.unit_bytes(layer) for layer in self.moe.layers},
+                           hash_layers=tuple(sorted(hash_tables(self.layout))))
 
     # ------------------------------------------------------------ the streamer
     def _open_session(self):

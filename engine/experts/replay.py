@@ -34,6 +34,9 @@ class ReplayRow:
     misses: int
     expert_mb_per_token: float  # bytes of missed experts per decoded token
     n_tokens: int
+    # of expert_mb_per_token, the misses in hash-routed layers (the header's hash_layers): known from the
+    # token, so a live run loads them before their layer (engine/experts/hash_prefetch.py); read all the same
+    hash_mb_per_token: float = 0.0
 
 
 def min_cache_bytes(trace: RoutingTrace) -> int:
@@ -77,7 +80,8 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
         hits, misses, missed_bytes = belady_hits([(r.layer, r.experts) for r in records],
                                                  [not r.prompt for r in records], cache_bytes, header.unit_bytes)
         return ReplayRow(policy, mb, hits / (hits + misses) if hits + misses else float("nan"),
-                         hits, misses, missed_bytes / MIB / n, len(tokens))
+                         hits, misses, missed_bytes / MIB / n, len(tokens),
+                         float("nan") if header.hash_layers else 0.0)  # Belady's totals are not split by layer
     cache = ExpertCache(policy, cache_bytes, header.unit_bytes, header.n_expert_used)
     has_prompt = any(r.prompt for r in records)
     label = policy
@@ -89,7 +93,8 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
                 counts[(r.layer, e)] = counts.get((r.layer, e), 0) + 1
         cache.set_hot(counts, hot_reserve_bytes(header.unit_bytes, header.n_expert_used))
     in_prompt = True
-    hits = misses = missed_bytes = 0
+    hits = misses = missed_bytes = hash_bytes = 0
+    hashed = set(header.hash_layers)
     for r in records:
         if r.prompt:  # a run of several rounds has a prompt pass before each, like the live run
             cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)))
@@ -102,8 +107,10 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
         hits += len(got.hits)
         misses += len(got.misses)
         missed_bytes += len(got.misses) * header.unit_bytes[r.layer]
+        if r.layer in hashed:
+            hash_bytes += len(got.misses) * header.unit_bytes[r.layer]
     return ReplayRow(label, mb, hits / (hits + misses) if hits + misses else float("nan"),
-                     hits, misses, missed_bytes / MIB / n, len(tokens))
+                     hits, misses, missed_bytes / MIB / n, len(tokens), hash_bytes / MIB / n)
 
 
 def replay(trace: RoutingTrace, cache_mb: list[float], policies: list[str], where: str = "trace") -> list[ReplayRow]:
@@ -143,13 +150,18 @@ def cacheability(records_or_path, sizes_mb: list[float], policies: list[str]) ->
     return curve
 
 
-def format_rows(rows: list[ReplayRow], model: str) -> str:
-    """A llama-bench-style markdown table: one row per replayed (policy, cache size)."""
+def format_rows(rows: list[ReplayRow], model: str, hash_layers: tuple[int, ...] = ()) -> str:
+    """A llama-bench-style markdown table: one row per replayed (policy, cache size); with hash-routed
+    layers (the trace header's), a column of the misses there, which a run loads ahead of the layer."""
     head = ["model", "policy", "cache_mb", "hit_rate", "expert_mb/token", "tokens"]
+    if hash_layers:
+        head.insert(5, "of it known ahead (hash layers)")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for r in rows:
         cells = [model, r.policy, f"{r.cache_mb:g}", f"{100 * r.expert_hit_rate:.1f} %",
                  f"{r.expert_mb_per_token:.3g}", str(r.n_tokens)]
+        if hash_layers:
+            cells.insert(5, "n/a" if r.hash_mb_per_token != r.hash_mb_per_token else f"{r.hash_mb_per_token:.3g}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

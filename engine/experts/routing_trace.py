@@ -9,6 +9,9 @@ seconds instead of re-running the model. Line 1 is a header describing the model
                                           the prompt pass: the union of its tokens' picks,
                                           with how many prompt tokens picked each
 
+The header's optional ``hash_layers`` lists layers that route by token id (DeepSeek V4's first
+layers): replay and trace-stats report them apart, their picks being known ahead of the layer.
+
 Traces are written to a temporary file and renamed into place when complete, so a
 stopped run never leaves half a trace; one killed outright (SIGKILL) leaves its temp
 file, which the next trace written to the same path removes (engine/base/stale_temp.py).
@@ -39,12 +42,17 @@ class TraceHeader:
     # layer → bytes every token touches besides the routed experts (attention, norms, router,
     # shared experts), where the trace's header gives them (route_trace v1's dense_bytes=); else empty
     dense_bytes: dict[int, int] = field(default_factory=dict)
+    # layers that route by token id (deepseek4's ffn_gate_tid2eid): their picks are known once the token
+    # is, so a run loads them ahead of the layer (engine/experts/hash_prefetch.py); () for scored routers
+    hash_layers: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
         out = {FORMAT_KEY: FORMAT_VERSION, "model": self.model, "n_expert": self.n_expert,
                "n_expert_used": self.n_expert_used, "unit_bytes": {str(k): v for k, v in self.unit_bytes.items()}}
         if self.dense_bytes:
             out["dense_bytes"] = {str(k): v for k, v in self.dense_bytes.items()}
+        if self.hash_layers:
+            out["hash_layers"] = list(self.hash_layers)
         return out
 
     @property
@@ -151,7 +159,11 @@ def _header(obj, where: str) -> TraceHeader:
         if not str(key).isdigit():
             raise ShardscopeError(f"{where}: 'dense_bytes' has a layer {key!r} that is not a number")
         dense_bytes[int(key)] = _int(value, f"dense_bytes[{key}]", where, 0)
-    return TraceHeader(str(obj.get("model", "")), n_expert, used, unit_bytes, dense_bytes)
+    raw_hash = obj.get("hash_layers", [])  # optional: traces of files with hash-routed layers
+    if not isinstance(raw_hash, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x in unit_bytes
+                                                 for x in raw_hash):
+        raise ShardscopeError(f"{where}: 'hash_layers' must list layers among the header's layers")
+    return TraceHeader(str(obj.get("model", "")), n_expert, used, unit_bytes, dense_bytes, tuple(sorted(set(raw_hash))))
 
 
 def _record(obj, header: TraceHeader, where: str) -> TraceRecord:

@@ -17,7 +17,7 @@ any source works: a RoutingTrace is all it takes (engine.experts.routing_trace).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
@@ -52,6 +52,9 @@ class TraceStats:
     hottest8: float
     hottest8_first_third: float  # mean over the first third of the layers (at least one layer)
     hottest8_last_third: float
+    # layers routed by token id (the header's hash_layers), and the means over the other (scored) layers
+    hash_layers: tuple[int, ...] = ()
+    scored: "TraceStats | None" = None
 
     @property
     def random(self) -> float:
@@ -90,6 +93,16 @@ def trace_stats(trace: RoutingTrace, where: str = "trace") -> TraceStats:
     k = trace.header.n_expert_used
     rows = tuple(layer_stats(layer, [picks[t] for t in sorted(picks)], k)
                  for layer, picks in sorted(by_layer.items()))
+    hashed = tuple(layer for layer in trace.header.hash_layers if layer in by_layer)
+    stats = _over(trace, by_layer, rows)
+    scored_rows = tuple(r for r in rows if r.layer not in hashed)
+    if not hashed or not scored_rows:
+        return replace(stats, hash_layers=hashed)
+    return replace(stats, hash_layers=hashed, scored=_over(trace, by_layer, scored_rows))
+
+
+def _over(trace: RoutingTrace, by_layer: dict, rows: tuple) -> TraceStats:
+    k = trace.header.n_expert_used
     third = max(1, len(rows) // 3)
     distinct = [r.distinct for r in rows]
     return TraceStats(
@@ -110,7 +123,7 @@ def format_stats(stats: TraceStats, name: str) -> str:
              f"(random reuse {_pct(stats.random)})",
              "| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for r in stats.layers:
-        cells = [str(r.layer), str(r.tokens), _pct(r.lag1), _pct(r.lag8), _pct(r.static_topk),
+        cells = [f"{r.layer} (hash)" if r.layer in stats.hash_layers else str(r.layer), str(r.tokens), _pct(r.lag1), _pct(r.lag8), _pct(r.static_topk),
                  f"{r.distinct} of {stats.n_expert}", _pct(r.hottest8)]
         lines.append("| " + " | ".join(cells) + " |")
     cells = ["all", str(stats.tokens), _pct(stats.lag1), _pct(stats.lag8), _pct(stats.static_topk),
@@ -118,6 +131,15 @@ def format_stats(stats: TraceStats, name: str) -> str:
     lines.append("| " + " | ".join(cells) + " |")
     lines.append(f"hottest-8 share: first third of layers {_pct(stats.hottest8_first_third)}, "
                  f"last third {_pct(stats.hottest8_last_third)}")
+    if stats.hash_layers:
+        named = ", ".join(str(x) for x in stats.hash_layers)
+        lines.append(f"hash-routed layers {named}: picks fixed by the token id (ffn_gate_tid2eid), known before the "
+                     f"layer runs, so a run loads them ahead exactly (engine/experts/hash_prefetch.py)")
+        if stats.scored is not None:
+            s = stats.scored
+            lines.append(f"scored layers alone: lag-1 {_pct(s.lag1)}, lag-8 {_pct(s.lag8)}, static top-k "
+                         f"{_pct(s.static_topk)}, hottest-8 {_pct(s.hottest8_first_third)} \u2192 "
+                         f"{_pct(s.hottest8_last_third)} (first \u2192 last third)")
     return "\n".join(lines)
 
 

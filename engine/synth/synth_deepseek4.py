@@ -72,9 +72,9 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
     return max(2 * HASH_LAYERS, gqa.default_n_layers(size_mb, arch))
 
 
-def tid2eid(n_vocab: int, n_expert: int, k: int) -> np.ndarray:
-    """[n_vocab, k] distinct expert ids per token, the same for every file of that shape."""
-    rng = np.random.default_rng(TID_SEED)
+def tid2eid(n_vocab: int, n_expert: int, k: int, layer: int = 0) -> np.ndarray:
+    """[n_vocab, k] distinct expert ids per token, one table per layer, the same for every file of that shape."""
+    rng = np.random.default_rng([TID_SEED, layer])
     return np.argsort(rng.random((n_vocab, n_expert)), axis=1)[:, :k].astype(np.int32)
 
 
@@ -126,7 +126,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
         layer.append(router_weight(p + "ffn_gate_inp.weight", spec, i, e, n))
         if i < n_hash:
             table = _Tensor(p + "ffn_gate_tid2eid.weight", n_vocab, spec.experts_used, False, 0.0,
-                            fill=lambda rng: tid2eid(n_vocab, x, spec.experts_used), int32=True)
+                            fill=lambda rng, i=i: tid2eid(n_vocab, x, spec.experts_used, i), int32=True)
             layer.append(table)
         else:
             layer.append(router_bias(p + "exp_probs_b.bias", spec, i, n))
