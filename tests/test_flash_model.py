@@ -102,3 +102,40 @@ def test_a_larger_k_keeps_the_traces_miss_rate_and_says_how_far_it_may_be_off():
     assert r.hit == pytest.approx(1 / 3)
     assert r.may_be_off == pytest.approx(0.5)
     assert r.note.startswith("k=3 not in the trace")
+
+
+def test_the_csv_columns_carry_both_figures():
+    from types import SimpleNamespace
+
+    from shardscope.engine.devices.run_projection import fill_device_columns
+
+    # 100 MB at 1000 MB/s = 0.1 s, compute 0.3 s: serial 1 / 0.4 = 2.5, bound 1 / 0.3 = 3.3333 tok/s
+    p = project_from_bandwidth(RunMeasurement(100e6, 0, 0.3, prefetch=False), ssd_mb_s=1000)
+    summary = SimpleNamespace()
+    fill_device_columns(summary, "oneplus-15r", p)
+    assert summary.projected_serial_ts == 2.5 and summary.projected_overlapped_ts == 3.3333
+    assert summary.projected_ts == 2.5  # the serial engine's own figure
+
+
+def test_the_error_bar_is_read_from_what_the_check_wrote(tmp_path):
+    from shardscope.engine.devices.projection_error import error_bar, error_text, write_errors
+
+    path = write_errors({"serial_tok_s": (-0.124, 0.081)}, runs=17, device="OnePlus 15R", date="2026-12-04",
+                        source="tests/data/published-phone-runs.csv", path=tmp_path / "e.json")
+    bar = error_bar("serial_tok_s", path)
+    assert (bar.low, bar.high, bar.runs) == (-0.124, 0.081, 17)
+    assert error_text("serial_tok_s", path).startswith("published runs: \u221212 % to +8 % (17 OnePlus 15R runs")
+    assert error_text("flash_s", path) == "no measured error (run bench/phone_check.py)"
+
+
+def test_size_prints_both_figures_with_the_measured_error():
+    from shardscope.engine.devices.sizing_text import format_sizing
+    from shardscope.engine.devices.sizing_trace import size_from_trace
+    from shardscope.engine.experts.foreign_traces import load_trace
+    from pathlib import Path
+
+    trace_path = Path(__file__).parent / "data" / "route-traces" / "qwen.route.csv"
+    text = format_sizing(size_from_trace(load_trace(trace_path), str(trace_path), "oneplus-15r", budget_mb=5000,
+                                         compute_s_per_token=0.147))
+    assert "serial" in text and "overlapped bound" in text and "published runs:" in text
+    assert "fitted from the preset's flash probe" in text
