@@ -91,6 +91,11 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("qwen3next", "qwen3next", "Qwen3-Next-80B-A3B", 512, 10, shared_experts=1,
              expert_ff_ratio=512 / 2048, dense_ff_ratio=5120 / 2048, q_ratio=2.0, kv_group=8, qk_norm=True,
              post_attn_norm=True, rope_fraction=0.25, family="qwen3next"),
+    # Qwen3.5-35B-A3B (qwen35moe): n_embd 2048, 3 gated delta-net layers to 1 full, 256 experts top-8 of 512 +
+    # 1 shared of 512 on every layer, 16 heads × 256 over 2, quarter-rotary IMRoPE
+    ArchSpec("qwen35moe", "qwen35moe", "Qwen3.5-35B-A3B", 256, 8, shared_experts=1,
+             expert_ff_ratio=512 / 2048, dense_ff_ratio=512 / 2048, q_ratio=2.0, kv_group=8, qk_norm=True,
+             post_attn_norm=True, rope_fraction=0.25, family="qwen35moe", quants=("q8_0", "q4_k_m", "mxfp4")),
     # Kimi-K2-Instruct (deepseek2 in llama.cpp): 384 experts top-8 + 1 shared, layer 0 dense, MLA
     ArchSpec("kimi-k2", "deepseek2", "Kimi-K2-Instruct", 384, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
@@ -126,7 +131,7 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
 # Archs this llama.cpp knows that synth does not write yet, with the reason (refused before writing).
 NOT_WRITTEN: dict[str, str] = {
     a: f"arch {a} is loaded by this llama.cpp but synth does not write it yet" for a in
-    ("qwen35moe", "glm5-next", "minimax-m3")}
+    ("glm5-next", "minimax-m3")}
 
 
 __all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]
