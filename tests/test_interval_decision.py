@@ -28,6 +28,7 @@ def test_a_candidate_stops_measuring_when_separated_or_narrow_and_never_past_the
     best = interval([100.0, 101.0, 99.0])
     assert not enough_rounds([60.0, 70.0], best)  # fewer than the minimum
     assert enough_rounds([60.0, 75.0, 50.0], best)  # wide, but far below the best: separated
+    assert not enough_rounds([150.0, 180.0, 120.0], best)  # separated above: it may lead, so it is measured on
     assert not enough_rounds([80.0, 120.0, 100.0], best)  # overlaps the best and still wide
     assert enough_rounds([100.0, 100.5, 99.5], None)  # narrow enough on its own
     assert enough_rounds([80.0, 120.0, 100.0] * 3, best, max_n=8)
@@ -68,6 +69,13 @@ def test_a_stalled_token_is_flagged_and_moves_neither_the_compute_nor_the_projec
     assert token_stalls.stalled_tokens(clean) == [] and token_stalls.stalled_tokens(stalled) == [2]
     assert math.isclose(token_stalls.robust_compute_s(stalled, waits), token_stalls.robust_compute_s(clean, waits),
                         rel_tol=0.05)
+    # Others holding the CPU: wall times double, the decode thread's CPU time does not.
+    contended = tuple(2 * x for x in clean)
+    cpu = tuple(x - 0.005 for x in clean)
+    assert math.isclose(token_stalls.robust_compute_s(contended, waits, cpu), token_stalls.robust_compute_s(clean, waits),
+                        rel_tol=0.05)
+    assert "paused 5.0 s between tokens" in token_stalls.stall_text(clean, between_s=5.0)
+    assert token_stalls.stall_text(clean, between_s=0.01) == ""
     assert token_stalls.stall_text(clean) == ""
     assert "host stalled 5.0 s (token 4)" in token_stalls.stall_text(stalled)
     assert "steal 30 %" in token_stalls.stall_text(clean, steal_share=0.3)

@@ -75,7 +75,9 @@ def export_session(base: str | os.PathLike, summaries: Sequence[RunSummary],
     """
     paths = export_paths(base)
     if not paths.summary_csv.parent.is_dir():
-        raise ShardscopeError(f"{paths.summary_csv}: folder {paths.summary_csv.parent} does not exist")
+        from shardscope.engine.runs.output_checks import missing_folder
+
+        raise ShardscopeError(f"{paths.summary_csv}: {missing_folder(paths.summary_csv.parent)}")
     rows = []
     for offset, sample in timeline:
         row = timeline_rows([sample])[0]

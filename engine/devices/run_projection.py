@@ -16,8 +16,9 @@ one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
   touches only the dense bytes and its picked experts: there the model size is
   replaced by dense + n_expert_used / n_expert of the expert bytes. Its reads are
   on demand (prefetch_depth 0), so the projection adds the SSD term to the compute.
-* ``compute_s_per_token`` = the median over the round's un-stalled tokens of (token time −
-  the token's wait for loads), floored at 1 µs (engine/devices/token_stalls.py): what llama.cpp
+* ``compute_s_per_token`` = the median over the round's un-stalled tokens of the decode
+  thread's CPU time in the token (at most token time − its wait for loads), floored at
+  1 µs (engine/devices/token_stalls.py): what llama.cpp
   spent computing (including this host's own memory traffic and whatever the loader thread's
   CPU work slowed it down by, which a device would also pay). A median, so a stall (the host
   stealing the CPU, the process stopped) that falls into one token moves neither this nor the
@@ -88,7 +89,8 @@ def measurement_from_summary(summary) -> RunMeasurement:
         dense = max(0.0, _number(summary, "globals_mb")) * MIB
         total = dense + (total - dense) * summary.n_expert_used / summary.n_expert
     wait_s = max(0.0, _number(summary, "wait_ms_per_token")) / 1000.0
-    robust = robust_compute_s(getattr(summary, "token_s", ()), getattr(summary, "token_wait_s", ()))
+    robust = robust_compute_s(getattr(summary, "token_s", ()), getattr(summary, "token_wait_s", ()),
+                              getattr(summary, "token_cpu_s", ()))
     compute = max(robust if robust is not None else 1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
     threads = int(summary.n_threads)
     requests, batches = _reads_per_token(summary, read)
@@ -168,7 +170,7 @@ def round_stall(summary, steal_share: float = math.nan, usual_ttft_ms: float = m
     """"" for a clean round, else what stalled it (token_stalls.stall_text): the host's steal over
     the round, a token or the prompt pass far above the round's usual."""
     return stall_text(getattr(summary, "token_s", ()), steal_share, summary.ttft_ms / 1000.0,
-                      usual_ttft_ms / 1000.0)
+                      usual_ttft_ms / 1000.0, getattr(summary, "between_tokens_s", 0.0))
 
 
 def differs_note(summary, projection: Projection, device_id: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import math
 import statistics
 from typing import Iterable, Sequence
@@ -238,7 +239,19 @@ def _md_model(row: dict) -> str:
     """llama.cpp's model type with its "?B" (a size class it does not know, as for every synthetic
     model) replaced by the parameter count; the CSV/JSON rows keep llama.cpp's text verbatim,
     which is what calibrate matches device rows on."""
-    return str(row["model_type"]).replace("?B", _params_text(int(row["model_n_params"])).replace(" ", ""))
+    n = int(row["model_n_params"])
+    actual = _params_text(n).replace(" ", "")
+
+    def size_class(m: re.Match) -> str:  # llama.cpp guesses the class from the layer count: "7B" for 1 B
+        if m.group(1) == "?":
+            return actual
+        claimed = float(m.group(1)) * (1e9 if m.group(2) == "B" else 1e6)
+        return m.group(0) if 0.5 <= n / claimed <= 2 else actual
+
+    return _SIZE_CLASS.sub(size_class, str(row["model_type"]), count=1)
+
+
+_SIZE_CLASS = re.compile(r"(?<![\w.])(\?|\d+(?:\.\d+)?)([BM])(?:\.A\d+(?:\.\d+)?[BM])?(?![\w])")
 
 
 def _md_speed(row: dict) -> str:

@@ -22,6 +22,17 @@ def _flag_names(csv_path, timeline_path, trace_path) -> list[tuple[str, str]]:
     return [(flag, str(path)) for flag, path in given if path]
 
 
+def missing_folder(folder: Path) -> str:
+    """Why ``folder`` (not a folder) cannot hold a file: a regular file on its path (issue 48: an
+    export under a file said "folder … does not exist"), or a folder that does not exist."""
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                return f"{part} is a file, not a folder" + ("" if part == folder else f" (in the path {folder})")
+            break
+    return f"folder {folder} does not exist"
+
+
 def check_writable(flag: str, path: str) -> Path:
     """Refuse (one line naming the flag and path) a path a run could not write at its end."""
     target = Path(path)
@@ -29,7 +40,7 @@ def check_writable(flag: str, path: str) -> Path:
         raise ShardscopeError(f"{flag} {path}: is a folder, not a file")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise ShardscopeError(f"{flag} {path}: folder {folder} does not exist")
+        raise ShardscopeError(f"{flag} {path}: {missing_folder(folder)}")
     try:  # what the atomic write at the end will do: a temp file in that folder
         fd, probe = tempfile.mkstemp(prefix=f".{target.name}.probe.", suffix=".tmp", dir=folder)
         os.close(fd)

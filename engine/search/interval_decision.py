@@ -9,8 +9,10 @@ for its figure; a candidate is better than another only where their intervals do
   narrower than ``REL_FLOOR`` of the mean (rounding and the figure's printed precision). One
   figure alone has no measured spread: it gets ``ONE_SAMPLE_REL`` (the host's run-to-run
   floor, the old 2 % rule) and says ``measured=False``.
-* **Enough rounds**: at least ``min_n``; then stop as soon as the interval is separated from
-  the one it is compared with, or is as narrow as ``target_rel``; never more than ``max_n``.
+* **Enough rounds**: at least ``min_n``; then stop as soon as the interval lies wholly below the
+  one it is compared with (it cannot win: no need to know it better), or is as narrow as
+  ``target_rel``; never more than ``max_n``. One above is measured on: it may become the point
+  every later candidate is compared with, so its own interval must be known.
 * **Ties**: every candidate whose interval overlaps the top one's (the highest mean) is tied
   with it. Among the top and its ties the pick is the *kept* value (the search's current
   point, i.e. the default until something clearly beat it), else the *default*, else the
@@ -109,7 +111,7 @@ def enough_rounds(values: Sequence[float], against: Interval | None = None, *, m
         return n >= min_n  # nothing finite to narrow: more rounds will not help
     if own.rel <= target_rel:
         return True
-    return against is not None and against.measured and not own.overlaps(against)
+    return against is not None and against.measured and own.hi < against.lo
 
 
 def cost_key(value, choices: Sequence = ()) -> tuple:

@@ -38,6 +38,7 @@ from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.base.units import MIB, mb_per_s
 from shardscope.engine.knobs.knobs import KNOBS, changed
 from shardscope.engine.knobs.settings import RunSettings, validate
+from shardscope.engine.measure import host_steal
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.measure.phase_progress import PhaseProgress
 from shardscope.engine.measure.round_peaks import RoundPeaks
@@ -298,6 +299,7 @@ class RunSkeleton:
             self._token_done(index, proc)
             self._token_sampled(index, token)
             marks.setdefault("wait_s", []).append(self._tally().wait_s)  # per-token waits: token_wait_s
+            marks.setdefault("cpu_s", []).append(host_steal.thread_cpu_s())  # ... and the CPU it got
             if index == 0:
                 self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
                 marks["first"] = (process_read_bytes(proc), self._tally(), now)
@@ -335,8 +337,12 @@ class RunSkeleton:
             raise RunStopped("run stopped in the prompt pass")
         self._end_round(result)
         summary = self._summary(result, self._figures(result, proc, marks, round_start))
-        waits = marks.get("wait_s", [])
+        waits, cpu = marks.get("wait_s", []), marks.get("cpu_s", [])
         summary.token_s, summary.token_wait_s = tuple(result.token_s), tuple(b - a for a, b in zip(waits, waits[1:]))
+        summary.token_cpu_s = tuple(b - a for a, b in zip(cpu, cpu[1:]))
+        if "first" in marks:  # wall time between the tokens' decodes: a pause there is in no token's time
+            summary.between_tokens_s = max(0.0, marks.get("last_t", marks["first"][2]) - marks["first"][2]
+                                           - sum(result.token_s))
         return summary
 
     def _check_file(self) -> None:

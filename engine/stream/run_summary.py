@@ -64,6 +64,8 @@ class RunSummary:
     # compute is their median (engine/devices/token_stalls.py).
     token_s = ()
     token_wait_s = ()
+    between_tokens_s = 0.0  # wall time from the first token to the last outside the tokens' decodes
+    token_cpu_s = ()  # the decode thread's time on a CPU during each token (CLOCK_THREAD_CPUTIME_ID)
 
     @staticmethod
     def columns() -> list[str]:

@@ -1,0 +1,168 @@
+"""Does the device projection follow this host? Rounds of one unchanged setting, projected (issue 48).
+
+One run of the window's engine loop (continuous rounds of ``--tokens`` tokens, RunSkeleton.run
+with continuous=True, as the window's Run drives it; headless here, so no window draws beside
+it) for ``--seconds``. Every round is projected onto ``--device`` twice: by the projection as it
+is (engine.devices.run_projection: compute from the median un-stalled token) and by the old mean
+rule (1 / avg_ts − wait per token), and flagged where the host stalled (token_stalls, the host's
+steal over the round). With ``--stop-at T`` the process SIGSTOPs itself for ``--stop-s`` seconds
+in the first round that decodes past T s (a child sends STOP and CONT, so the pause falls inside
+a token's decode).
+
+Goals (issue 48's must-show): projected tok/s of the counted rounds (those ending in the first
+``--warmup-s`` seconds — the cold round and the cache filling — and flagged ones left out) varies ≤ 15 % (max ÷ min) while this host's measured tok/s varies more;
+the stopped round is flagged and its projection stays within the counted rounds' range.
+
+    .venv/bin/python -m bench.goals.projection_stability --model M.gguf --budget-mb 90 --seconds 600 \\
+        [--stop-at 300 --stop-s 5] [--json rounds.jsonl]
+Without --model: a qwen3moe Q4_K_M synth of 250 MiB in a temporary folder (issue 48's case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from shardscope.engine.devices.projection import RunMeasurement, project
+from shardscope.engine.devices.devices import get_device
+from shardscope.engine.devices.run_projection import measurement_from_summary, projection_for, round_stall
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.measure import host_steal
+from shardscope.engine.runs.run_factory import open_run
+
+GOAL_SPREAD = 1.15
+
+
+def old_rule_ts(summary, device_id: str) -> float:
+    """The projection with the mean rule the median replaced (compute = 1 / avg_ts − wait)."""
+    m = measurement_from_summary(summary)
+    mean_compute = max(1.0 / summary.avg_ts - summary.wait_ms_per_token / 1000.0, 1e-6)
+    fields = {k: getattr(m, k) for k in RunMeasurement.__dataclass_fields__}
+    fields["compute_s_per_token"] = mean_compute
+    fields["gpu_compute_s_per_token"] = min(fields["gpu_compute_s_per_token"], mean_compute)
+    return project(RunMeasurement(**fields), get_device(device_id)).tokens_per_s
+
+
+def synth_model(folder: Path) -> str:
+    from shardscope.engine.synth.synth import write_synthetic_model
+    from shardscope.engine.synth.synth_moe import defaults_for
+    from dataclasses import replace
+
+    path = folder / "qwen3moe-q4km-250.gguf"
+    write_synthetic_model(path, 250, seed=0, moe=replace(defaults_for("qwen3moe"), quant="q4_k_m"))
+    return str(path)
+
+
+def run(args) -> list[dict]:
+    settings = RunSettings(model_path=args.model, budget_mb=args.budget_mb, n_gen=args.tokens, threads=args.threads,
+                           ssd_mb_s=args.ssd_mb_s)
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    state = {"mark": host_steal.reading(), "stopped_round": None, "round": 0, "ttft": []}
+    pid = os.getpid()
+
+    def on_token(index: int, _piece: str, _dt: float) -> None:
+        if (args.stop_at is not None and state["stopped_round"] is None and index == 2
+                and time.perf_counter() - t0 >= args.stop_at):
+            state["stopped_round"] = state["round"] + 1
+            # A child stops us mid-decode and lets us go on: the pause lands inside the next token.
+            subprocess.Popen(["sh", "-c", f"kill -STOP {pid}; sleep {args.stop_s}; kill -CONT {pid}"])
+
+    with open_run(settings, on_token=on_token) as r:
+        def on_summary(summary) -> None:
+            now = host_steal.reading()
+            steal, state["mark"] = host_steal.share(state["mark"], now), now
+            state["round"] += 1
+            ttft = state["ttft"]
+            usual = statistics.median(ttft) if len(ttft) >= 2 else math.nan
+            flag = round_stall(summary, steal, usual) if state["round"] > 1 else "cold first round"
+            warming = time.perf_counter() - t0 < args.warmup_s
+            if not flag:
+                ttft.append(summary.ttft_ms)
+            p = projection_for(summary, args.device)
+            rows.append(dict(round=state["round"], t=round(time.perf_counter() - t0, 2), measured_ts=summary.avg_ts,
+                             projected_ts=round(p.tokens_per_s, 3), bound=p.bound,
+                             old_rule_ts=round(old_rule_ts(summary, args.device), 3), steal=steal, flag=flag, warming=warming,
+                             sigstop=state["round"] == state["stopped_round"], read_mb_per_token=summary.read_mb_per_token,
+                             hit=getattr(summary, "expert_hit_rate", summary.cache_hit_rate)))
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(rows[-1]) + "\n")
+            if time.perf_counter() - t0 >= args.seconds:
+                r.stop()
+
+        r.run(continuous=True, on_summary=on_summary)
+    return rows
+
+
+def report(rows: list[dict]) -> dict:
+    counted = [r for r in rows if not r["flag"] and not r["warming"]]
+    out: dict = {"rounds": len(rows), "counted": len(counted),
+                 "flagged": sum(1 for r in rows[1:] if r["flag"]), "warming": sum(1 for r in rows if r["warming"])}
+    if len(counted) >= 2:
+        proj = [r["projected_ts"] for r in counted]
+        meas = [r["measured_ts"] for r in counted]
+        every = [r["measured_ts"] for r in rows if not r["warming"]]
+        old = [r["old_rule_ts"] for r in rows if not r["warming"]]
+        out.update(projected_spread=max(proj) / min(proj), measured_spread=max(meas) / min(meas),
+                   measured_spread_all=max(every) / min(every), old_rule_spread_all=max(old) / min(old),
+                   projected_median=statistics.median(proj), measured_median=statistics.median(meas))
+    stopped = [r for r in rows if r["sigstop"]]
+    if stopped and len(counted) >= 2:
+        s = stopped[0]
+        out.update(stopped_round=s["round"], stopped_flag=s["flag"], stopped_projected=s["projected_ts"],
+                   stopped_old_rule=s["old_rule_ts"], stopped_measured=s["measured_ts"],
+                   stopped_within=min(proj) <= s["projected_ts"] <= max(proj))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model")
+    p.add_argument("--budget-mb", type=int, default=90)
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--ssd-mb-s", type=float, default=0.0)
+    p.add_argument("--device", default="iphone-16-pro")
+    p.add_argument("--seconds", type=float, default=600)
+    p.add_argument("--stop-at", type=float, default=None)
+    p.add_argument("--stop-s", type=float, default=5.0)
+    p.add_argument("--warmup-s", type=float, default=30.0,
+                   help="rounds ending before this are the cache's warm-up: shown, not counted (default 30)")
+    p.add_argument("--json", help="append each round as a JSON line here")
+    p.add_argument("--summary-json", help="write the summary figures here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="projection-stability-") as tmp:
+        if not args.model:
+            args.model = synth_model(Path(tmp))
+        rows = run(args)
+    out = report(rows)
+    print(f"{Path(args.model).name} at {args.budget_mb} MiB, {args.tokens} tokens a round, {args.threads} thread(s), "
+          f"emulated SSD {args.ssd_mb_s:g} MB/s, projected onto {args.device}: {out['rounds']} rounds, "
+          f"{out['counted']} counted, {out['flagged']} flagged, {out['warming']} in the first {args.warmup_s:g} s "
+          f"(the cache's warm-up) shown but not counted")
+    if "projected_spread" in out:
+        met = out["projected_spread"] <= GOAL_SPREAD and out["measured_spread"] > out["projected_spread"]
+        print(f"projected max ÷ min {out['projected_spread']:.3f} (goal ≤ {GOAL_SPREAD}), measured here "
+              f"{out['measured_spread']:.3f} (all rounds {out['measured_spread_all']:.3f}; the old mean rule's "
+              f"projection {out['old_rule_spread_all']:.3f}); medians projected {out['projected_median']:.3g}, "
+              f"measured {out['measured_median']:.3g} tok/s: {'met' if met else 'MISSED'}")
+    if "stopped_round" in out:
+        print(f"SIGSTOP {args.stop_s:g} s in round {out['stopped_round']}: flag {out['stopped_flag']!r}; projected "
+              f"{out['stopped_projected']:.3g} tok/s ({'within' if out['stopped_within'] else 'OUTSIDE'} the counted "
+              f"rounds' range; the mean rule: {out['stopped_old_rule']:.3g}), measured {out['stopped_measured']:.3g}")
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
