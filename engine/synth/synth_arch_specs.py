@@ -96,6 +96,14 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
     ArchSpec("qwen35moe", "qwen35moe", "Qwen3.5-35B-A3B", 256, 8, shared_experts=1,
              expert_ff_ratio=512 / 2048, dense_ff_ratio=512 / 2048, q_ratio=2.0, kv_group=8, qk_norm=True,
              post_attn_norm=True, rope_fraction=0.25, family="qwen35moe", quants=("q8_0", "q4_k_m", "mxfp4")),
+    # MiniMax-M3 (minimax-m3): MiniMax-M2's attention (48 heads × 128 over 8 at n_embd 3072, Q/K norms, half
+    # rotary) with DeepSeek-V3-style MoE (a leading dense layer, 256 experts top-8 of 1536 + 1 shared, sigmoid
+    # router + exp_probs_b) and MiniMax Sparse Attention's indexer on the MoE layers. MiniMax-M3's own config
+    # is not in the notes: these are M2's ratios with M3's added parts, as llama.cpp's loader reads them.
+    ArchSpec("minimax-m3", "minimax-m3", "MiniMax-M3 (M2 ratios)", 256, 8, shared_experts=1, dense_lead=1,
+             expert_ff_ratio=1536 / 3072, dense_ff_ratio=8192 / 3072, q_ratio=48 * 128 / 3072, kv_group=6,
+             qk_norm=True, router_bias="exp_probs_b", gating=2, weights_norm=True, weights_scale=1.0,
+             rope_fraction=0.5, family="minimax-m3", quants=("q8_0", "q4_k_m", "mxfp4")),
     # Kimi-K2-Instruct (deepseek2 in llama.cpp): 384 experts top-8 + 1 shared, layer 0 dense, MLA
     ArchSpec("kimi-k2", "deepseek2", "Kimi-K2-Instruct", 384, 8, shared_experts=1, dense_lead=1,
              expert_ff_ratio=2048 / 7168, dense_ff_ratio=18432 / 7168, router_bias="exp_probs_b", gating=2,
@@ -131,7 +139,7 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
 # Archs this llama.cpp knows that synth does not write yet, with the reason (refused before writing).
 NOT_WRITTEN: dict[str, str] = {
     a: f"arch {a} is loaded by this llama.cpp but synth does not write it yet" for a in
-    ("glm5-next", "minimax-m3")}
+    ("glm5-next",)}
 
 
 __all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]

@@ -42,6 +42,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth import synth_kimi_k3 as kimi_k3
 from shardscope.engine.synth import synth_deepseek4 as deepseek4
 from shardscope.engine.synth import synth_qwen35moe as qwen35moe
+from shardscope.engine.synth import synth_minimax_m3 as minimax_m3
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
@@ -142,7 +143,8 @@ def _check_row(spec: MoeSpec, row: ArchSpec, where: str) -> None:
 def _writer(row: ArchSpec):
     """The module that writes the arch family's tensors and keys (plan, tensors, add_metadata)."""
     return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4, "qwen3next": qwen3next, "kimi-k3": kimi_k3,
-            "deepseek4": deepseek4, "qwen35moe": qwen35moe}[row.family]
+            "deepseek4": deepseek4, "qwen35moe": qwen35moe,
+            "minimax-m3": minimax_m3}[row.family]
 
 
 def architecture(spec: MoeSpec) -> str:
