@@ -54,6 +54,12 @@ def _register_sizing(sub) -> None:
                         "(re-scales a token's picked bytes)")
     p.add_argument("--expert-policy", default=KNOBS["expert_policy"].default, choices=KNOBS["expert_policy"].choices,
                    help=f"MoE: the expert cache policy the --trace replay uses (default {KNOBS['expert_policy'].default})")
+    # The knobs the run's minimum and split depend on, as bench takes them (engine/knobs/knobs.py)
+    for key in ("shard_mb", "prefetch_depth", "trunk_share"):
+        spec = KNOBS[key]
+        p.add_argument(spec.flag, type=int, default=spec.default, dest=key,
+                       help=f"{spec.label} as bench takes it (default {spec.text(spec.default)}): the minimum --gguf "
+                            "prints is the one bench accepts with the same value".replace("%", "%%"))
     p.set_defaults(func=cmd_size)
 
 
@@ -98,8 +104,12 @@ def cmd_size(args) -> int:
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
                   expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
+    from shardscope.engine.knobs.settings import RunSettings, validate
+
+    knobs = validate(RunSettings(model_path=args.gguf, shard_mb=args.shard_mb, prefetch_depth=args.prefetch_depth,
+                                 trunk_share=args.trunk_share), source="plan")
     if args.gguf:
-        result = size_from_gguf_header(args.gguf, device, **common)
+        result = size_from_gguf_header(args.gguf, device, trunk_share=args.trunk_share, settings=knobs, **common)
     elif trace_is_model:
         from shardscope.engine.devices.sizing_trace import size_from_trace
 

@@ -122,6 +122,15 @@ class ModelShape:
     dense_resident_bytes: float = 0.0  # MoE: G + D as expert streaming holds them (whole pages from a file)
     layer_picks_bytes: float = 0.0  # MoE: P, the most bytes one layer's k picked experts book
     bytes_source: str = ""  # where the bytes per layer came from (GGUF header, trace header, parameter counts)
+    # The run's own minimum where the layout is known (engine/layout/budget_minimum.py, as bench applies it)
+    minimum_bytes: float = 0.0
+    minimum_parts: str = ""
+    # MoE: the trunk's bytes that stream by layer when the budget cannot hold them (its shards; 0: the
+    # trunk stays resident) and its window (the largest trunk layer + the prefetched shards)
+    trunk_bytes: float = 0.0
+    trunk_window_bytes: float = 0.0
+    n_expert: int = 0  # MoE: experts per layer and k (the prompt's micro-batches), 0 where unknown
+    n_expert_used: int = 0
 
     @property
     def active_bytes(self) -> float:
@@ -179,6 +188,18 @@ class SizingResult:
     layer_picks_bytes: float = 0.0  # MoE: P, one layer's k picked experts
     expert_cache_bytes: float = 0.0  # MoE: budget - G - D, the one expert cache of this budget
     bytes_source: str = ""  # the model's bytes: from a GGUF header, a trace header or parameter counts
+    minimum_parts: str = ""  # what the minimum is made of, where the run's own minimum was read
+    # MoE with a streamed trunk (the budget cannot hold it): the split and what each side reads per token
+    trunk_streams: bool = False
+    trunk_bytes: float = 0.0  # every trunk byte that can stream
+    trunk_hold_bytes: float = 0.0  # what the trunk's shards may keep resident (its window included)
+    trunk_share: int = 0  # percent of the room above the minimum given to the trunk
+    trunk_share_chosen: bool = True  # the engine's choice (budget_minimum.default_trunk_share)
+    trunk_streamed_bytes: float = 0.0  # per token
+    expert_streamed_bytes: float = 0.0  # per token
+    prompt_tokens: int = 100  # the TTFT's prompt
+    prompt_batch_tokens: int = 0  # per micro-batch (0: the whole prompt in one pass)
+    ttft_s: float = 0.0  # the prompt's reads over the SSD (compute not modelled unless given)
     flash_model: str = ""  # the device's flash model in words (fitted from its probe where the preset has one)
 
     @property
@@ -213,6 +234,7 @@ def size_shape(
     expert_hit_rate: float | None = None,
     expert_trace=None,
     expert_policy: str = "auto",
+    trunk_share: int = 0,
 ) -> SizingResult:
     if isinstance(device, str):
         device = get_device(device)
@@ -253,16 +275,23 @@ def size_shape(
     A = shape.active_bytes
     moe = shape.is_moe
     n_units = STEP_LAYERS if moe else 2 if prefetch else 1
+    T, window = shape.trunk_bytes, shape.trunk_window_bytes  # the trunk's streamable bytes (0: it stays resident)
     if moe:  # expert streaming: engine/layout/budget_minimum.py's rule, as the run applies it
         resident_dense, picks = shape.dense_resident_bytes or G + D, shape.layer_picks_bytes
         staging = min_cache_for(picks, speculation=False)
-        minimum = resident_dense + staging
-        parts = f"dense {mib_text(resident_dense)} + {n_units} x {mib_text(picks)}: one layer's picked experts"
+        minimum = shape.minimum_bytes or resident_dense - T + window + staging
+        parts = shape.minimum_parts or (
+            f"globals {mib_text(resident_dense - T)} + trunk window {mib_text(window)} + {n_units} x {mib_text(picks)}: "
+            "one layer's picked experts")
     else:
         staging = n_units * shape.unit_bytes
-        minimum = G + staging
-        parts = f"globals {mib_text(G)} + {n_units} x {mib_text(shape.unit_bytes)} that one layer touches per token"
+        minimum = shape.minimum_bytes or G + staging
+        parts = shape.minimum_parts or (
+            f"globals {mib_text(G)} + {n_units} x {mib_text(shape.unit_bytes)} that one layer touches per token")
+        if shape.minimum_bytes:
+            staging = minimum - G
     expert_cache = 0.0
+    split = dict(trunk_bytes=T)
 
     if W <= budget:
         fits, resident, staging, streamed, overlap = True, W, 0.0, 0.0, prefetch
@@ -271,6 +300,13 @@ def size_shape(
             f"plan: budget {budget_mb:,.0f} MiB is below the minimum of {whole_mb(minimum):,} MiB for "
             f"{shape.label} on {device.name} ({parts})"
         )
+    elif moe and T > 0 and budget < resident_dense + staging:
+        # The budget cannot hold the trunk: it streams by layer beside the experts (budget_minimum.split_budget)
+        fits, overlap = False, prefetch
+        resident, streamed, expert_cache, split = _trunk_streamed(
+            shape, budget, minimum, staging, trunk_share, expert_hit_rate, expert_trace, expert_policy, assumptions)
+        if expert_hit_rate is not None or expert_trace is not None:
+            overlap = False
     elif moe:
         fits, overlap = False, prefetch
         expert_cache = budget - resident_dense  # the run's expert cache of this budget: one figure
@@ -319,6 +355,7 @@ def size_shape(
             f"(uniform routing, {hit_rate:.2%} of a token's layer bytes); pass --expert-hit-rate or --trace "
             "for a measured or replayed one")
 
+    prompt = _prompt_reads(shape, fits, split, expert_cache, streamed)
     measurement = RunMeasurement(
         ssd_bytes_per_token=streamed,
         resident_bytes_per_token=A - streamed,
@@ -337,6 +374,7 @@ def size_shape(
     )
     if compute == 0:
         assumptions.append("compute not modelled (0 s): the tok/s is an upper bound")
+    ttft_s = prompt["bytes"] / (device.ssd_read_mb_s * 1e6) + compute * prompt["tokens"]
 
     summary = (
         f"{shape.label} on {device.name} at {device.ssd_read_mb_s / 1000:g} GB/s: "
@@ -387,7 +425,66 @@ def size_shape(
         bytes_source=shape.bytes_source,
         flash_model=(f"{device.flash_model.describe()}, fitted from the preset's flash probe"
                      if device.flash_fit is not None else ""),
+        minimum_parts=parts if shape.minimum_parts else "",
+        prompt_tokens=prompt["tokens"],
+        prompt_batch_tokens=prompt["batch"],
+        ttft_s=ttft_s,
+        **split,
     )
+
+
+def _trunk_streamed(shape: ModelShape, budget: float, minimum: float, staging: float, trunk_share: int,
+                    expert_hit_rate, expert_trace, expert_policy: str, assumptions: list) -> tuple:
+    """(resident, streamed per token, expert cache, the split's fields) where the trunk streams by
+    layer: the room above the minimum goes ``trunk_share`` % to the trunk (0: the engine's choice,
+    budget_minimum.default_trunk_share: the trunk first), the rest to the expert cache; the trunk's
+    pinned layers are what it holds beyond its window (the run's pinned policy)."""
+    from shardscope.engine.layout.budget_minimum import TRUNK_GAIN
+
+    T, window, E, f = shape.trunk_bytes, shape.trunk_window_bytes, shape.expert_bytes, shape.expert_fraction
+    chosen = not trunk_share
+    share = trunk_share or (100 if TRUNK_GAIN >= f else 1)  # uniform routing: an expert is picked with chance k/n
+    room = budget - minimum
+    hold = window + min(T - window, room * share / 100)
+    globals_ = (shape.dense_resident_bytes or shape.globals_bytes + shape.dense_layer_bytes) - T
+    cache = budget - globals_ - hold
+    pinned_trunk = T if hold >= T else max(0.0, hold - window)
+    trunk_read = T - pinned_trunk
+    if expert_hit_rate is not None or expert_trace is not None:
+        hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, cache / E)
+        expert_read = (1 - hit) * f * E
+        held = cache
+        assumptions.append(f"expert hit rate {hit:.1%} ({source}) on the {mib_text(cache)} expert cache")
+    else:
+        e_pinned = min(max(cache - staging, 0.0), E)  # the cache beyond one step's picks holds experts for good
+        expert_read = f * (E - e_pinned)
+        held = e_pinned
+    assumptions.append(
+        f"the trunk streams by layer: {mib_text(hold)} of its {mib_text(T)} held ({mib_text(pinned_trunk)} pinned "
+        f"layers + a window of {mib_text(window)}), the rest read again every token")
+    split = dict(trunk_streams=True, trunk_bytes=T, trunk_hold_bytes=hold, trunk_share=int(share),
+                 trunk_share_chosen=chosen, trunk_streamed_bytes=trunk_read, expert_streamed_bytes=expert_read)
+    return globals_ + pinned_trunk + held, trunk_read + expert_read, cache, split
+
+
+def _prompt_reads(shape: ModelShape, fits: bool, split: dict, expert_cache: float, streamed: float) -> dict:
+    """A 100-token prompt's reads: in micro-batches whose picks fit the expert cache (budget_minimum.
+    prompt_batch_tokens), each batch reading the streamed trunk once and each layer's distinct picks
+    (uniform routing: n x (1 - (1 - k/n)^m) experts of m tokens)."""
+    tokens = 100
+    if fits or streamed <= 0:
+        return {"tokens": tokens, "batch": 0, "bytes": 0.0}
+    n, k = shape.n_expert, shape.n_expert_used
+    if not shape.is_moe or not n or not k:  # dense: the prompt reads the streamed layers once
+        return {"tokens": tokens, "batch": 0, "bytes": streamed}
+    unit = shape.layer_picks_bytes / k
+    batch = int(expert_cache // (k * unit)) if expert_cache < n * unit else 0
+    m = batch or tokens
+    n_batches = -(-tokens // m)
+    n_moe_layers = round(shape.expert_bytes / (n * unit)) if unit else shape.n_layers
+    distinct = n * (1 - (1 - k / n) ** m)
+    per_batch = split.get("trunk_streamed_bytes", 0.0) + n_moe_layers * distinct * unit
+    return {"tokens": tokens, "batch": batch, "bytes": n_batches * per_batch}
 
 
 def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[float, str]:

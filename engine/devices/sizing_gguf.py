@@ -33,7 +33,8 @@ def _split_parts(path: Path) -> list[Path]:
     return parts
 
 
-def _shape_from_gguf(path: str | Path) -> ModelShape:
+def _shape_from_gguf(path: str | Path, settings=None) -> ModelShape:
+    """``settings``: the knobs the run's minimum depends on (shard size, prefetch depth); default: bench's."""
     from shardscope.engine.layout.gguf_layout import read_layout  # needs the gguf package; import only when used
 
     path = Path(path)
@@ -54,7 +55,7 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
             n_params += math.prod(t.shape)
             if t.layer is None:
                 globals_ += t.n_bytes
-            elif "_exps" in t.name:
+            elif t.name.endswith("_exps.weight"):  # routed experts (their biases and scales are dense)
                 experts[t.layer] = experts.get(t.layer, 0) + t.n_bytes
             else:
                 dense[t.layer] = dense.get(t.layer, 0) + t.n_bytes
@@ -85,13 +86,8 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
     if f < 1 and experts:
         streamed = dict(dense_resident_bytes=float(globals_ + sum(dense.values())),
                         layer_picks_bytes=max(f * b for b in experts.values()))
-        if len(layouts) == 1:
-            from shardscope.engine.layout import budget_minimum
-            from shardscope.engine.layout.moe_layout import read_moe_layout
-
-            moe = read_moe_layout(layouts[0])
-            streamed = dict(dense_resident_bytes=float(budget_minimum.resident_dense_bytes(moe)),
-                            layer_picks_bytes=float(moe.n_expert_used * budget_minimum.booked_unit_bytes(moe)))
+    if len(layouts) == 1:  # one mapping: the run's own minimum and trunk, as bench applies them
+        streamed.update(_run_minimum(layouts[0], settings))
     return ModelShape(
         label=label,
         weight_bytes=float(weight),
@@ -109,6 +105,30 @@ def _shape_from_gguf(path: str | Path) -> ModelShape:
     )
 
 
+def _run_minimum(layout, settings) -> dict:
+    """The run's minimum (engine/layout/budget_minimum.py minimum_of_layout: what bench accepts, one MiB
+    less refused) and, for an MoE file, the trunk's streamable bytes and window."""
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.layout import budget_minimum
+    from shardscope.engine.layout.moe_layout import read_moe_layout
+
+    settings = settings or RunSettings(model_path=layout.path)
+    try:
+        minimum = budget_minimum.minimum_of_layout(layout, settings)
+    except ShardscopeError:  # a file bench refuses to run (e.g. no expert counts): no run minimum to match
+        return {}
+    out = dict(minimum_bytes=float(minimum.bytes), minimum_parts=minimum.parts())
+    moe = read_moe_layout(layout)
+    if moe is not None:
+        trunk = budget_minimum.trunk_plan_for(layout, moe, settings)
+        out.update(dense_resident_bytes=float(budget_minimum.resident_dense_bytes(moe)),
+                   layer_picks_bytes=float(moe.n_expert_used * budget_minimum.booked_unit_bytes(moe)),
+                   trunk_bytes=float(trunk.streamable_bytes if trunk is not None else 0),
+                   trunk_window_bytes=float(minimum.window_bytes),
+                   n_expert=moe.n_expert, n_expert_used=moe.n_expert_used)
+    return out
+
+
 def _refuse_bad_expert_counts(path: Path, arch: str, n_exp, n_used, layouts) -> None:
     """Counts that are given but wrong are refused as ``bench`` refuses them (llama.cpp would abort
     loading such a file), so plan never sizes a model no run could load. Missing counts are
@@ -124,7 +144,7 @@ def _refuse_bad_expert_counts(path: Path, arch: str, n_exp, n_used, layouts) -> 
         return
     for layout in layouts:
         for t in layout.tensors:
-            if t.layer is not None and "_exps" in t.name and (len(t.shape) != 3 or t.shape[2] != n_exp):
+            if t.layer is not None and t.name.endswith("_exps.weight") and (len(t.shape) != 3 or t.shape[2] != n_exp):
                 held = t.shape[2] if len(t.shape) == 3 else 1
                 raise ShardscopeError(f"{path}: {t.name} (shape {list(t.shape)}) does not divide into "
                                       f"{arch}.expert_count = {n_exp} experts (it holds {held})")
@@ -142,6 +162,8 @@ def size_from_gguf_header(
     expert_hit_rate: float | None = None,
     expert_trace=None,
     expert_policy: str = "auto",
+    trunk_share: int = 0,
+    settings=None,
 ) -> SizingResult:
     """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
 
@@ -149,7 +171,7 @@ def size_from_gguf_header(
     so planning a 1.5 TB model costs milliseconds. All parts of a split model are read.
     """
     return size_shape(
-        _shape_from_gguf(path),
+        _shape_from_gguf(path, settings),
         device,
         budget_mb=budget_mb,
         policy=policy,
@@ -159,4 +181,5 @@ def size_from_gguf_header(
         expert_hit_rate=expert_hit_rate,
         expert_trace=expert_trace,
         expert_policy=expert_policy,
+        trunk_share=trunk_share,
     )

@@ -38,7 +38,10 @@ def format_sizing(result: SizingResult) -> str:
         f"  per token   touches {bytes_text(r.active_bytes_per_token)} ({share * 100:.3g}% of the weights)"
     )
     lines.append(f"  budget      {mib_text(r.budget_bytes)} for weights ({r.budget_note})")
-    if r.is_moe:  # the expert run's own minimum (engine/layout/budget_minimum.py): bench accepts it
+    if r.minimum_parts:  # the run's own minimum (engine/layout/budget_minimum.py): bench accepts it, not a MiB less
+        lines.append(f"  minimum     {whole_mb(r.min_budget_bytes):,} MiB = {r.minimum_parts}; the one bench accepts "
+                     "with the same --shard-mb and --prefetch-depth")
+    elif r.is_moe:  # the expert run's own rule on the shape's bytes
         lines.append(
             f"  minimum     {whole_mb(r.min_budget_bytes):,} MiB = dense {mib_text(r.dense_resident_bytes)} "
             f"(resident) + {STEP_LAYERS} x {mib_text(r.layer_picks_bytes)} (one layer's picked experts: the layer "
@@ -46,12 +49,21 @@ def format_sizing(result: SizingResult) -> str:
             "that fit the expert cache")
     else:
         lines.append(
-            f"  minimum     {mib_text(r.min_budget_bytes)} = globals {mib_text(r.globals_bytes)} + "
+            f"  minimum     {whole_mb(r.min_budget_bytes):,} MiB = globals {mib_text(r.globals_bytes)} + "
             f"{2 if r.prefetch else 1} x {mib_text(r.active_bytes_per_layer)} (one layer's bytes per token"
             + (": the layer computing and the one being read)" if r.prefetch else ")")
         )
     if r.fits_in_memory:
         lines.append(f"  residency   the whole model fits: {mib_text(r.resident_bytes)} resident, nothing streams")
+    elif r.trunk_streams:
+        how = "the engine's choice: the trunk first" if r.trunk_share_chosen else "given"
+        lines.append(
+            f"  split       trunk share {r.trunk_share} % of the {mib_text(r.budget_bytes - r.min_budget_bytes)} above "
+            f"the minimum ({how}): trunk {mib_text(r.trunk_hold_bytes)} of {mib_text(r.trunk_bytes)} held, expert "
+            f"cache {mib_text(r.expert_cache_bytes)} (one step's picks take {mib_text(r.staging_bytes)} of it)")
+        lines.append(
+            f"  residency   the trunk streams by layer beside the experts: {mib_text(r.resident_bytes)} resident; "
+            f"{r.hit_rate:.2%} of a token's layer bytes served from memory")
     elif r.is_moe:
         held = r.resident_bytes - r.dense_resident_bytes
         lines.append(
@@ -70,6 +82,17 @@ def format_sizing(result: SizingResult) -> str:
             "served from memory"
         )
     lines.append(f"  streamed    {bytes_text(r.streamed_bytes_per_token)} per token from the SSD")
+    if r.is_moe and not r.fits_in_memory:
+        trunk = r.trunk_streamed_bytes if r.trunk_streams else 0.0
+        experts = r.expert_streamed_bytes if r.trunk_streams else r.streamed_bytes_per_token
+        lines.append(f"    trunk     {bytes_text(trunk)} per token (its layers not held"
+                     + (")" if r.trunk_streams else ": none, the trunk is resident)"))
+        lines.append(f"    experts   {bytes_text(experts)} per token (picked experts not in the cache)")
+    if not r.fits_in_memory and r.ttft_s > 0:
+        batches = (f"in micro-batches of {plural(r.prompt_batch_tokens, 'token')} (what the expert cache holds of "
+                   "their picks), each reading the streamed trunk again" if r.prompt_batch_tokens else "in one pass")
+        lines.append(f"  TTFT        {seconds_text(r.ttft_s)} for a {r.prompt_tokens}-token prompt's reads, {batches}"
+                     + ("" if r.compute_s_per_token > 0 else "; compute not modelled"))
     combine = (
         "max(ssd, dram, compute): prefetch overlaps reads with compute"
         if p.overlapped

@@ -24,7 +24,7 @@ from shardscope.engine.base.quantity_text import number_text
 from shardscope.engine.knobs.knobs import KNOBS as _REGISTRY
 from shardscope.engine.knobs.knobs import SWEPT
 
-__all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values"]
+__all__ = ["parse_knob", "KNOBS", "MAX_VALUES", "format_values", "runnable_range"]
 
 # RunSettings field → value kind: "int" whole numbers, "num" any number, "str" one of the knob's choices.
 KNOBS: dict[str, str] = {key: _REGISTRY[key].sweep for key in SWEPT}
@@ -122,3 +122,24 @@ def format_values(values: list) -> str:
     """The inverse for messages: "16,64,256"."""
     return ",".join(v if isinstance(v, str) else ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
                     for v in values)
+
+
+def runnable_range(key: str, settings) -> tuple[float, float]:
+    """(lowest, highest) value of ``key`` a run of ``settings``' model accepts with its other knobs as
+    they are: the budget from the one minimum (engine/layout/budget_minimum.py minimum_for), the
+    expert cache from the minimum's parts; every other knob its declared range. What a slider may
+    offer and what a sweep list is checked against, so neither offers what the engine refuses."""
+    spec = _REGISTRY[key]
+    if key == "budget_mb":
+        from shardscope.engine.layout.budget_minimum import minimum_for
+
+        return float(minimum_for(settings).mb), float(spec.high)
+    if key == "expert_cache_mb":
+        from shardscope.engine.layout.budget_minimum import minimum_for, whole_mb
+
+        minimum = minimum_for(settings)
+        if not minimum.picks_bytes:  # a dense model: no expert cache to size
+            return float(spec.low), float(spec.high)
+        most = int(settings.budget_mb * (1 << 20)) - minimum.globals_bytes - minimum.window_bytes
+        return float(whole_mb(minimum.picks_bytes)), float(max(0, most >> 20))
+    return float(spec.low), float(spec.high)
