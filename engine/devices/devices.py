@@ -46,7 +46,7 @@ from shardscope.engine.base.toml_file import read_toml
 from shardscope.engine.base.units import MIB
 from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, _check_positive_number,
                                                     _quantity, _string, _table, _type_name)
-from shardscope.engine.devices.flash_model import FlashModel, ProbeRead, fit_flash_model, plain_flash_model
+from shardscope.engine.devices.flash_model import FlashModel, fit_flash_model, plain_flash_model, probe_reads
 
 
 __all__ = [
@@ -282,7 +282,7 @@ def _read_device(path: str | Path) -> Device:
     if "flash_probe" in data:
         probe = _table(data, "flash_probe", where, {"reads", "source", "verified"})
         note("flash_probe", probe)
-        flash_fit = fit_flash_model(_probe_reads(probe.get("reads"), where), int(ssd["ssd_queue_depth"]),
+        flash_fit = fit_flash_model(probe_reads(probe.get("reads"), where), int(ssd["ssd_queue_depth"]),
                                     f"{where}: [flash_probe]", source=probe["source"])
 
     cpu = _table(data, "cpu", where, {"performance_cores", "efficiency_cores", "source", "verified"})
@@ -344,21 +344,6 @@ def _read_device(path: str | Path) -> Device:
         cache_mgmt_us_per_mib=cache_mgmt,
     )
 
-
-def _probe_reads(rows, where: str) -> list[ProbeRead]:
-    """[flash_probe] reads: rows of [request KiB, requests in flight, MiB/s], each checked."""
-    key = f"{where}: 'flash_probe.reads'"
-    if not isinstance(rows, list) or not rows:
-        raise ShardscopeError(f"{key} must be a list of [request KiB, requests in flight, MiB/s] rows")
-    out = []
-    for n, row in enumerate(rows, 1):
-        ok = (isinstance(row, list) and len(row) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            for v in row))
-        if not ok or row[0] <= 0 or row[2] <= 0 or row[1] != int(row[1]) or row[1] < 1:
-            raise ShardscopeError(f"{key} row {n}: expected [request KiB > 0, whole requests in flight >= 1, "
-                                  f"MiB/s > 0], got {row!r}")
-        out.append(ProbeRead(int(row[0] * 1024), int(row[1]), float(row[2])))
-    return out
 
 
 def builtin_devices(directory: str | Path | None = None) -> dict[str, Device]:

@@ -148,4 +148,20 @@ def fit_flash_model(reads: list[ProbeRead], lanes: int, where: str = "flash prob
     return FlashModel(big_b / 1e6, a, lanes, reader_mb_s=b / 1e6, request_s=min(c, a), source=source)
 
 
-__all__ = ["FlashModel", "ProbeRead", "fit_flash_model", "plain_flash_model"]
+def probe_reads(rows, where: str) -> list[ProbeRead]:
+    """[flash_probe] reads: rows of [request KiB, requests in flight, MiB/s], each checked."""
+    key = f"{where}: 'flash_probe.reads'"
+    if not isinstance(rows, list) or not rows:
+        raise ShardscopeError(f"{key} must be a list of [request KiB, requests in flight, MiB/s] rows")
+    out = []
+    for n, row in enumerate(rows, 1):
+        ok = (isinstance(row, list) and len(row) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in row))
+        if not ok or row[0] <= 0 or row[2] <= 0 or row[1] != int(row[1]) or row[1] < 1:
+            raise ShardscopeError(f"{key} row {n}: expected [request KiB > 0, whole requests in flight >= 1, "
+                                  f"MiB/s > 0], got {row!r}")
+        out.append(ProbeRead(int(row[0] * 1024), int(row[1]), float(row[2])))
+    return out
+
+
+__all__ = ["FlashModel", "ProbeRead", "fit_flash_model", "plain_flash_model", "probe_reads"]

@@ -271,7 +271,6 @@ class _Traces:
 
     def trace(self, run: PublishedRun):
         from shardscope.engine.experts.foreign_traces import load_trace
-
         if run.trace_path not in self._traces:
             trace = load_trace(run.trace_path)
             if not trace.header.has_layer_bytes:
@@ -291,7 +290,6 @@ class _Traces:
     def replay(self, run: PublishedRun):
         from shardscope.engine.devices.replay_at_k import replay_at_k
         from shardscope.engine.experts.replay import min_cache_bytes
-
         trace = self.trace(run)
         cache = int(run.cache_mib * MIB)
         key = (run.trace_path, cache, run.k)
