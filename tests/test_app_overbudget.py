@@ -33,7 +33,7 @@ def test_watch_reports_a_lasting_excess_once_and_ignores_blips():
     assert watch.check(sample(3.5, 600, phase="loading")) is None  # neither counts nor resets
     assert watch.check(sample(4.9, 320)) is None  # 2.9 s over
     message = watch.check(sample(5.1, 320))
-    assert message and "320 MB" in message and "200 MB budget" in message and "another process" in message
+    assert message and "320 MiB" in message and "200 MiB budget" in message and "another process" in message
     assert watch.check(sample(9.0, 320)) is None  # once per episode
     assert watch.check(sample(9.5, 210)) is None  # episode ends
     assert watch.check(sample(10.0, 320)) is None and watch.check(sample(13.1, 320))  # a new one

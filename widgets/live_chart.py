@@ -59,6 +59,7 @@ class _Plot:
     curve_keys: list[str] = field(default_factory=list)
     from_zero: float = 0.0  # > 0: Y runs from 0 to this many times the visible top (see scale_from_zero)
     level_within: float = 0.0  # > 0: a level line higher than this many times the data's top is not drawn
+    tip: str = ""  # what the plot's words mean, under the whole title in its tooltip
     fixed_top: float = 0.0  # > 0: Y runs from 0 to at least this (a percentage's 100), the legend's band above
     title: str = ""
     title_note: str = ""
@@ -296,6 +297,14 @@ class LiveChart(pg.GraphicsLayoutWidget):
         plot.from_zero = float(headroom)
         plot.level_within = float(level_within)
         plot.item.getViewBox().enableAutoRange(y=False)
+        self._dirty = True
+
+    def set_plot_tip(self, plot_key: str, tip: str) -> None:
+        """What the plot's words mean (e.g. "on time"), shown under its whole title on hover."""
+        plot = self._plot(plot_key)
+        plot.tip = tip
+        plot.title_width = -1  # the next redraw sets the tooltip
+        plot.item.titleLabel.setToolTip(plot.title + (f"\n{tip}" if tip else ""))
         self._dirty = True
 
     def fixed_range(self, plot_key: str, top: float, headroom: float = 1.25) -> None:
@@ -661,7 +670,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         font = QFont(self.font())
         font.setPointSizeF(9.0)
         metrics = QFontMetrics(font)
-        plot.item.titleLabel.setToolTip(text)  # the whole title, however short the row
+        plot.item.titleLabel.setToolTip(text + (f"\n{plot.tip}" if plot.tip else ""))  # the whole title
         if not note and (width <= 0 or metrics.horizontalAdvance(text) <= width):
             plot.item.setTitle(text, size="9pt", color=self._fg.name())  # as add_plot set it
             return

@@ -56,7 +56,7 @@ class SynthDialog(QDialog):
         self.size_spin.setRange(int(MIN_SIZE_MB), 262_144)
         self.size_spin.setSingleStep(100)
         self.size_spin.setValue(600)
-        self.size_spin.setSuffix(" MB")
+        self.size_spin.setSuffix(" MiB")  # synth sizes are MiB (engine/synth: size_mb x 2^20)
         self.size_spin.valueChanged.connect(self._suggest_path)
         self.shape_combo = QComboBox(self)
         for label, _tag, _spec in SHAPES:
@@ -129,7 +129,7 @@ class SynthDialog(QDialog):
         self.task = None
         experts = (f", {info.n_expert} experts top-{info.n_expert_used}, arch {info.architecture}"
                    if info.n_expert else "")
-        self.status.setText(f"wrote {info.path}: {info.size_bytes / 2**20:.0f} MB, {info.n_layers} layers{experts}")
+        self.status.setText(f"wrote {info.path}: {info.size_bytes / 2**20:,.0f} MiB, {info.n_layers} layers{experts}")
         self.model_written.emit(info.path)
         self.accept()
 

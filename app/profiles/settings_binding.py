@@ -34,7 +34,7 @@ CHECKS: tuple[Knob, ...] = tuple(KNOBS[k] for k in ENABLED if KNOBS[k].type is b
 
 
 def describe_change(key: str, old, new) -> str:
-    """The chart-marker text for one change, e.g. "budget 600→400 MB", "SSD 860→off"."""
+    """The chart-marker text for one change, e.g. "budget 600→400 MiB", "SSD 860→off"."""
     spec = KNOBS[key]
 
     def show(v):

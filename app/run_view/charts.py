@@ -32,6 +32,12 @@ PLOTS = ("memory", "ssd", "hit", "toks")
 CURVES = chart_curves()
 CURVE_FIELDS = {curve: m.name for curve, m in CURVES.items()}
 FRACTION_CURVES = tuple(curve for curve, m in CURVES.items() if m.fraction)  # fractions 0..1, the axis is %
+# The words of the hit plot, said in the window (docs/window.md "Words on the charts").
+ON_TIME = ("on time: of the weight bytes the tokens needed, the share in memory when compute reached them "
+           "(already resident, or read ahead early enough). On time \u2265 the hit rate: the gap is prefetch "
+           "that arrived in time.")
+HIT_TIP = ("cache hit rate (from RAM): of the weight bytes the tokens needed, the share in memory without any "
+           "disk read.\n" + ON_TIME)
 
 
 def build_run_chart() -> LiveChart:
@@ -64,6 +70,7 @@ def build_run_chart() -> LiveChart:
     # a percentage: a fixed axis (not 99.6-100.4 at a steady 100 %), 0 to 125 % or more: 100 % stays
     # below the legend however many rows the legend takes
     chart.fixed_range("hit", 100.0)
+    chart.set_plot_tip("hit", HIT_TIP)
     return chart
 
 

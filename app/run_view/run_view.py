@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 
 from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.app.run_view.charts import ON_TIME
 from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
@@ -16,8 +17,26 @@ from shardscope.engine.stream.streaming_run import RunSummary, min_budget_mb
 from shardscope.widgets import NumbersPanel, ShardMap
 
 # Both panels' rows come from the metric registry; "projected" is on the chosen device (the caption names it).
-LIVE_FIELDS = panel_rows("live")
-ROUND_FIELDS = panel_rows("summary")
+# A fraction (the registry's "of 1") reads in % here, as on the charts: "0.93 of 1" beside a 93 % curve.
+PERCENT_ROWS = frozenset(name for name, _label, unit in panel_rows("live") + panel_rows("summary") if unit == "of 1")
+LIVE_FIELDS = [(n, label, "%" if n in PERCENT_ROWS else unit) for n, label, unit in panel_rows("live")]
+ROUND_FIELDS = [(n, label, "%" if n in PERCENT_ROWS else unit) for n, label, unit in panel_rows("summary")]
+
+
+def _percent(key: str, value):
+    return 100.0 * value if key in PERCENT_ROWS and isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else value
+
+
+class PercentPanel(NumbersPanel):
+    """A NumbersPanel given fractions (as the engine keeps them) that shows them in %: values,
+    baselines and so deltas (points), wherever they are set from."""
+
+    def set_value(self, key, value) -> None:
+        super().set_value(key, _percent(key, value))
+
+    def set_baseline(self, values) -> None:
+        super().set_baseline(None if values is None else {k: _percent(k, v) for k, v in values.items()})
 ROUND_TITLE = "Last complete round (engine summary)"
 
 
@@ -29,14 +48,16 @@ class RunView(QWidget):
         layout.setContentsMargins(6, 6, 6, 6)
 
         live_box = QGroupBox("Live")
-        QVBoxLayout(live_box).addWidget(live := NumbersPanel(LIVE_FIELDS))
+        QVBoxLayout(live_box).addWidget(live := PercentPanel(LIVE_FIELDS))
         self.live_numbers = live
         self.round_box = QGroupBox(ROUND_TITLE)
         rl = QVBoxLayout(self.round_box)
-        rl.addWidget(rounds := NumbersPanel(ROUND_FIELDS))
+        rl.addWidget(rounds := PercentPanel(ROUND_FIELDS))
         self.round_numbers = rounds
         # Which figure answers "how much came from memory": its row says so, its tooltip says how.
         rounds.set_row_tip("cache_hit_rate", FROM_MEMORY)
+        if "on_time_rate" in dict((n, u) for n, _l, u in ROUND_FIELDS):
+            rounds.set_row_tip("on_time_rate", ON_TIME)
         self.projection_label = QLabel("")
         self.projection_label.setWordWrap(True)
         self.projection_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -44,7 +44,7 @@ class OverBudgetWatch:
         if self._reported or sample.t_s - self._since < self.hold_s:
             return None
         self._reported = True
-        return (f"the kernel keeps {sample.resident_weights_mb:,.0f} MB of weights resident, over the "
-                f"{sample.budget_mb:,.0f} MB budget, while the streamer has evicted down to "
-                f"{sample.accounted_weights_mb:,.0f} MB: is another process mapping this model file? "
+        return (f"the kernel keeps {sample.resident_weights_mb:,.0f} MiB of weights resident, over the "
+                f"{sample.budget_mb:,.0f} MiB budget, while the streamer has evicted down to "
+                f"{sample.accounted_weights_mb:,.0f} MiB: is another process mapping this model file? "
                 "Evictions skip shared pages, so these numbers do not show streaming.")
