@@ -6,8 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.shardscope-installed
+# The lint step of `make test` and `make check`, run first: it takes seconds, and a lint error
+# fails the run (pyproject.toml's [tool.ruff] says what it checks).
+LINT := $(PY) -m ruff check .
 
-.PHONY: run test bench bench-full venv clean-venv
+.PHONY: run test check bench bench-full venv clean-venv
 
 venv: $(STAMP)
 
@@ -30,11 +33,21 @@ run: $(STAMP)
 	@echo "==> Starting the workbench (shardscope gui) on the bundled model"
 	$(PY) -m shardscope.app
 
+# The whole suite, then the tests marked io_paths again on the portable I/O path (the one macOS
+# takes): each asserts which path ran, and pytest's last line counts them (tests/conftest.py).
 test: $(STAMP)
-	@echo "==> Running the test suite: it streams real models, 10 to 20 minutes on a 2-core machine (9 min 55 s, 11 min 23 s, 11 min 47 s, 12 min 06 s, 12 min 36 s and 18 min 20 s measured on fresh clones)"
-	@echo "    (pytest -q -m 'not slow and not timing' skips the longest ones)"
-	$(PY) -m ruff check .  # lint first (pyproject.toml [tool.ruff]): a lint error fails the test run
+	@echo "==> Running the test suite: it streams real models, 10 to 20 minutes on a 2-core machine"
+	@echo "    (make check: the fast tier, under 3 minutes, for inner loops)"
+	$(LINT)
 	$(PY) -m pytest -q
+	@echo "==> The streaming, residency, cross-check and expert tests again with SHARDSCOPE_IO=portable"
+	SHARDSCOPE_IO=portable $(PY) -m pytest -q -m io_paths
+
+# The fast tier: units, decisions, parsing, layering; no model streaming (no heavy/slow tests).
+check: $(STAMP)
+	@echo "==> The fast tier: no model streaming (make test runs everything)"
+	$(LINT)
+	$(PY) -m pytest -q -m "not heavy and not slow"
 
 # Benchmarks with goals (bench/README.md), run from the repo root as modules; each prints its
 # figure against its goal. bench: the quick ones (minutes); bench-full: every goal (hours, GBs of disk).

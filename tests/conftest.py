@@ -14,6 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import atexit  # noqa: E402
 import gc  # noqa: E402
 import shutil  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -71,17 +72,129 @@ def synthetic_model(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.fixture(params=["mremap", "portable"])
-def io_path(request, monkeypatch) -> str:
-    """Both own-slot I/O paths on Linux (engine/stream/io_path.py): a test marked with
-    ``pytest.mark.usefixtures("io_path")`` runs once with mremap slots and once with the portable
-    POSIX path (pread into anonymous memory placed with MAP_FIXED), the path macOS takes."""
-    from shardscope.engine.base import platform_calls
+# ---------------------------------------------------------------- both I/O paths
+# `make test` runs the suite, then the tests marked ``io_paths`` a second time with
+# SHARDSCOPE_IO=portable (the path macOS takes). Each of them asserts which path ran twice: from
+# the run's own report (its io_path) and from outside the engine, in the kernel's /proc/<pid>/maps:
+# own slots are anonymous VMAs inside the model file's mapping, the page cache only file VMAs.
+_IO_RECORD: dict[str, list[str]] = {"ran": [], "asserted": []}
+HAS_PROC_MAPS = sys.platform == "linux"  # macOS has no /proc: there the run's own report is the one side
 
-    if request.param == "mremap" and not platform_calls.has_mremap():
-        pytest.skip(f"no mremap on {platform_calls.SYSTEM}: the portable path only")
-    monkeypatch.setenv("SHARDSCOPE_IO", request.param)
-    return request.param
+
+def own_slot_bytes(pid: int, model_path: str) -> int:
+    """Bytes of anonymous VMAs lying inside a mapping of ``model_path`` in /proc/<pid>/maps: the
+    streamer's own slots (the page cache path leaves only the file's VMAs there). A mapping is told
+    apart from another mapping of the same file by its base (VMA start − file offset)."""
+    real = os.path.realpath(model_path)
+    file_vmas: dict[int, list[tuple[int, int]]] = {}
+    anon: list[tuple[int, int]] = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            words = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in words[0].split("-"))
+            path = words[5].strip() if len(words) > 5 else ""
+            if path == real:
+                file_vmas.setdefault(lo - int(words[2], 16), []).append((lo, hi))
+            elif not path and words[4] == "0":
+                anon.append((lo, hi))
+    hulls = [(min(v[0] for v in vmas), max(v[1] for v in vmas)) for vmas in file_vmas.values()]
+    return sum(hi - lo for lo, hi in anon if any(a <= lo and hi <= b for a, b in hulls))
+
+
+class IOPathWitness:
+    """What a test marked ``io_paths`` gets from the ``io_path`` fixture: the path this pass asks for
+    (``wanted``), a watch of /proc/<pid>/maps while the run streams, and ``check`` of both sides."""
+
+    def __init__(self, wanted: str, nodeid: str):
+        self.wanted, self.nodeid = wanted, nodeid
+        self.seen_bytes = 0
+        self.asserted = False
+
+    def look(self, model_path: str, pid: int | None = None) -> int:
+        """One reading of the own-slot bytes now (keeps the largest seen)."""
+        if not HAS_PROC_MAPS:
+            return 0
+        self.seen_bytes = max(self.seen_bytes, own_slot_bytes(pid or os.getpid(), model_path))
+        return self.seen_bytes
+
+    def watch(self, model_path: str, pid: int | None = None, every_s: float = 0.02):
+        """A context: /proc/<pid>/maps read every ``every_s`` on a thread while the body runs."""
+        import contextlib
+        import threading
+
+        witness = self
+
+        @contextlib.contextmanager
+        def watching():
+            stop = threading.Event()
+
+            def loop():
+                while not stop.wait(every_s):
+                    try:
+                        witness.look(model_path, pid)
+                    except (OSError, ValueError):  # the process ended, or a line changed under us
+                        pass
+
+            thread = threading.Thread(target=loop, daemon=True)
+            thread.start()
+            try:
+                yield witness
+            finally:
+                stop.set()
+                thread.join()
+
+        return watching()
+
+    def check(self, reported: str) -> None:
+        """The run's report names the path asked for, and the kernel saw own slots in the mapping."""
+        assert reported == self.wanted, f"the run reported I/O path {reported!r}, this pass asked for {self.wanted!r}"
+        assert self.seen_bytes > 0 or not HAS_PROC_MAPS, (f"the run reported {reported!r} but /proc/<pid>/maps never showed an anonymous "
+                                     "VMA inside the model's mapping: it streamed through the page cache")
+        self.asserted = True
+
+
+@pytest.fixture
+def io_path(request) -> IOPathWitness:
+    """The own-slot I/O path this pass streams through (engine/stream/io_path.py: $SHARDSCOPE_IO, else
+    mremap where it exists) and its witness. A test marked ``io_paths`` must call ``check``."""
+    from shardscope.engine.stream import io_path as paths
+
+    witness = IOPathWitness(paths.wanted(), request.node.nodeid)
+    yield witness
+    call = getattr(request.node, "rep_call", None)
+    if request.node.get_closest_marker("io_paths") is not None and call is not None and not call.skipped:
+        if witness.wanted == paths.PORTABLE:
+            _IO_RECORD["ran"].append(request.node.nodeid)
+            if witness.asserted:
+                _IO_RECORD["asserted"].append(request.node.nodeid)
+        if call.passed and not witness.asserted:
+            pytest.fail(f"{request.node.nodeid} is marked io_paths but never checked which I/O path ran")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.rep_call = report
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``io_paths`` gets the witness even if it did not ask for it by name."""
+    for item in items:
+        if item.get_closest_marker("io_paths") is not None and "io_path" not in item.fixturenames:
+            item.fixturenames.append("io_path")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    ran, asserted = _IO_RECORD["ran"], _IO_RECORD["asserted"]
+    if ran:
+        terminalreporter.write_line(
+            f"portable I/O pass (SHARDSCOPE_IO=portable): {len(ran)} tests ran, {len(asserted)} asserted their "
+            + ("path from the run's report and from /proc/<pid>/maps (anonymous slots inside the model's mapping)"
+               if HAS_PROC_MAPS else "path from the run's report (no /proc/<pid>/maps on this system)"))
+        for nodeid in sorted(set(ran) - set(asserted)):
+            terminalreporter.write_line(f"    did not assert its path: {nodeid}")
 
 
 def drop_from_page_cache(path: str) -> None:
@@ -155,3 +268,35 @@ def run_ready(window, ready) -> bool:
 
 def engine_ready(window) -> bool:
     return run_ready(window, lambda run: run.controller is not None and run.session is not None)
+
+
+# ---------------------------------------------------------------- charts as drawn
+def drawn_curve(chart, curve_key: str):
+    """(x, y) the curve's PlotDataItem holds now: what pyqtgraph paints, not the chart's buffers."""
+    import numpy as np
+
+    x, y = chart._curves[curve_key].getData()
+    return (np.asarray([] if x is None else x, float), np.asarray([] if y is None else y, float))
+
+
+def drawn_as_held(chart, curve_key: str) -> bool:
+    """The curve's plot item holds, after a redraw, the newest samples of its buffer: the same times
+    and values (gaps as gaps), at least one of them a number."""
+    import numpy as np
+
+    x, y = drawn_curve(chart, curve_key)
+    t, v = chart.curve_data(curve_key)
+    n = len(x)
+    return (0 < n <= len(t) and np.array_equal(x, t[-n:]) and np.array_equal(y, v[-n:], equal_nan=True)
+            and bool(np.isfinite(y).any()))
+
+
+def wait_drawn(qtbot, chart, curve_keys, timeout: int = 5_000) -> None:
+    """Wait for the chart's own redraw (its timer) to put every curve's samples into its plot item;
+    a timeout names the curves that are not drawn as held."""
+    try:
+        qtbot.waitUntil(lambda: all(drawn_as_held(chart, k) for k in curve_keys), timeout=timeout)
+    except Exception:
+        missing = [k for k in curve_keys if not drawn_as_held(chart, k)]
+        raise AssertionError(f"curves not drawn as their buffers hold them: {missing} "
+                             f"(drawn points: {[len(drawn_curve(chart, k)[0]) for k in missing]})") from None

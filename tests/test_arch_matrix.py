@@ -59,6 +59,11 @@ def arch_model(request, tmp_path_factory):
     return arch, str(path)
 
 
+# Expert slices off the page grid (32-byte aligned files) and Kimi's small experts: the portable
+# pass of make test streams these (issue 52); the first pass streams every arch on mremap.
+UNALIGNED_ON_BOTH_PATHS = ("qwen3moe", "gpt-oss", "kimi-k2")
+
+
 def _reference(path: str) -> list[int]:
     from shardscope.engine.stream.llama_session import LlamaSession
 
@@ -100,17 +105,21 @@ def _settings(path: str, budget_mb: float) -> RunSettings:
                        expert_policy="lru")
 
 
-def test_streams_only_routed_experts_with_identical_text(arch_model):
+@pytest.mark.io_paths  # make test runs it again with SHARDSCOPE_IO=portable: unaligned experts on both paths
+def test_streams_only_routed_experts_with_identical_text(arch_model, io_path):
     arch, path = arch_model
+    if os.environ.get("SHARDSCOPE_IO") == "portable" and arch not in UNALIGNED_ON_BOTH_PATHS:
+        pytest.skip("the portable pass streams the three unaligned shapes the issue names (make test's second pass)")
     reference = _reference(path)
     moe = read_moe_layout(read_layout(path))
     # the engine's floor (dense pages + every expert of one layer, which a prompt may pick) and half a layer more
     budget = math.ceil((resident_dense_bytes(moe) + min_cache_bytes(moe, False) + 0.5 * moe.n_expert * moe.max_unit_bytes) / MIB)
     assert budget < 0.75 * moe.total_bytes / MIB  # it streams
     drop_from_page_cache(path)
-    with ExpertRun(_settings(path, budget)) as run:
+    with ExpertRun(_settings(path, budget)) as run, io_path.watch(path):
         summary = run.run()
         tokens, per_token = run.tokens, run.per_token
+    io_path.check(summary.io_path)
     assert tokens == reference
     assert summary.expert_misses > 0 and summary.dense_mb_per_token == 0
     for row in per_token:  # the kernel's count per decoded token: the missed experts and their edge pages

@@ -52,10 +52,12 @@ def _assert_all_pairs_agree(report, not_checked: frozenset = frozenset()) -> Non
     assert report.agreed, text
 
 
-@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
+@pytest.mark.io_paths  # make test runs it again with SHARDSCOPE_IO=portable (conftest.py)
 @pytest.mark.parametrize("policy", ["lru", "pinned"])
-def test_every_figure_matches_an_independent_source(synthetic_model, policy):
-    report, _ = verified_run(_settings(synthetic_model, policy=policy))
+def test_every_figure_matches_an_independent_source(synthetic_model, policy, io_path):
+    with io_path.watch(synthetic_model):
+        report, _ = verified_run(_settings(synthetic_model, policy=policy))
+    io_path.check(report.summary.io_path)
     _assert_all_pairs_agree(report)
     assert "avg_ts (CSV)" in {c.figure for c in report.checks}
     assert report.check("decoded tokens").diffs == [0.0]  # llama.cpp decoded exactly our tokens
@@ -236,3 +238,50 @@ def test_ttft_is_compared_to_the_prompt_pass_with_an_absolute_floor_under_a_seco
     assert abs(ttft_rel(1010.0, 610.1)) > TOLERANCE
     assert abs(ttft_rel(30.0, 610.1)) > TOLERANCE
     assert abs(ttft_rel(4300.0, 4000.0)) > TOLERANCE  # above 1 s: relative, 7.5 % is off
+
+
+def test_a_pair_prints_equals_only_between_figures_equal_as_printed():
+    """Issue 52: "24.16 = 34.73 MiB … agrees" joined two different numbers with "=". A bracket prints
+    its range; "=" (or a bound's "≤"/"≥") only where it holds at the printed precision; "≈" for an
+    agreeing pair that differs there, "≠" for one that is off; a pair that compared nothing shows no figure."""
+    from shardscope.engine.runs.verify_report import pair_text
+
+    assert pair_text(Check("x", "s", 24.16, 34.73, [0.0], outside_lo=23.9)).split() == ["24.16", "in", "23.9–34.73"]
+    assert pair_text(Check("x", "s", 11.48, 11.48, [0.0], outside_lo=11.48)).split() == ["11.48", "=", "11.48"]
+    assert pair_text(Check("x", "s", 0.766, 0.76562, [0.0])).split() == ["0.766", "≈", "0.7656"]
+    assert pair_text(Check("x", "s", 1.2, 1.0, [0.2])).split() == ["1.2", "≠", "1"]
+    assert pair_text(Check("x", "s", 11.5, 153.4, [-0.9], relation="≤")).split() == ["11.5", "≤", "153.4"]
+    assert pair_text(Check("x", "s", 102.0, 100.0, [0.02], relation="≤")).split() == ["102", "≈", "100"]
+    assert pair_text(Check("x", "s", 0.0, 0.0, [], note="nothing")).split() == ["–", "–"]
+
+
+def test_the_timeline_reads_compare_every_point_the_outside_saw_a_read_by():
+    """An expert run reads about a MiB a token: 0.5 MiB between samples, never the 32 MiB the pair
+    once waited for. Each point lies between the outside counts around it; a run that read nothing
+    says what the counter did over how many samples."""
+    import dataclasses
+
+    from shardscope.engine.measure.metrics import MetricsSample
+    from shardscope.engine.runs.verify import _Pair, _series_checks
+
+    def sample(read_mib):
+        required = {f.name: 0.0 for f in dataclasses.fields(MetricsSample)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        return MetricsSample(**{**required, "read_mb_total": read_mib, "phase": "generating"})
+
+    def reading(t, read_mib):
+        return {"t": t, "read_bytes": int(read_mib * MIB), "vmrss": 100 * MIB, "cache_bytes": 30 * MIB}
+
+    # samples 0.1 s apart; the run reads 0.5 MiB between two; each sample is read 5 ms after "before"
+    pairs = [_Pair(sample(0.5 * i), reading(0.1 * i, 0.5 * i), reading(0.1 * i + 0.005, 0.5 * i))
+             for i in range(12)]
+    checks = {c.figure: c for c in _series_checks(pairs, pairs, 10, 10.0)}
+    total = checks["read_mb_total (timeline)"]
+    assert total.checked and total.ok and len(total.diffs) == 11  # every later point: 0.5 … 5.5 MiB
+    assert total.engine == pytest.approx(5.5)
+    window = checks["ssd_mb_s (timeline, 1 s window)"]
+    assert window.checked and len(window.diffs) == 2  # samples 10 and 11 have a whole window behind them
+    idle = [_Pair(sample(0.0), reading(0.1 * i, 7.0), reading(0.1 * i + 0.005, 7.0)) for i in range(12)]
+    nothing = {c.figure: c for c in _series_checks(idle, idle, 10, 10.0)}["read_mb_total (timeline)"]
+    assert not nothing.checked
+    assert nothing.note == "nothing read while generating: /proc/<pid>/io moved 0 B over 12 samples (1.1 s)"

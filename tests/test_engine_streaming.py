@@ -34,12 +34,14 @@ def _mapping_mincore_mb(run: StreamingRun) -> float:
     return memory_calls.resident_bytes(m.start, m.end) / MIB
 
 
-@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
-def test_streaming_keeps_greedy_tokens_on_synthetic_model(synthetic_model):
+@pytest.mark.io_paths  # make test runs it again with SHARDSCOPE_IO=portable (conftest.py)
+def test_streaming_keeps_greedy_tokens_on_synthetic_model(synthetic_model, io_path):
     full, _ = _run(synthetic_model, budget_mb=4096, shard_mb=32, n_gen=10)
     size_mb = os.path.getsize(synthetic_model) / MIB
-    half, checks = _run(synthetic_model, budget_mb=int(size_mb / 2), shard_mb=32, n_gen=10,
-                        prefetch_depth=1, policy="pinned")
+    with io_path.watch(synthetic_model):
+        half, checks = _run(synthetic_model, budget_mb=int(size_mb / 2), shard_mb=32, n_gen=10,
+                            prefetch_depth=1, policy="pinned")
+    io_path.check(half.io_path)
     assert half.text == full.text
     assert half.read_mb_per_token > 0.3 * size_mb  # it really streamed
     assert full.read_mb_per_token < 1.0  # and the unconstrained run did not
@@ -55,11 +57,14 @@ def test_streaming_keeps_greedy_tokens_on_bundled_model(bundled_model):
     assert half.read_mb_per_token > 0.25 * plan.streamable_bytes / MIB
 
 
-def test_residency_under_budget_and_reads_match_streamed_bytes(synthetic_model):
+@pytest.mark.io_paths
+def test_residency_under_budget_and_reads_match_streamed_bytes(synthetic_model, io_path):
     size_mb = os.path.getsize(synthetic_model) / MIB
     budget = int(size_mb / 2)
-    summary, checks = _run(synthetic_model, budget_mb=budget, shard_mb=32, n_gen=8,
-                           prefetch_depth=1, policy="lru")
+    with io_path.watch(synthetic_model):
+        summary, checks = _run(synthetic_model, budget_mb=budget, shard_mb=32, n_gen=8,
+                               prefetch_depth=1, policy="lru")
+    io_path.check(summary.io_path)
     shard_mb = checks["plan"].max_shard_bytes / MIB
     generating = [s for s in checks["samples"] if s.phase == "generating"]
     assert generating, "the sampler saw the generation"

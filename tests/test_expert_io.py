@@ -111,8 +111,8 @@ def test_a_streamed_model_loads_without_reading_it(synthetic_model):
         assert plain.generate(PROMPT, 4).tokens == tokens
 
 
-@pytest.mark.usefixtures("io_path")
-def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_its_first_token(tmp_path):
+@pytest.mark.io_paths  # make test runs it again with SHARDSCOPE_IO=portable (conftest.py)
+def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_its_first_token(tmp_path, io_path):
     from shardscope.engine.experts.expert_run import ExpertRun
     from shardscope.engine.knobs.settings import RunSettings
     from shardscope.engine.synth.synth import write_synthetic_model
@@ -124,10 +124,10 @@ def test_an_expert_run_reads_little_more_than_dense_and_prompt_experts_before_it
     settings = RunSettings(model_path=str(path), budget_mb=round(os.path.getsize(path) / MIB / 2), n_gen=3,
                            n_ctx=64, prompt=PROMPT)
     marks = {"read0": _read_bytes()}
-    with ExpertRun(settings) as run:
+    with ExpertRun(settings) as run, io_path.watch(str(path)):
         run.on_phase = lambda name: marks.setdefault(name, _read_bytes())
         run.run()
-        assert run.io_path == os.environ["SHARDSCOPE_IO"]  # the path the fixture asked for streamed it
+        io_path.check(run.io_path)  # the path this pass asked for streamed it, and the kernel saw its slots
         prompt_units = {(r.layer, e) for r in run.streamer.records if r.prompt for e in r.experts}
         needed = run.moe.dense_bytes + sum(run.moe.unit_bytes(layer) for layer, _ in prompt_units)
     before_first = marks["generating"] - marks["read0"]

@@ -82,9 +82,9 @@ def test_tokens_identical_at_a_third_of_the_model(moe_model, reference_tokens, t
         assert summary.spec_accuracy > 0.3 and summary.spec_hidden_share > 0
 
 
-@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
+@pytest.mark.io_paths  # make test runs it again with SHARDSCOPE_IO=portable (conftest.py)
 @pytest.mark.slow
-def test_bytes_read_are_the_missed_experts_and_evicted_experts_are_gone(moe_model):
+def test_bytes_read_are_the_missed_experts_and_evicted_experts_are_gone(moe_model, io_path):
     moe = read_moe_layout(read_layout(moe_model))
     pid = os.getpid()
     checks = {"tokens": 0, "outside": []}
@@ -104,9 +104,10 @@ def test_bytes_read_are_the_missed_experts_and_evicted_experts_are_gone(moe_mode
         if index == 0 or index == N_GEN - 1:
             checks["outside"].append((_proc_io_from_outside(pid), streamer.snapshot_counters().loaded_bytes))
 
-    with ExpertRun(_settings(moe_model, expert_policy="lru"), on_token=on_token) as run:
+    with ExpertRun(_settings(moe_model, expert_policy="lru"), on_token=on_token) as run, io_path.watch(moe_model):
         summary = run.run()
         per_token = run.per_token
+    io_path.check(summary.io_path)
     assert checks["tokens"] == N_GEN
     assert summary.dense_mb_per_token == 0  # dense weights stay resident: nothing of them streams
     for row in per_token:  # /proc/self/io per decoded token = the missed experts' bytes

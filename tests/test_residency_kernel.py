@@ -153,17 +153,18 @@ def test_hit_figures_match_mincore_at_layer_start(synthetic_model, policy):
     ("small_layer_model", 64, 4),  # issue #10: small layers, where lru peaked at 70-74 MB
     ("synthetic_model", 160, 32),
 ])
-@pytest.mark.usefixtures("io_path")  # both own-slot I/O paths: mremap and portable (issue 36)
-def test_resident_weights_stay_under_budget_plus_one_shard(request, model, budget_mb, shard_mb, policy):
+@pytest.mark.io_paths  # make test runs it again with SHARDSCOPE_IO=portable (conftest.py)
+def test_resident_weights_stay_under_budget_plus_one_shard(request, model, budget_mb, shard_mb, policy, io_path):
     path = request.getfixturevalue(model)
-    summary, watch, samples = _watched_run(path, budget_mb=budget_mb, shard_mb=shard_mb, n_gen=16,
-                                           prefetch_depth=2, policy=policy)
+    with io_path.watch(path):
+        summary, watch, samples = _watched_run(path, budget_mb=budget_mb, shard_mb=shard_mb, n_gen=16,
+                                               prefetch_depth=2, policy=policy)
     limit_mb = budget_mb + watch.plan.max_shard_bytes / MIB
     print(f"{os.path.basename(path)} {policy}: peak resident weights at layer starts "
           f"{watch.peak_weights / MIB:.1f} MB, at samples {max(s.resident_weights_mb for s in samples):.1f} MB, "
           f"limit {limit_mb:.1f} MB")
     assert summary.read_mb_per_token > 0.3 * watch.plan.streamable_bytes / MIB / 2  # it streamed
-    assert summary.io_path == os.environ["SHARDSCOPE_IO"]  # through the I/O path asked for
+    io_path.check(summary.io_path)  # through the I/O path asked for, seen in /proc/<pid>/maps too
     assert watch.layer_starts >= 15 * len(watch.plan.layers)
     assert watch.peak_weights <= limit_mb * MIB  # mincore at every layer start
     assert samples and all(s.resident_weights_mb <= limit_mb for s in samples)  # and at every sample

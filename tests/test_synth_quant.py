@@ -55,8 +55,10 @@ def test_q4_k_m_qwen3moe_experts_read_back_as_q4_k_and_q6_k(tmp_path):
         assert len(session.generate("The printing press", 4).tokens) == 4
 
 
-@pytest.mark.parametrize("arch, size_mb", [("kimi-k2", 240), ("deepseek2", 100)])
-def test_q4_k_m_reaches_the_mla_archs(tmp_path, arch, size_mb):
+# qwen3moe too: its Q4_K_M expert slices mostly start off a page (the unaligned case of both I/O paths)
+@pytest.mark.io_paths
+@pytest.mark.parametrize("arch, size_mb", [("kimi-k2", 240), ("deepseek2", 100), ("qwen3moe", 100)])
+def test_q4_k_m_reaches_the_mla_archs(tmp_path, arch, size_mb, io_path):
     """--quant q4_k_m on the deepseek2 family wrote Q8_0 experts under a Q4_K_M file type; now the
     gguf package reads its experts as Q4_K / Q6_K, and expert streaming gives llama.cpp's own tokens."""
     import gguf
@@ -78,10 +80,11 @@ def test_q4_k_m_reaches_the_mla_archs(tmp_path, arch, size_mb):
         expected = session.generate("The printing press", 6).tokens
     budget = int(info.size_bytes / 2**20 * 0.45)
     with ExpertRun(RunSettings(model_path=info.path, prompt="The printing press", n_gen=6, n_ctx=128,
-                               budget_mb=budget)) as run:
+                               budget_mb=budget)) as run, io_path.watch(info.path):
         summary = run.run()
         assert run.tokens == expected
     assert summary.expert_misses > 0  # it streamed
+    io_path.check(summary.io_path)
 
 
 def test_a_default_depth_without_a_shape_moves_to_a_neighbour(tmp_path):

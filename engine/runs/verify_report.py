@@ -43,6 +43,9 @@ class Check:
     excess_mb: float = 0.0  # the largest distance of a point beyond what it was compared with
     note: str = ""
     single_instant: bool = False  # a peak: one reading each side, only the allowance applies
+    # A bracket pair compares the engine with two outside readings around it: the lower one here,
+    # ``outside`` the upper, so the line prints the range itself, never one end joined by "=".
+    outside_lo: float = math.nan
 
     def _within(self, d: float) -> bool:
         if self.relation == "≤":
@@ -143,7 +146,6 @@ def format_report(report: VerifyReport, accept_unchecked: bool = False) -> list[
     (agrees / OFF / NOT CHECKED); the last line counts them."""
     lines = [f"verify     {report.label}"]
     for c in report.checks:
-        rel = c.relation
         if not c.checked:
             verdict = "NOT CHECKED"
         elif not c.ok:
@@ -154,8 +156,7 @@ def format_report(report: VerifyReport, accept_unchecked: bool = False) -> list[
             verdict = "agrees"
         diff = (f"median {c.median:+.1%}, worst {c.worst:+.1%}, {c.share:.0%} of {len(c.diffs)} within"
                 if c.diffs else f"n/a ({c.note or 'nothing compared'})")
-        lines.append(f"  {c.figure:<42} {_num(c.engine):>10} {rel} {_num(c.outside):<10} {c.unit:<16} "
-                     f"{diff:<40} {verdict}   [{c.source}]")
+        lines.append(f"  {c.figure:<42} {pair_text(c)} {c.unit:<16} {diff:<40} {verdict}   [{c.source}]")
         if c.note and c.diffs:
             lines.append(f"  {'':<42} {c.note}")
     if report.unchecked and accept_unchecked:
@@ -168,3 +169,19 @@ def format_report(report: VerifyReport, accept_unchecked: bool = False) -> list[
 
 def _num(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.4g}"
+
+
+def pair_text(c: Check) -> str:
+    """The two figures compared, as printed: "=" (or the bound's "≤"/"≥") only when it holds at the
+    printed precision; "≈" for an agreeing pair that differs there, "≠" for one that is off; a
+    bracket as its range; "–" for a pair that compared nothing (no figure to show)."""
+    engine, outside = _num(c.engine), _num(c.outside)
+    if not c.checked:
+        return f"{'–':>10} {'':1} {'–':<10}"
+    lo = _num(c.outside_lo)
+    if math.isfinite(c.outside_lo) and lo != outside:
+        return f"{engine:>10} in {lo + '–' + outside:<10}"
+    shown_e, shown_o = float(engine), float(outside)
+    holds = {"=": shown_e == shown_o, "≤": shown_e <= shown_o, "≥": shown_e >= shown_o}[c.relation]
+    rel = c.relation if holds else ("≈" if c.ok else "≠")
+    return f"{engine:>10} {rel} {outside:<10}"
