@@ -78,6 +78,7 @@ def test_auto_switches_order_without_loading_or_evicting_anything():
         switched += cache.order != order
     assert switched >= 1 and cache.shadows.switches == switched
     # the shadow directories hold expert ids and ticks only, each within the live cache's bytes
+    assert len(cache.shadows.caches) == 4  # decay, lru, lfu, rank: a loop over none would pass
     for shadow in cache.shadows.caches.values():
         assert shadow.used_bytes <= cache.capacity_bytes
         assert all(isinstance(u, tuple) and isinstance(t, int) for u, t in shadow.resident.items())
@@ -89,6 +90,10 @@ def test_a_live_switch_to_auto_and_a_shrink_keep_the_shadows_in_step():
     for r in trace.records[:40]:
         cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)) if r.prompt else None)
     cache.policy = "auto"
+    from shardscope.engine.experts.adaptive_policy import CANDIDATES
+
+    # one shadow per candidate (an empty set of shadows would pass every "all" below)
+    assert cache.shadows is not None and set(cache.shadows.caches) == set(CANDIDATES)
     assert all(set(s.resident) == set(cache.resident) for s in cache.shadows.caches.values())
     # seeded with the live cache's ticks, each shadow keeps counting after them: its lru order is the live one's
     assert all(s._tick >= max(cache.resident.values()) for s in cache.shadows.caches.values())

@@ -71,7 +71,7 @@ def small_moe(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("policy", ["lru", "lfu"])
+@pytest.mark.parametrize("policy", ["lru", "lfu", "auto"])  # auto: the default (its shadows pick the order)
 def test_expert_hit_rate_matches_the_kernel(small_moe, policy, capsys):
     """Expert figures follow the same rule, with one name each: cache_hit_rate (resident with no
     read) and expert_hit_rate (resident when picked; no speculation here, so the same bytes), each
@@ -82,6 +82,13 @@ def test_expert_hit_rate_matches_the_kernel(small_moe, policy, capsys):
     with open_run(settings) as run:
         moe = run.moe
         summary, kernel_read = _kernel_side(run, proc)
+        shadows = run.streamer.cache.shadows
+    assert summary.expert_policy == policy
+    if policy == "auto":  # the live cache followed its shadow directories, one per candidate
+        from shardscope.engine.experts.adaptive_policy import CANDIDATES
+
+        assert shadows is not None and set(shadows.caches) == set(CANDIDATES)
+        assert sum(shadows.hits.values()) > 0  # the shadows scored decoded hits
     per_token = sum(moe.unit_bytes(layer) for layer in moe.layers) * moe.n_expert_used
     needed = per_token * (summary.n_gen - 1)
     kernel_hit = 1 - kernel_read / needed
