@@ -143,6 +143,9 @@ def cmd_bench(args) -> int:
         from shardscope.engine.runs.verify_report import format_report
 
         print("\n".join(format_report(reports[0], accept_unchecked=args.accept_unchecked)), file=human)
+        from shardscope.engine.runs.verify_cost import cost_line, watch_cost
+
+        print(cost_line(watch_cost(settings, reports[0].summary)), file=human)  # what the watch cost (issue 48)
     if reports:
         from shardscope.engine.runs.verify_report import exit_code
 
