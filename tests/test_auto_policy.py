@@ -116,12 +116,22 @@ def test_auto_is_the_default_and_bench_help_names_it(capsys):
 
 
 def test_advice_names_the_trace_and_the_margin_and_calls_a_tie_under_one_point():
-    trace = _trace(10, 24, 3, **BURSTS, tokens=60)
-    line = advise(trace, 30 * MIB, "decay", "generated.csv")
-    rates = _rates(trace, 30 * MIB)
-    best = max(("auto", "lru", "lfu"), key=rates.get)
+    """The advice for an lru run on a router with steady favourites: lru's rate as an LRU simulated
+    apart from the engine (tests/test_trace_sizing.py) has it, the better policy's lead is the
+    difference of the two printed rates, and the policy it names is the one printed first."""
+    import re
+
+    from tests.test_trace_sizing import lru_hit_rate
+
+    trace = _trace(10, 24, 3, **STEADY, tokens=60, seed=1)
+    line = advise(trace, 30 * MIB, "lru", "generated.csv")
     assert line.startswith("replaying generated.csv (60 tokens) at 30 MiB: ")
-    assert f"by {rates[best] - rates['decay']:.1f} points (expert policy {best})" in line
+    best, best_pct, lru_pct, margin, named = re.search(
+        r"MiB: (\w+) ([\d.]+) % vs lru ([\d.]+) %: \w+ by ([\d.]+) points \(expert policy (\w+)\)", line).groups()
+    assert float(lru_pct) == pytest.approx(100 * lru_hit_rate(trace, 30 * MIB), abs=0.05)
+    # each printed to 0.1: the margin of the unrounded rates lies within 0.1 of the printed ones' difference
+    assert float(margin) == pytest.approx(float(best_pct) - float(lru_pct), abs=0.1 + 1e-9) and float(margin) >= 1
+    assert named == best != "lru"
     long = advise(_trace(10, 24, 3, **BURSTS, tokens=100), 30 * MIB, "decay", "this run's routing")
     assert long.startswith("replaying the last 64 tokens of this run's routing at 30 MiB")  # a long run: its end
     assert "tie" in compare({"auto": 0.400, "lru": 0.395}, "lru", "t.csv", 10)
