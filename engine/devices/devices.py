@@ -25,6 +25,7 @@ File layout (every quantity table has ``value``, ``source`` and ``verified``)::
     reads = [[4096, 1, 1809.9], ...]    #   [request KiB, requests in flight, MiB/s]; the flash model
     source = "..."  verified = true     #   (engine/devices/flash_model.py) is fitted from them once
     [cache_mgmt_us_per_mib]             # optional: an expert cache's cost per missed MiB (default 0)
+    [first_touch_us_per_mib]            # optional: a lane's cost per MiB read into fresh pages; calibrated_from
     [dram_mb_s]                         # how fast resident weights can be touched
     [cpu]  performance_cores = 2  efficiency_cores = 4  source = "..."  verified = true
     [gpu]  description = "..."  source = "..."  verified = true
@@ -69,7 +70,7 @@ DEVICES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "devices"  # en
 
 _REQUIRED_QUANTITIES = ("app_memory_limit_mb", "ssd_read_mb_s", "dram_mb_s")
 _OPTIONAL_QUANTITIES = ("app_memory_limit_extended_mb", "ram_mb", "compute_scale", "ssd_latency_us", "ssd_queue_depth",
-                        "cache_mgmt_us_per_mib")
+                        "cache_mgmt_us_per_mib", "first_touch_us_per_mib")
 _TOP_LEVEL_KEYS = frozenset(
     {"id", "name", "storage", "cpu", "gpu", "flash_probe", *_REQUIRED_QUANTITIES, *_OPTIONAL_QUANTITIES}
 )
@@ -118,6 +119,15 @@ class Device:
     # An expert cache's own cost per missed MiB on this device (pages committed for the miss, evicted
     # for it): 0 unless the preset measured it ([cache_mgmt_us_per_mib])
     cache_mgmt_us_per_mib: float = 0.0
+    # What a reading lane pays per MiB to fault in the fresh pages a cache miss lands in ([first_touch_us_per_mib];
+    # 0: none), and the run it was calibrated from ("" when not calibrated from a run)
+    first_touch_us_per_mib: float = 0.0
+    first_touch_from: str = ""
+
+    @property
+    def cache_flash_model(self) -> FlashModel:
+        """The flash model for reads into an expert cache's fresh pages: + the first-touch cost per byte."""
+        return replace(self.flash_model, fresh_page_s_per_byte=self.first_touch_us_per_mib * 1e-6 / MIB)
 
     @property
     def flash_model(self) -> FlashModel:
@@ -278,6 +288,11 @@ def _read_device(path: str | Path) -> Device:
     if "cache_mgmt_us_per_mib" in data:
         cache_mgmt, table = _quantity(data, "cache_mgmt_us_per_mib", where)
         note("cache_mgmt_us_per_mib", table)
+    touch, touch_from = 0.0, ""
+    if "first_touch_us_per_mib" in data:
+        touch, table = _quantity(data, "first_touch_us_per_mib", where, _QUANTITY_KEYS | {"calibrated_from"})
+        touch_from = _string(table, "calibrated_from", f"{where}: [first_touch_us_per_mib]", required=False)
+        note("first_touch_us_per_mib", table)
     flash_fit = None
     if "flash_probe" in data:
         probe = _table(data, "flash_probe", where, {"reads", "source", "verified"})
@@ -342,6 +357,8 @@ def _read_device(path: str | Path) -> Device:
         ssd_queue_depth=int(ssd["ssd_queue_depth"]),
         flash_fit=flash_fit,
         cache_mgmt_us_per_mib=cache_mgmt,
+        first_touch_us_per_mib=touch,
+        first_touch_from=touch_from,
     )
 
 

@@ -20,6 +20,12 @@ and a batch of requests (one MoE layer's misses) is scheduled exactly so, lane b
 (``engine.stream.ssd_rate_limiter.SsdModel``: a latency, one rate, a queue depth) to the byte,
 which is what a preset without a probe gets.
 
+Reads into pages the kernel must first fault in (an expert cache that released an evicted expert's
+pages, so each miss lands in fresh ones: BigMoeOnEdge's on Android, whose commit is "on first touch")
+cost the reading lane ``fresh_page_s_per_byte`` more, on its own CPU, before the device is free to
+take its next request from it: the lane waits ``t1(s) - S(s) + s x f``. A probe reading into a reused
+buffer never pays it; ``Device.cache_flash_model`` adds the preset's ``[first_touch_us_per_mib]``.
+
 The fit (:func:`fit_flash_model`), once per preset when it is read: ``a`` and ``b`` by least
 squares through the one-reader rows (per-request time s / rate against s); ``c`` and ``B`` through
 each request size's best rate over its rows with more readers (past the knee more readers only
@@ -64,6 +70,7 @@ class FlashModel(SsdModel):
     reader_mb_s: float = 0.0
     request_s: float = 0.0
     source: str = ""
+    fresh_page_s_per_byte: float = 0.0  # f: the lane's own cost of faulting in the pages it reads into
 
     @property
     def _reader_b_s(self) -> float:
@@ -94,6 +101,7 @@ class FlashModel(SsdModel):
             start = heapq.heappop(lanes)
             # the wait in the lane: t1 - S (a - c + s (1/b - 1/B)), never negative for a fitted model
             ready = start + max(0.0, self.latency_s - self.request_s + size * (inv_b - inv_big_b))
+            ready += size * self.fresh_page_s_per_byte
             device_free = max(ready, device_free) + self.request_s + size * inv_big_b
             heapq.heappush(lanes, device_free)
             finish = max(finish, device_free)

@@ -312,11 +312,12 @@ def touched_layer_bytes(header, k: int) -> float:
     return float(sum(header.dense_bytes.values())) + picks_bytes(header, k)
 
 
-def flash_seconds(device: Device, accesses, header, arch: str, lanes: int | None = None, n_tokens: int = 1) -> float:
+def flash_seconds(device: Device, accesses, header, arch: str, lanes: int | None = None, n_tokens: int = 1,
+                  cache: bool = False) -> float:
     """Seconds a token's reads take on the device's flash model: each (layer, experts missed) access one
     batch of its experts' slices, ``lanes`` in flight (default the device's); a fractional count of
     experts interpolates between the whole numbers around it. Summed, then divided by ``n_tokens``."""
-    flash = device.flash_model
+    flash = device.cache_flash_model if cache else device.flash_model
     if lanes is not None and lanes != flash.queue_depth:
         flash = replace(flash, queue_depth=lanes)
     memo: dict[tuple[int, int], float] = {}
@@ -344,7 +345,7 @@ def _bytes_hit_flash(run: PublishedRun, device: Device, traces: _Traces):
         return (picks_bytes(header, run.k) / MIB, 0.0, "cache off",
                 flash_seconds(device, accesses, header, arch, run.lanes), 0.0)
     row = traces.replay(run)
-    flash = flash_seconds(device, row.accesses, header, arch, run.lanes, row.n_tokens)
+    flash = flash_seconds(device, row.accesses, header, arch, run.lanes, row.n_tokens, cache=True)
     return row.missed_mib_per_token, row.hit, row.note, flash, row.may_be_off
 
 
@@ -387,7 +388,8 @@ def _project(run: PublishedRun, cal: Calibration, device: Device, traces: _Trace
     compute = cal.s_per_byte * touched_layer_bytes(traces.trace(run).header, run.k)
     if run.cache_mib > 0:  # the cache's pages for each miss (their compute_s includes it)
         compute += device.cache_mgmt_us_per_mib * 1e-6 * mib
-    return ProjectedRun(run, hit, note, mib, flash, compute, calibration=run is cal.run, may_be_off=off)
+    touch_run = bool(device.first_touch_from) and run.source.startswith(device.first_touch_from)
+    return ProjectedRun(run, hit, note, mib, flash, compute, calibration=run is cal.run or touch_run, may_be_off=off)
 
 
 def project_runs(runs: list[PublishedRun], device: Device, *, policy: str = REPLAY_POLICY,
