@@ -25,7 +25,7 @@ def test_every_field_is_a_declared_knob_and_every_range_comes_from_it():
     assert set(LIVE) == {"budget_mb", "prefetch_depth", "policy", "ssd_mb_s", "threads",
                          "expert_cache_mb", "expert_policy", "expert_speculation", "trunk_share"}
     assert SWEPT == ("shard_mb", "prefetch_depth", "threads", "n_gpu_layers", "budget_mb", "policy", "ssd_mb_s",
-                     "expert_cache_mb", "expert_policy", "expert_speculation")
+                     "expert_cache_mb", "expert_policy", "expert_speculation", "trunk_share")
 
 
 def test_moe_knobs_are_flags_and_profile_keys():

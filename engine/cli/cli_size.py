@@ -26,6 +26,8 @@ def _register_sizing(sub) -> None:
                     "budget, what stays resident, bytes streamed per token and the roofline projection.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
     p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
+    p.add_argument("--like", choices=("kimi-k3",), default=None,
+                   help="a published model's full shape from its config, no file: kimi-k3 (2.8 T, 896 experts top-16)")
     p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
     p.add_argument("--active-params", type=finite_float_arg, help="parameters one token uses (MoE; default: all)")
     p.add_argument("--bits", type=finite_float_arg, help="bits per weight, e.g. 8 or 4.5")
@@ -77,6 +79,8 @@ def cmd_size(args) -> int:
     given = [flag for flag, value in numbers.items() if value is not None]
     if args.gguf and given:
         raise ShardscopeError(f"plan: give --gguf or the model's numbers, not both ({given[0]} with --gguf)")
+    if args.like and (args.gguf or given or args.trace):
+        raise ShardscopeError(f"plan: --like {args.like} is the model; drop --gguf, --trace and the model's numbers")
     if args.policy not in POLICIES:
         raise ShardscopeError(f"--policy: must be one of {', '.join(POLICIES)}, got {args.policy!r}")
     device = get_device(args.device)
@@ -108,7 +112,14 @@ def cmd_size(args) -> int:
 
     knobs = validate(RunSettings(model_path=args.gguf, shard_mb=args.shard_mb, prefetch_depth=args.prefetch_depth,
                                  trunk_share=args.trunk_share), source="plan")
-    if args.gguf:
+    if args.like:
+        from shardscope.engine.devices.sizing import size_shape
+        from shardscope.engine.devices.sizing_like import shape_like
+
+        common.pop("expert_trace")
+        result = size_shape(shape_like(args.like, args.shard_mb, args.prefetch_depth), device, trunk_share=args.trunk_share,
+                            expert_trace=None, **common)
+    elif args.gguf:
         result = size_from_gguf_header(args.gguf, device, trunk_share=args.trunk_share, settings=knobs, **common)
     elif trace_is_model:
         from shardscope.engine.devices.sizing_trace import size_from_trace

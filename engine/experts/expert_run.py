@@ -31,7 +31,8 @@ from shardscope.engine.experts.hash_prefetch import HashPrefetch, hash_tables
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
-from shardscope.engine.layout.budget_minimum import BudgetSplit, prompt_batch_tokens, split_budget, trunk_plan_for
+from shardscope.engine.layout.budget_minimum import (BudgetSplit, choose_trunk_share, prompt_batch_tokens,
+                                                     split_budget, trunk_plan_for)
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.measure.metrics import MetricsSample, process_read_bytes
@@ -150,6 +151,7 @@ class ExpertRun(RunSkeleton):
         self.split = split_budget(moe, self.trunk_plan, settings)
         self.cache_bytes = self.split.cache_bytes
         self.trunk: ResidencyController | None = None  # the trunk's streamer, when it streams (at load)
+        self._auto_share: int | None = None  # trunk_share auto: the share the last round's costs chose
         self._layer_pos = {layer: pos for pos, layer in enumerate(self.trunk_plan.layers)} if self.trunk_plan else {}
         self.trace_path = trace_path
         self._token_base = 0  # tokens of earlier rounds, so trace tokens stay distinct across rounds
@@ -161,7 +163,35 @@ class ExpertRun(RunSkeleton):
 
     # ------------------------------------------------------------ live knobs
     def _split_of(self, new: RunSettings) -> BudgetSplit:
-        return split_budget(self.moe, trunk_plan_for(self.layout, self.moe, new), new)
+        return split_budget(self.moe, trunk_plan_for(self.layout, self.moe, new), new, auto_share=self._auto_share)
+
+    def _choose_share(self) -> None:
+        """trunk_share auto with a streaming trunk: after each round, the share whose split costs a
+        token the least, from this round's measured waits per MiB read on each side and a replay of
+        the run's own routing at each split's cache (engine/layout/budget_minimum.py
+        choose_trunk_share); the next round runs with it (a live change, no reload)."""
+        first = self._marks.get("split_costs")
+        if self.settings.trunk_share or self.trunk is None or first is None:
+            return
+        trunk0, experts0 = first
+        trunk, experts = self.trunk.snapshot().counters, self.streamer.snapshot_counters()
+        measured = []
+        for wait, loaded in ((trunk.wait_s - trunk0.wait_s, trunk.loaded_bytes - trunk0.loaded_bytes),
+                             (experts.wait_s - experts0.wait_s, experts.loaded_bytes - experts0.loaded_bytes)):
+            measured.append(wait / (loaded / MIB) if loaded > 0 else None)
+        if measured == [None, None]:
+            return
+        known = next(m for m in measured if m is not None)  # a side that read nothing: priced as the other
+        trunk_cost, expert_cost = (m if m is not None else known for m in measured)
+        trace = self._advice_trace()[0]
+        if not trace.records:
+            return
+        from shardscope.engine.experts.replay import replay_one
+
+        policy = self.settings.expert_policy
+        self._auto_share = choose_trunk_share(
+            self.moe, self.trunk_plan, self.settings,
+            lambda cache: replay_one(trace, policy, int(cache)).expert_mb_per_token, trunk_cost, expert_cost)
 
     def _fits(self, new: RunSettings) -> None:
         self._split_of(new)  # refuses, naming the flag
@@ -170,7 +200,9 @@ class ExpertRun(RunSkeleton):
         """A trunk that starts or stops streaming needs the layer hook installed or not, a new shard
         size a new plan: a new run. Everything else moves live."""
         split = self._split_of(new)
-        return split.trunk_streams != self.split.trunk_streams or (self.split.trunk_streams and "shard_mb" in keys)
+        # speculation reads the next layer's router, which a streamed trunk holds only with speculation on
+        replan = {"shard_mb", "expert_speculation"} & set(keys)
+        return split.trunk_streams != self.split.trunk_streams or (self.split.trunk_streams and bool(replan))
 
     def _take(self, new: RunSettings) -> None:
         old = self.settings
@@ -321,6 +353,8 @@ class ExpertRun(RunSkeleton):
 
     def _begin_round(self) -> None:
         self._take_pending()
+        if self._auto_share is not None and self.trunk is not None and self._auto_share != self.split.share:
+            self._resize_cache()  # the share the last round's costs chose (trunk_share auto)
         self.per_token = []
         self._marks = {}
         self.streamer.begin_prompt()
@@ -335,6 +369,8 @@ class ExpertRun(RunSkeleton):
         if index == 0:
             streamer.end_prompt()
             self._marks["first"] = c
+            if self.trunk is not None:  # the decode's costs per MiB on each side, for trunk_share auto
+                self._marks["split_costs"] = (self.trunk.snapshot().counters, c)
             self._marks["gpu_s"] = self._gpu_seconds()
             self._marks["prompt_read"] = read - self._marks.get("prompt_start", read)
         else:
@@ -351,6 +387,7 @@ class ExpertRun(RunSkeleton):
         return clock.seconds["gpu"] if clock is not None else 0.0
 
     def _end_round(self, result) -> None:
+        self._choose_share()
         self.tokens = list(result.tokens)
         for row, dt in zip(self.per_token, result.token_s):
             row["dt"] = dt
@@ -377,7 +414,7 @@ class ExpertRun(RunSkeleton):
             pinned_mb=round((sum(self.trunk_plan.shards[i].n_bytes for i in trunk.pinned) if trunk else
                              self.moe.dense_bytes) / MIB, 1),
             trunk_share=self.split.share, trunk_mb=round(self.split.trunk_bytes / MIB, 1),
-            trunk_streams=trunk is not None,
+            trunk_streams=trunk is not None and self.split.trunk_streams,
             load_mechanism=streamer.io.load_mechanism, evict_mechanism=streamer.io.evict_mechanism,
             n_expert=self.moe.n_expert, n_expert_used=self.moe.n_expert_used,
             expert_cache_mb=round(self.cache_bytes / MIB, 1), expert_policy=s.expert_policy,

@@ -193,7 +193,8 @@ def trunk_plan_for(layout, moe: MoeLayout, settings) -> ShardPlan | None:
     """The trunk's shard plan an expert run streams (None with GPU layers: their trunk is on the GPU)."""
     from shardscope.engine.layout.shard_plan import plan_trunk
 
-    return None if settings.n_gpu_layers else plan_trunk(layout, moe, settings.shard_mb)
+    return None if settings.n_gpu_layers else plan_trunk(layout, moe, settings.shard_mb,
+                                                         keep_routers=settings.expert_speculation)
 
 
 # ----------------------------------------------------------------- the split
@@ -243,7 +244,8 @@ class BudgetSplit:
                 f"trunk share {self.share} % of the room above the minimum ({how})")
 
 
-def split_budget(moe: MoeLayout, trunk: ShardPlan | None, settings, pick_shares: list[float] | None = None) -> BudgetSplit:
+def split_budget(moe: MoeLayout, trunk: ShardPlan | None, settings, pick_shares: list[float] | None = None,
+                 auto_share: int | None = None) -> BudgetSplit:
     """The split of ``settings.budget_mb``, or a one-line refusal naming the knob that is too small
     or too large (KnobRefusal: the CLI names the flag, the window the slider)."""
     from pathlib import Path
@@ -259,7 +261,7 @@ def split_budget(moe: MoeLayout, trunk: ShardPlan | None, settings, pick_shares:
     trunk_total = trunk.streamable_bytes if trunk is not None else 0
     room = budget - minimum.bytes
     given_cache = int(settings.expert_cache_mb * MIB)
-    share = settings.trunk_share or default_trunk_share(moe, pick_shares)
+    share = settings.trunk_share or auto_share or default_trunk_share(moe, pick_shares)
     if given_cache:
         if settings.trunk_share:
             raise KnobRefusal(f"is given with --trunk-share {settings.trunk_share}; the two split one budget, give "
@@ -312,7 +314,34 @@ def prompt_batch_tokens(moe: MoeLayout, cache_bytes: int) -> int:
     return max(1, cache_bytes // (moe.n_expert_used * unit))
 
 
-__all__ = ["Minimum", "BudgetSplit", "minimum_for", "minimum_of_layout", "dense_minimum", "moe_minimum",
+CANDIDATE_SHARES = (100, 75, 50, 25, 1)  # what auto weighs, the trunk first (it wins a tie)
+
+
+def trunk_read_bytes(split: BudgetSplit) -> int:
+    """Trunk bytes read again per token under ``split``: all but its pinned layers (what it holds
+    beyond its window), none when it holds every byte."""
+    if not split.trunk_streams:
+        return 0
+    return split.trunk_total - max(0, split.trunk_bytes - split.minimum.window_bytes)
+
+
+def choose_trunk_share(moe: MoeLayout, trunk: ShardPlan, settings, expert_mib_at, trunk_s_per_mib: float,
+                       expert_s_per_mib: float) -> int:
+    """The share (of CANDIDATE_SHARES) whose split costs a token the least time re-reading weights:
+    trunk MiB re-read x what a trunk MiB cost the decode, plus the expert MiB missed at that split's
+    cache (``expert_mib_at(cache_bytes)``: a replay of the run's own routing) x what an expert MiB
+    cost it. Both costs are the run's measured waits per MiB read, so a side read in small requests
+    (a latent MoE's experts of tens of kB) weighs what it really costs, not only its bytes."""
+    best: tuple[float, int] | None = None
+    for share in CANDIDATE_SHARES:
+        split = split_budget(moe, trunk, settings.with_changes(trunk_share=share, expert_cache_mb=0))
+        cost = trunk_read_bytes(split) / MIB * trunk_s_per_mib + expert_mib_at(split.cache_bytes) * expert_s_per_mib
+        if best is None or cost < best[0] * (1 - 1e-9):
+            best = (cost, share)
+    return best[1]
+
+
+__all__ = ["CANDIDATE_SHARES", "trunk_read_bytes", "choose_trunk_share", "Minimum", "BudgetSplit", "minimum_for", "minimum_of_layout", "dense_minimum", "moe_minimum",
            "layer_window_bytes", "split_budget", "pages_without", "default_trunk_share", "expert_gain", "trunk_plan_for", "edge_bytes", "dense_pages", "resident_dense_bytes", "booked_unit_bytes", "min_cache_for",
            "min_expert_cache_bytes", "min_budget_bytes", "min_budget_mb", "whole_mb", "expert_cache_bytes",
            "prompt_batch_tokens", "STEP_LAYERS", "SPECULATION_LAYERS"]

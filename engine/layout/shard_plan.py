@@ -213,7 +213,7 @@ def plan_shards(layout: ModelLayout, shard_mb: float, gpu_layers: int = 0, skip:
     )
 
 
-def plan_trunk(layout: ModelLayout, moe, shard_mb: float) -> ShardPlan:
+def plan_trunk(layout: ModelLayout, moe, shard_mb: float, keep_routers: bool = False) -> ShardPlan:
     """Shards over an MoE file's trunk: each layer's dense matrices (attention or its linear kin,
     latent projections, shared experts, a dense FFN layer), the layer streaming's unit, beside the
     routed experts that the expert cache streams. The plan's bytes are the trunk's (the experts are
@@ -221,10 +221,13 @@ def plan_trunk(layout: ModelLayout, moe, shard_mb: float) -> ShardPlan:
 
     What stays with the globals is chosen by name, not only by size: norms, biases and residual
     scores (llama.cpp may touch them before the layer's hook: the hook fires after ``attn_norm-N``
-    computed) and routers (speculation reads the next layer's router while this layer computes).
+    computed), and with ``keep_routers`` (speculation on: it reads the next layer's router while this
+    layer computes) the routers; otherwise a router streams with its layer (Kimi K3's FP32 routers
+    are 2.4 GB, more than a phone's budget holds beside the head).
     The matrices then stream down to TRUNK_SMALL_TENSOR_BYTES, so a latent-MoE trunk of small
     matrices (Kimi K3's shape at test size) streams too."""
-    skip = frozenset(t.name for t in layout.tensors if t.layer is not None and _stays_with_globals(t.name))
+    skip = frozenset(t.name for t in layout.tensors if t.layer is not None and (
+        _stays_with_globals(t.name) or (keep_routers and t.name.endswith(".ffn_gate_inp.weight"))))
     return plan_shards(layout, shard_mb, skip=skip, total_bytes=moe.dense_bytes, small=TRUNK_SMALL_TENSOR_BYTES)
 
 
@@ -234,5 +237,4 @@ _EXPERT_PARTS = tuple(f".{name}.weight" for name in EXPERT_TENSORS)
 
 
 def _stays_with_globals(name: str) -> bool:
-    return (name.endswith(_EXPERT_PARTS) or name.endswith(".ffn_gate_inp.weight") or not name.endswith(".weight")
-            or "norm" in name or "score" in name or name.endswith(".bias"))
+    return (name.endswith(_EXPERT_PARTS) or not name.endswith(".weight") or "norm" in name or "score" in name)
