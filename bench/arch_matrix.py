@@ -4,7 +4,10 @@ bench at a small budget; prints the docs/architectures.md table (issue 27).
     python bench/arch_matrix.py --jobs 6 --dir /tmp/arch-matrix
 
 Each cell is the project's CLI in its own process (`shardscope synth --moe --arch A --quant Q
---size-mb 240`, then `bench --tokens 8` with and without `--budget-mb 90`, `--csv` for the row).
+--size-mb 240`, then `bench --tokens 8` with and without `--budget-mb 90`, `--csv` for the row; the
+budget run with `--verify`, whose last line says how many of its pairs were checked and agreed).
+`--synth-args` adds synth flags to every cell (e.g. "--routing uniform --experts 256" so a run reads
+enough per token for --verify's 1-second windows).
 Checked outside the engine: the text each bench printed (identical or not), the gguf package's
 byte count of one token's picks (experts used × every MoE layer's gate+up+down slice) and the
 kernel's read bytes (the row's read_mb_per_token is /proc/<pid>/io). A combination synth refuses
@@ -21,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ARCHS = ["qwen3moe", "gpt-oss", "glm4moe", "llama4", "gemma4", "qwen3next", "kimi-k2", "deepseek3", "deepseek2",
-         "llama", "qwen2moe"]
+         "llama", "qwen2moe", "kimi-k3", "deepseek4", "qwen35moe", "minimax-m3", "glm5-next"]
 QUANTS = ["default", "q4_k_m", "mxfp4"]
 
 
@@ -52,7 +55,8 @@ def picked_mb_per_token(path: Path) -> tuple[float, int, int, str]:
 def one(arch: str, quant: str, args) -> dict:
     out = Path(args.dir) / f"{arch}-{quant}.gguf"
     row = {"arch": arch, "quant": quant}
-    flags = ["synth", "--moe", "--arch", arch, "--size-mb", str(args.size_mb), "--out", str(out), "--quiet"]
+    flags = ["synth", "--moe", "--arch", arch, "--size-mb", str(args.size_mb), "--out", str(out), "--quiet",
+             *args.synth_args.split()]
     if quant != "default":
         flags += ["--quant", quant]
     done = cli(*flags)
@@ -69,9 +73,13 @@ def one(arch: str, quant: str, args) -> dict:
         bench = ["bench", "--model", str(out), "--tokens", str(args.tokens), "--threads", str(args.threads),
                  "--csv", str(table)]
         if budget is not None:
-            bench += ["--budget-mb", str(budget)]
+            bench += ["--budget-mb", str(budget), "--verify"]
         done = cli(*bench)
-        if done.returncode != 0:
+        if budget is not None:  # --verify: exit 1 a pair disagreed, 3 a pair had nothing to compare
+            row["verify"] = next((line.split("verify", 1)[1].strip() for line in done.stdout.splitlines()[::-1]
+                                  if line.startswith("verify") and "checked" in line), "?")
+            row["verify_exit"] = done.returncode
+        if done.returncode not in (0, 1, 3):
             row[f"error_{budget or 'all'}"] = (done.stderr or done.stdout).strip().splitlines()[-1:]
             return row
         texts.append(next((line for line in done.stdout.splitlines() if line.startswith("text")), ""))
@@ -92,14 +100,15 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--dir", default="/tmp/shardscope-arch-matrix")
+    parser.add_argument("--synth-args", default="", help="more synth flags for every cell, e.g. \"--routing uniform\"")
     args = parser.parse_args()
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     cells = [(a, q) for a in args.archs.split(",") for q in args.quants.split(",")]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: one(*c, args), cells))
     print(f"| --arch | --quant | MoE layers | expert types | file MB | streams at {args.budget_mb} MiB | text identical "
-          "| read MiB/token | expert MiB/token | picked MiB/token | expert hit rate |")
-    print("|---|---|---|---|---:|---|---|---:|---:|---:|---:|")
+          "| read MiB/token | expert MiB/token | picked MiB/token | expert hit rate | --verify |")
+    print("|---|---|---|---|---:|---|---|---:|---:|---:|---:|---|")
     refused = []
     for r in rows:
         if "refused" in r:
@@ -111,9 +120,10 @@ def main() -> int:
         s = r[args.budget_mb]
         print(f"| {r['arch']} | {r['quant']} | {r['moe_layers']} of {r['layers']} | {r['types']} | {r['file_mb']:.0f} "
               f"| yes | {'yes' if r['identical'] else 'NO'} | {float(s['read_mb_per_token']):.2f} "
-              f"| {float(s['expert_mb_per_token']):.2f} | {r['picked']:.2f} | {float(s['expert_hit_rate']):.2f} |")
+              f"| {float(s['expert_mb_per_token']):.2f} | {r['picked']:.2f} | {float(s['expert_hit_rate']):.2f} "
+              f"| {r.get('verify', '?')} |")
     print("\n".join(refused))
-    bad = [r for r in rows if "refused" not in r and not r.get("identical")]
+    bad = [r for r in rows if "refused" not in r and (not r.get("identical") or r.get("verify_exit") == 1)]
     return 1 if bad else 0
 
 

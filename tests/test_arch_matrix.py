@@ -9,6 +9,7 @@ callback installed), the gguf package's reader (tensor types, offsets, alignment
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import os
 
@@ -33,7 +34,13 @@ from shardscope.engine.synth.synth_moe import defaults_for
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
 N_GEN = 8
-SIZE_MB = {"qwen3next": 80}  # MB per arch where 64 cannot hold its 512 experts in four layers
+SIZE_MB = {"qwen3next": 80, "qwen35moe": 80}  # MB per arch where 64 cannot hold its experts in four layers
+# Layers per arch where the default (dense lead + four MoE layers) misses a layer kind: kimi-k3 needs 8 for
+# KDA layers 0-2, 4-6 and gated MLA 3, 7
+N_LAYERS = {"kimi-k3": 8, "deepseek4": 6}
+# Experts (and used) where the arch's real count makes too wide a file at these sizes: kimi-k3 with 256
+# experts top-16 (its 896 are written by test_kimi_k3_at_its_real_counts)
+MOE = {"kimi-k3": dict(experts=256, experts_used=16)}
 # --arch → (file architecture, the first MoE layer, whether slices are page multiples)
 ARCHES = {
     "qwen3moe": ("qwen3moe", 0, False),
@@ -45,6 +52,10 @@ ARCHES = {
     "kimi-k2": ("deepseek2", 1, True),
     "deepseek3": ("deepseek2", 3, True),
     "deepseek2": ("deepseek2", 1, True),
+    "kimi-k3": ("kimi-k3", 1, False),
+    "deepseek4": ("deepseek4", 0, False),
+    "qwen35moe": ("qwen35moe", 0, False),
+    "minimax-m3": ("minimax-m3", 1, False),
 }
 
 
@@ -54,7 +65,9 @@ def arch_model(request, tmp_path_factory):
     path = tmp_path_factory.mktemp(arch) / f"{arch}.gguf"
     row = ARCH_SPECS[arch]  # four MoE layers, so a budget can hold the dense part and well under all experts
     size_mb = SIZE_MB.get(arch, 64)
-    info = write_synthetic_model(path, size_mb, n_layers=row.dense_lead + 4 * row.moe_step, moe=defaults_for(arch), seed=5)
+    moe = dataclasses.replace(defaults_for(arch), **MOE.get(arch, {}))
+    info = write_synthetic_model(path, size_mb, n_layers=N_LAYERS.get(arch, row.dense_lead + 4 * row.moe_step), moe=moe,
+                                 seed=5)
     assert abs(info.size_bytes - size_mb * MIB) <= 0.05 * size_mb * MIB
     return arch, str(path)
 
@@ -85,7 +98,8 @@ def test_file_is_the_arch_llama_cpp_loads_and_runs(arch_model):
     assert all(f"blk.{i}.ffn_gate.weight" in names for i in range(first_moe))  # leading dense layers
     assert all(f"blk.{i}.ffn_gate_exps.weight" not in names for i in range(first_moe))
     assert any("_shexp" in n for n in names) == bool(row.shared_experts)
-    assert (f"blk.{first_moe}.exp_probs_b.bias" in names) == (row.router_bias == "exp_probs_b")
+    scored = first_moe + (3 if arch == "deepseek4" else 0)  # deepseek4's first three layers route by token id
+    assert (f"blk.{scored}.exp_probs_b.bias" in names) == (row.router_bias == "exp_probs_b")
     if arch == "gpt-oss":
         assert {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.bias", "blk.0.ffn_down_exps.bias"} <= names
         down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down_exps.weight")
@@ -96,6 +110,20 @@ def test_file_is_the_arch_llama_cpp_loads_and_runs(arch_model):
     if arch == "llama4":  # MoE on every second layer, dense FFN between
         assert "blk.0.ffn_gate.weight" in names and "blk.2.ffn_gate.weight" in names
         assert "blk.3.ffn_gate_exps.weight" in names and "blk.2.ffn_gate_exps.weight" not in names
+    if arch == "kimi-k3":  # both layer kinds, the latent MoE (experts at the latent width), MXFP4 experts
+        fields = {f.name: f.contents() for f in reader.fields.values()}
+        kv = fields["kimi-k3.attention.head_count_kv"]
+        assert 0 in kv and 1 in kv and kv[3] == 1 and kv[-1] == 1 and kv[0] == 0
+        latent, e = fields["kimi-k3.expert_latent_length"], fields["kimi-k3.embedding_length"]
+        up = next(t for t in reader.tensors if t.name == "blk.1.ffn_up_exps.weight")
+        assert latent < e and int(up.shape[0]) == latent and int(up.shape[2]) == 256  # gguf: innermost first
+        assert up.tensor_type == gguf.GGMLQuantizationType.MXFP4
+        assert {"blk.1.ffn_routed_down.weight", "blk.1.ffn_routed_up.weight", "blk.1.ffn_routed_norm.weight",
+                "blk.0.ssm_conv1d_q.weight", "blk.3.attn_gate.weight", "blk.3.attn_kv_a_mqa.weight"} <= names
+        assert fields["kimi-k3.expert_used_count"] == 16
+    if arch == "deepseek4":  # hash-routed layers: a token-id table instead of the router bias
+        assert {f"blk.{i}.ffn_gate_tid2eid.weight" for i in range(3)} <= names
+        assert "blk.3.ffn_gate_tid2eid.weight" not in names
     tokens = _reference(path)
     assert len(tokens) == N_GEN and tokens == _reference(path)  # it runs, deterministically
 
@@ -122,11 +150,20 @@ def test_streams_only_routed_experts_with_identical_text(arch_model, io_path):
     io_path.check(summary.io_path)
     assert tokens == reference
     assert summary.expert_misses > 0 and summary.dense_mb_per_token == 0
+    unit = max(moe.unit_bytes(layer) for layer in moe.layers)
+    edges = max(edge_bytes(moe, layer) for layer in moe.layers)
+    hashed = summary.hash_misses_hidden  # deepseek4: misses loaded ahead from the token id are reads too
     for row in per_token:  # the kernel's count per decoded token: the missed experts and their edge pages
-        unit = max(moe.unit_bytes(layer) for layer in moe.layers)
-        edges = max(edge_bytes(moe, layer) for layer in moe.layers)
-        assert row["read_bytes"] <= row["misses"] * (unit + edges) + 64 * 1024, row
+        if not hashed:
+            assert row["read_bytes"] <= row["misses"] * (unit + edges) + 64 * 1024, row
         assert row["read_bytes"] >= 0.95 * row["expert_bytes"] - 64 * 1024, row
+    read = sum(row["read_bytes"] for row in per_token)
+    assert read <= (sum(row["misses"] for row in per_token) + hashed) * (unit + edges) + 64 * 1024 * len(per_token)
+    # read MiB/token: the streamer's count of what it loaded against the kernel's (/proc/self/io)
+    assert abs(summary.expert_mb_per_token - summary.read_mb_per_token) <= 0.05 * summary.read_mb_per_token + 0.01
+    if arch == "deepseek4":  # its hash layers' picks were known from the token and loaded ahead
+        assert summary.hash_picks_ahead == 3 * moe.n_expert_used * len(per_token)
+        assert summary.hash_misses_hidden > 0 and summary.hash_ready_share > 0
 
 
 def _neighbours(moe):
@@ -186,6 +223,11 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
     (["--arch", "kimi-k2", "--layers", "27"], "DeepSeek-V2-Lite"),
     (["--arch", "llama4", "--layers", "3"], "at least 4 layers"),  # llama.cpp: "tensor buffer not set"
     (["--arch", "gemma4", "--layers", "1"], "at least 2 layers"),  # llama.cpp: GGML_ASSERT(hparams.is_swa_any())
+    (["--arch", "glm5-next"], "glm5-next"),  # loaded by llama.cpp, not written by synth: the reason in one line
+    (["--arch", "deepseek4", "--layers", "3"], "at least 4 layers"),  # three hash layers and a scored one
+    (["--arch", "kimi-k3", "--shared-experts", "0"], "needs --shared-experts ≥ 1"),
+    (["--arch", "kimi-k3", "--experts", "1100"], "2 to 1024"),  # LLAMA_MAX_EXPERTS
+    (["--arch", "qwen35moe", "--layers", "3"], "at least 4 layers"),
 ])
 def test_combinations_synth_cannot_write_are_refused_before_writing(tmp_path, capsys, argv, words):
     out = tmp_path / "m.gguf"
@@ -193,6 +235,28 @@ def test_combinations_synth_cannot_write_are_refused_before_writing(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
     assert not list(tmp_path.iterdir())
+
+
+def test_kimi_k3_at_its_real_counts_streams(tmp_path):
+    """896 experts top-16 (LLAMA_MAX_EXPERTS is 1024 in this llama.cpp): written, loaded, streamed."""
+    path = tmp_path / "k3.gguf"
+    info = write_synthetic_model(path, 64, moe=defaults_for("kimi-k3"), seed=3)
+    assert (info.n_expert, info.n_expert_used, info.n_shared_experts) == (896, 16, 2) and info.n_layers >= 8
+    moe = read_moe_layout(read_layout(str(path)))
+    import gguf
+
+    fields = {f.name: f.contents() for f in gguf.GGUFReader(str(path)).fields.values()}
+    latent, width = fields["kimi-k3.expert_latent_length"], fields["kimi-k3.expert_feed_forward_length"]
+    # the layout's expert is the latent one: gate, up and down at latent x width, MXFP4 (17 bytes per 32)
+    assert moe.n_expert == 896 and moe.unit_bytes(1) == 3 * latent * width * 17 // 32
+    reference = _reference(str(path))
+    budget = math.ceil((resident_dense_bytes(moe) + min_cache_bytes(moe, False) + 0.5 * moe.n_expert * moe.max_unit_bytes) / MIB)
+    assert budget < 0.75 * moe.total_bytes / MIB
+    drop_from_page_cache(str(path))
+    with ExpertRun(_settings(str(path), budget)) as run:
+        summary = run.run()
+        assert run.tokens == reference
+    assert summary.expert_misses > 0
 
 
 def test_deepseek2_without_like_loads(tmp_path, capsys):

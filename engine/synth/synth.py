@@ -172,9 +172,9 @@ def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, 
 
 
 def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, own_shape: bool = False,
-              alignment: int = ALIGNMENT, file_type: int = _FILE_TYPE_MOSTLY_Q8_0) -> None:
+              alignment: int = ALIGNMENT, file_type: int = _FILE_TYPE_MOSTLY_Q8_0, name: str = "") -> None:
     """``own_shape``: an arch writer (deepseek2, the GQA archs) adds FFN width, heads and rope dims."""
-    writer.add_name(f"shardscope-synthetic-{size_mb:g}MB")
+    writer.add_name(name or f"shardscope-synthetic-{size_mb:g}MB")
     writer.add_description("random weights written by shardscope for streaming tests; output is gibberish")
     if alignment != 32:  # 32 is GGUF's default: real files leave the key out
         writer.add_custom_alignment(alignment)

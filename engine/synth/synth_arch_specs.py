@@ -138,8 +138,10 @@ ARCH_SPECS: dict[str, ArchSpec] = {s.name: s for s in (
 
 # Archs this llama.cpp knows that synth does not write yet, with the reason (refused before writing).
 NOT_WRITTEN: dict[str, str] = {
-    a: f"arch {a} is loaded by this llama.cpp but synth does not write it yet" for a in
-    ("glm5-next",)}
+    "glm5-next": "arch glm5-next (GLM-5.3-Flash) is loaded by this llama.cpp, but synth does not write it yet: its KDA and "
+                 "nope-MLA layers are kimi-k3's and its mHC streams deepseek4's, its k-pool DSA indexer "
+                 "(indexer.kpool, indexer_compressor_*) is not written by any synth arch; use --arch kimi-k3 or deepseek4",
+}
 
 
 __all__ = ["ArchSpec", "ARCH_SPECS", "NOT_WRITTEN"]

@@ -78,12 +78,23 @@ def tid2eid(n_vocab: int, n_expert: int, k: int, layer: int = 0) -> np.ndarray:
     return np.argsort(rng.random((n_vocab, n_expert)), axis=1)[:, :k].astype(np.int32)
 
 
+def dims(shape: _Shape) -> dict:
+    """Widths besides the shape's: the published model's (``shape.dims``, engine/synth/synth_published.py),
+    else V4 Flash's ratios at this n_embd with 64-wide heads."""
+    own = getattr(shape, "dims", None)
+    if own:
+        return dict(own)
+    e = shape.n_embd
+    return dict(head=HEAD_DIM, rope=ROPE, q_lora=max(64, int(round(e * 1024 / 4096 / 32)) * 32),
+                o_lora=max(32, int(round(e * 1024 / 4096 / 32)) * 32))
+
+
 def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     e, f, n, x, h = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts, shape.n_head
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
-    q_lora = max(64, int(round(e * 1024 / 4096 / 32)) * 32)
-    o_lora = max(32, int(round(e * 1024 / 4096 / 32)) * 32)
-    d, hc_dim = HEAD_DIM, HC * e
+    dd = dims(shape)
+    q_lora, o_lora = dd["q_lora"], dd["o_lora"]
+    d, hc_dim = dd["head"], HC * e
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
     s = spec.shared_experts * f
     n_hash = hash_layers(n)
@@ -155,10 +166,11 @@ def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     writer.add_uint32(f"{a}.expert_feed_forward_length", shape.n_ff)
     writer.add_uint32(f"{a}.attention.head_count", shape.n_head)
     writer.add_uint32(f"{a}.attention.head_count_kv", 1)
-    writer.add_uint32(f"{a}.attention.key_length", HEAD_DIM)
-    writer.add_uint32(f"{a}.attention.value_length", HEAD_DIM)
-    writer.add_uint32(f"{a}.rope.dimension_count", ROPE)
-    writer.add_uint32(f"{a}.attention.q_lora_rank", max(64, int(round(e * 1024 / 4096 / 32)) * 32))
+    dd = dims(shape)
+    writer.add_uint32(f"{a}.attention.key_length", dd["head"])
+    writer.add_uint32(f"{a}.attention.value_length", dd["head"])
+    writer.add_uint32(f"{a}.rope.dimension_count", dd["rope"])
+    writer.add_uint32(f"{a}.attention.q_lora_rank", dd["q_lora"])
     writer.add_uint32(f"{a}.attention.sliding_window", SLIDING_WINDOW)
     writer.add_uint32(f"{a}.expert_count", spec.experts)
     writer.add_uint32(f"{a}.expert_used_count", spec.experts_used)
@@ -172,7 +184,7 @@ def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     writer.add_uint32(f"{a}.attention.indexer.key_length", INDEXER_DIM)
     writer.add_uint32(f"{a}.attention.indexer.top_k", INDEXER_TOP_K)
     writer.add_uint32(f"{a}.attention.output_group_count", O_GROUPS)
-    writer.add_uint32(f"{a}.attention.output_lora_rank", max(32, int(round(e * 1024 / 4096 / 32)) * 32))
+    writer.add_uint32(f"{a}.attention.output_lora_rank", dd["o_lora"])
     writer.add_array(f"{a}.attention.compress_ratios", [compress_ratio(i) for i in range(n)])
     writer.add_float32(f"{a}.attention.compress_rope_freq_base", COMPRESS_ROPE_BASE)
     writer.add_uint32(f"{a}.hyper_connection.count", HC)

@@ -68,14 +68,28 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
     return max(2 * MLA_INTERVAL, gqa.default_n_layers(size_mb, arch))
 
 
+def dims(shape: _Shape, spec, arch: ArchSpec) -> dict:
+    """Widths besides the shape's: the published model's (``shape.dims``, engine/synth/synth_published.py),
+    else K3's ratios at this n_embd with 64-wide heads."""
+    own = getattr(shape, "dims", None)
+    if own:
+        return dict(own)
+    e = shape.n_embd
+    gate_q, _ = SCHEMES[spec.quant or arch.quant]
+    q_lora, kv_lora = mla_dims(e)
+    return dict(latent=latent_width(e, arch, gate_q.block), q_lora=q_lora, kv_lora=kv_lora, nope=NOPE, rope=ROPE,
+                v_head=V_HEAD, kda_head=KDA_HEAD, dense_ff=gqa.dense_ff(arch, e), res_block=RES_BLOCK)
+
+
 def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     e, f, n, x, h = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts, shape.n_head
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
-    lat = latent_width(e, arch, gate_q.block)
-    q_lora, kv_lora = mla_dims(e)
+    d = dims(shape, spec, arch)
+    lat, q_lora, kv_lora, KDA_HEAD, NOPE, ROPE, V_HEAD = (d[k] for k in (
+        "latent", "q_lora", "kv_lora", "kda_head", "nope", "rope", "v_head"))
     d_inner = h * KDA_HEAD
     s_e, s_res = e ** -0.5, (2.0 * n) ** -0.5
-    fd, s = gqa.dense_ff(arch, e), spec.shared_experts * f
+    fd, s = d["dense_ff"], spec.shared_experts * f
     out, tail = edge_globals(n_vocab, e, spec)
     for i in range(n):
         p = f"blk.{i}."
@@ -134,12 +148,13 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str)
 def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     """The keys src/models/kimi-k3.cpp load_arch_hparams reads (and the common ones it relies on)."""
     a = arch.gguf_arch
-    e, n = shape.n_embd, shape.n_layers
-    gate_q, _ = SCHEMES[spec.quant or arch.quant]
-    q_lora, kv_lora = mla_dims(e)
-    writer.add_uint32(f"{a}.feed_forward_length", gqa.dense_ff(arch, e))
+    n = shape.n_layers
+    d = dims(shape, spec, arch)
+    q_lora, kv_lora, NOPE, ROPE, V_HEAD, KDA_HEAD = (d[k] for k in ("q_lora", "kv_lora", "nope", "rope", "v_head",
+                                                                     "kda_head"))
+    writer.add_uint32(f"{a}.feed_forward_length", d["dense_ff"])
     writer.add_uint32(f"{a}.expert_feed_forward_length", shape.n_ff)
-    writer.add_uint32(f"{a}.expert_latent_length", latent_width(e, arch, gate_q.block))
+    writer.add_uint32(f"{a}.expert_latent_length", d["latent"])
     writer.add_uint32(f"{a}.attention.head_count", shape.n_head)
     # 0 marks a KDA layer; an MLA layer is one latent "head" (MQA)
     writer.add_array(f"{a}.attention.head_count_kv", [0 if is_kda(i, n) else 1 for i in range(n)])
@@ -160,7 +175,7 @@ def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     writer.add_float32(f"{a}.expert_weights_scale", arch.weights_scale)
     writer.add_bool(f"{a}.expert_weights_norm", arch.weights_norm)
     writer.add_uint32(f"{a}.expert_gating_func", arch.gating)
-    writer.add_uint32(f"{a}.attn_res.block_size", RES_BLOCK)
+    writer.add_uint32(f"{a}.attn_res.block_size", d["res_block"])
     writer.add_float32(f"{a}.activation.situ_beta", SITU_BETA)
     writer.add_float32(f"{a}.activation.situ_linear_beta", SITU_LINEAR_BETA)
 
