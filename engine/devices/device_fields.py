@@ -13,7 +13,7 @@ from shardscope.engine.base.finite import POSITIVE, finite_number
 QUANTITY_KEYS = {"value", "source", "verified"}
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
@@ -27,31 +27,31 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _check_positive_number(value: Any, where: str, key: str) -> float:
+def check_positive_number(value: Any, where: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShardscopeError(f"{where}: '{key}' must be a number, got {_type_name(value)}")
+        raise ShardscopeError(f"{where}: '{key}' must be a number, got {type_name(value)}")
     return finite_number(value, where, key, sign=POSITIVE)
 
 
-def _string(data: dict, key: str, where: str, *, required: bool = True) -> str:
+def read_string(data: dict, key: str, where: str, *, required: bool = True) -> str:
     if key not in data:
         if required:
             raise ShardscopeError(f"{where}: missing key '{key}'")
         return ""
     value = data[key]
     if not isinstance(value, str):
-        raise ShardscopeError(f"{where}: '{key}' must be a string, got {_type_name(value)}")
+        raise ShardscopeError(f"{where}: '{key}' must be a string, got {type_name(value)}")
     if required and not value.strip():
         raise ShardscopeError(f"{where}: '{key}' must not be empty")
     return value
 
 
-def _table(data: dict, key: str, where: str, allowed: set[str]) -> dict:
+def read_table(data: dict, key: str, where: str, allowed: set[str]) -> dict:
     table = data[key]
     if not isinstance(table, dict):
         raise ShardscopeError(
             f"{where}: '{key}' must be a table ([{key}] with value, source, verified), "
-            f"got {_type_name(table)}"
+            f"got {type_name(table)}"
         )
     unknown = sorted(set(table) - allowed)
     if unknown:
@@ -61,19 +61,19 @@ def _table(data: dict, key: str, where: str, allowed: set[str]) -> dict:
     for name in ("source", "verified"):
         if name not in table:
             raise ShardscopeError(f"{where}: missing key '{key}.{name}'")
-    _string(table, "source", f"{where}: [{key}]")
+    read_string(table, "source", f"{where}: [{key}]")
     if not isinstance(table["verified"], bool):
         raise ShardscopeError(
-            f"{where}: '{key}.verified' must be true or false, got {_type_name(table['verified'])}"
+            f"{where}: '{key}.verified' must be true or false, got {type_name(table['verified'])}"
         )
     return table
 
 
-def _quantity(data: dict, key: str, where: str, allowed: set[str] = QUANTITY_KEYS) -> tuple[float, dict]:
-    table = _table(data, key, where, allowed)
+def read_quantity(data: dict, key: str, where: str, allowed: set[str] = QUANTITY_KEYS) -> tuple[float, dict]:
+    table = read_table(data, key, where, allowed)
     if "value" not in table:
         raise ShardscopeError(f"{where}: missing key '{key}.value'")
-    return _check_positive_number(table["value"], where, f"{key}.value"), table
+    return check_positive_number(table["value"], where, f"{key}.value"), table
 
 
-__all__ = ["QUANTITY_KEYS"]
+__all__ = ["QUANTITY_KEYS", "check_positive_number", "read_quantity", "read_string", "read_table", "type_name"]

@@ -45,9 +45,10 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import ZERO_OR_MORE, finite_number
 from shardscope.engine.base.toml_file import read_toml
 from shardscope.engine.base.units import MIB
-from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, _check_positive_number,
-                                                    _quantity, _string, _table, _type_name)
-from shardscope.engine.devices.flash_model import FlashModel, fit_flash_model, plain_flash_model, probe_reads
+from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, check_positive_number,
+                                                    read_quantity, read_string, read_table, type_name)
+from shardscope.engine.devices.device_flash_fields import flash_fields
+from shardscope.engine.devices.flash_model import FlashModel, plain_flash_model
 
 
 __all__ = [
@@ -174,7 +175,7 @@ class Device:
 
     def with_ssd(self, ssd_read_mb_s: float, label: str = "") -> "Device":
         """The same device reading from a different disk (what-if): marked unverified."""
-        _check_positive_number(ssd_read_mb_s, f"device {self.id}", "ssd_read_mb_s")
+        check_positive_number(ssd_read_mb_s, f"device {self.id}", "ssd_read_mb_s")
         sources = dict(self.sources)
         sources["ssd_read_mb_s"] = label or "what-if value given by the user"
         return replace(
@@ -225,11 +226,11 @@ def _read_device(path: str | Path) -> Device:
         if key not in data:
             raise ShardscopeError(f"{where}: missing key '{key}'")
 
-    device_id = _string(data, "id", where)
+    device_id = read_string(data, "id", where)
     if any(ch.isspace() for ch in device_id):
         raise ShardscopeError(f"{where}: 'id' must not contain spaces, got {device_id!r}")
-    name = _string(data, "name", where)
-    storage = _string(data, "storage", where, required=False)
+    name = read_string(data, "name", where)
+    storage = read_string(data, "storage", where, required=False)
 
     sources: dict[str, str] = {}
     unverified: set[str] = set()
@@ -241,16 +242,16 @@ def _read_device(path: str | Path) -> Device:
 
     values: dict[str, float] = {}
     for key in _REQUIRED_QUANTITIES:
-        values[key], table = _quantity(data, key, where)
+        values[key], table = read_quantity(data, key, where)
         note(key, table)
 
     extended = None
     requires = ""
     if "app_memory_limit_extended_mb" in data:
-        extended, table = _quantity(
+        extended, table = read_quantity(
             data, "app_memory_limit_extended_mb", where, _QUANTITY_KEYS | {"requires"}
         )
-        requires = _string(table, "requires", f"{where}: [app_memory_limit_extended_mb]", required=False)
+        requires = read_string(table, "requires", f"{where}: [app_memory_limit_extended_mb]", required=False)
         note("app_memory_limit_extended_mb", table)
         if extended < values["app_memory_limit_mb"]:
             raise ShardscopeError(
@@ -260,7 +261,7 @@ def _read_device(path: str | Path) -> Device:
 
     ram = None
     if "ram_mb" in data:
-        ram, table = _quantity(data, "ram_mb", where)
+        ram, table = read_quantity(data, "ram_mb", where)
         note("ram_mb", table)
         if values["app_memory_limit_mb"] > ram:
             raise ShardscopeError(
@@ -270,7 +271,7 @@ def _read_device(path: str | Path) -> Device:
 
     compute_scale = 1.0
     if "compute_scale" in data:
-        compute_scale, table = _quantity(data, "compute_scale", where)
+        compute_scale, table = read_quantity(data, "compute_scale", where)
         note("compute_scale", table)
     else:
         sources["compute_scale"] = _DEFAULT_COMPUTE_SCALE_SOURCE
@@ -279,28 +280,14 @@ def _read_device(path: str | Path) -> Device:
     ssd = {"ssd_latency_us": 0.0, "ssd_queue_depth": 32}
     for key in ssd:
         if key in data:
-            ssd[key], table = _quantity(data, key, where)
+            ssd[key], table = read_quantity(data, key, where)
             note(key, table)
     if ssd["ssd_queue_depth"] != int(ssd["ssd_queue_depth"]):
         raise ShardscopeError(f"{where}: 'ssd_queue_depth.value' must be a whole number, got {ssd['ssd_queue_depth']:g}")
 
-    cache_mgmt = 0.0
-    if "cache_mgmt_us_per_mib" in data:
-        cache_mgmt, table = _quantity(data, "cache_mgmt_us_per_mib", where)
-        note("cache_mgmt_us_per_mib", table)
-    touch, touch_from = 0.0, ""
-    if "first_touch_us_per_mib" in data:
-        touch, table = _quantity(data, "first_touch_us_per_mib", where, _QUANTITY_KEYS | {"calibrated_from"})
-        touch_from = _string(table, "calibrated_from", f"{where}: [first_touch_us_per_mib]", required=False)
-        note("first_touch_us_per_mib", table)
-    flash_fit = None
-    if "flash_probe" in data:
-        probe = _table(data, "flash_probe", where, {"reads", "source", "verified"})
-        note("flash_probe", probe)
-        flash_fit = fit_flash_model(probe_reads(probe.get("reads"), where), int(ssd["ssd_queue_depth"]),
-                                    f"{where}: [flash_probe]", source=probe["source"])
+    flash = flash_fields(data, where, int(ssd["ssd_queue_depth"]), note)
 
-    cpu = _table(data, "cpu", where, {"performance_cores", "efficiency_cores", "source", "verified"})
+    cpu = read_table(data, "cpu", where, {"performance_cores", "efficiency_cores", "source", "verified"})
     cores = {}
     for key in ("performance_cores", "efficiency_cores"):
         if key not in cpu:
@@ -308,7 +295,7 @@ def _read_device(path: str | Path) -> Device:
         value = cpu[key]
         if isinstance(value, bool) or not isinstance(value, int):
             raise ShardscopeError(
-                f"{where}: 'cpu.{key}' must be a whole number, got {_type_name(value)} {value!r}"
+                f"{where}: 'cpu.{key}' must be a whole number, got {type_name(value)} {value!r}"
             )
         cores[key] = value
     if cores["performance_cores"] < 1:
@@ -321,15 +308,15 @@ def _read_device(path: str | Path) -> Device:
         )
     note("cpu", cpu)
 
-    gpu = _table(data, "gpu", where, {"description", "source", "verified", "computes", "compute_scale"})
-    gpu_description = _string(gpu, "description", f"{where}: [gpu]") if "description" in gpu else ""
+    gpu = read_table(data, "gpu", where, {"description", "source", "verified", "computes", "compute_scale"})
+    gpu_description = read_string(gpu, "description", f"{where}: [gpu]") if "description" in gpu else ""
     if not gpu_description:
         raise ShardscopeError(f"{where}: missing key 'gpu.description'")
     note("gpu", gpu)
     gpu_compute = gpu.get("computes", False)
     if not isinstance(gpu_compute, bool):
-        raise ShardscopeError(f"{where}: 'gpu.computes' must be true or false, got {_type_name(gpu_compute)}")
-    gpu_scale = _check_positive_number(gpu["compute_scale"], where, "gpu.compute_scale") \
+        raise ShardscopeError(f"{where}: 'gpu.computes' must be true or false, got {type_name(gpu_compute)}")
+    gpu_scale = check_positive_number(gpu["compute_scale"], where, "gpu.compute_scale") \
         if "compute_scale" in gpu else 1.0
     if gpu_compute and "compute_scale" not in gpu:  # a default is an assumption: label it
         unverified.add("gpu_compute_scale")
@@ -355,10 +342,7 @@ def _read_device(path: str | Path) -> Device:
         path=str(path),
         ssd_latency_us=ssd["ssd_latency_us"],
         ssd_queue_depth=int(ssd["ssd_queue_depth"]),
-        flash_fit=flash_fit,
-        cache_mgmt_us_per_mib=cache_mgmt,
-        first_touch_us_per_mib=touch,
-        first_touch_from=touch_from,
+        **flash,
     )
 
 
@@ -423,9 +407,9 @@ def apply_calibration(device: Device, path: str | Path) -> Device:
     for key in CALIBRATED_QUANTITIES:
         if key not in data:
             continue
-        value, table = _quantity(data, key, where, _CALIBRATION_KEYS)
+        value, table = read_quantity(data, key, where, _CALIBRATION_KEYS)
         for name in ("calibrated_from", "calibrated_on"):
-            _string(table, name, f"{where}: [{key}]")
+            read_string(table, name, f"{where}: [{key}]")
         changes[key] = value
         sources[key] = table["source"]
         calibrated[key] = f"calibrated from {Path(table['calibrated_from']).name} on {table['calibrated_on']}"

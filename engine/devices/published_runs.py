@@ -388,8 +388,8 @@ def _project(run: PublishedRun, cal: Calibration, device: Device, traces: _Trace
     compute = cal.s_per_byte * touched_layer_bytes(traces.trace(run).header, run.k)
     if run.cache_mib > 0:  # the cache's pages for each miss (their compute_s includes it)
         compute += device.cache_mgmt_us_per_mib * 1e-6 * mib
-    touch_run = bool(device.first_touch_from) and run.source.startswith(device.first_touch_from)
-    return ProjectedRun(run, hit, note, mib, flash, compute, calibration=run is cal.run or touch_run, may_be_off=off)
+    touch = bool(device.first_touch_from) and run.source.startswith(device.first_touch_from)  # calibrated f on it
+    return ProjectedRun(run, hit, note, mib, flash, compute, calibration=run is cal.run or touch, may_be_off=off)
 
 
 def project_runs(runs: list[PublishedRun], device: Device, *, policy: str = REPLAY_POLICY,
@@ -443,7 +443,6 @@ def rows_with_projection(projected: list[ProjectedRun]) -> list[dict]:
 
 def _cell(value) -> str:
     return "" if value is None else f"{value:g}"
-
 
 __all__ = ["COLUMNS", "OPTIONAL_COLUMNS", "ADDED_COLUMNS", "ENGINES", "PUBLISHED_RUNS", "TRACE_DIR", "REPLAY_POLICY",
            "PublishedRun", "ProjectedRun", "Calibration", "read_runs", "project_runs", "leave_one_model_out",
