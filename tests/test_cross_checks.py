@@ -219,25 +219,34 @@ def test_the_peak_lies_between_the_outside_readings_around_its_samples():
 
 
 def test_tok_s_is_compared_as_time_per_token_with_an_absolute_floor_for_fast_tokens():
-    """57.3 vs 64.3 tok/s is 1.9 ms a token of sampling and callbacks: within the 2 ms allowed under
-    40 ms a token. The same 11 % on a 5 tok/s model is 22 ms a token: off."""
+    """Time per token, (llama − engine) / max(llama, 40 ms), worked by hand (5 % of 40 ms = 2 ms):
+    50 vs 52 tok/s: 20.000 vs 19.231 ms, 0.769 ms apart / 40 = −0.0192: within (a plain 5 % on
+    tok/s, 3.8 %, would too; at 50 vs 54 it is 7.4 % off but 1.48 ms / 40 = −0.037 within);
+    20 vs 22 tok/s: 50.000 vs 45.455 ms, 4.545 / 45.455 = −0.100: off; 4.45 vs 5: 224.72 vs 200 ms,
+    −0.1236: off. Negative: the engine's figure is the slower one, as a tok/s difference reads."""
     from shardscope.engine.runs.verify_timing import token_time_rel
 
-    assert abs(token_time_rel(57.29, 64.34)) <= TOLERANCE
-    assert token_time_rel(57.29, 64.34) < 0  # the engine's figure is the slower: negative, as in tok/s
-    assert abs(token_time_rel(4.45, 5.0)) > TOLERANCE
-    assert abs(token_time_rel(20.0, 40.0)) > TOLERANCE  # 25 ms a token apart
+    assert token_time_rel(50.0, 52.0) == pytest.approx(-(1000 / 50 - 1000 / 52) / 40, rel=1e-9)
+    assert token_time_rel(50.0, 52.0) == pytest.approx(-0.0192, abs=1e-4)
+    assert token_time_rel(50.0, 54.0) == pytest.approx(-0.0370, abs=1e-4)
+    assert abs(token_time_rel(50.0, 54.0)) <= TOLERANCE
+    assert token_time_rel(20.0, 22.0) == pytest.approx(-0.100, abs=1e-4)
+    assert token_time_rel(4.45, 5.0) == pytest.approx(-0.1236, abs=1e-4)
+    assert abs(token_time_rel(20.0, 22.0)) > TOLERANCE and abs(token_time_rel(4.45, 5.0)) > TOLERANCE
 
 
 def test_ttft_is_compared_to_the_prompt_pass_with_an_absolute_floor_under_a_second():
-    """CI: 644 vs 610 ms, 34 ms of GIL hand-offs around llama_decode on a busy 2-core machine: within
-    the 50 ms allowed under 1 s. A TTFT that counted a 400 ms load, or left out the prompt, is off."""
+    """(TTFT − prompt pass) / max(prompt pass, 1 s), worked by hand (5 % of 1 s = 50 ms): 640 vs
+    600 ms: 40 / 1000 = 0.04 within; 660 vs 600: 0.06 off; 30 vs 600: −0.57 off (a TTFT that left
+    out the prompt); 1010 vs 600: 0.41 off (one that counted a 400 ms load); above 1 s relative:
+    4100 vs 4000 = 0.025 within, 4300 vs 4000 = 0.075 off."""
     from shardscope.engine.runs.verify_timing import ttft_rel
 
-    assert abs(ttft_rel(644.2, 610.1)) <= TOLERANCE
-    assert abs(ttft_rel(1010.0, 610.1)) > TOLERANCE
-    assert abs(ttft_rel(30.0, 610.1)) > TOLERANCE
-    assert abs(ttft_rel(4300.0, 4000.0)) > TOLERANCE  # above 1 s: relative, 7.5 % is off
+    cases = {(640.0, 600.0): 0.04, (660.0, 600.0): 0.06, (30.0, 600.0): -0.57, (1010.0, 600.0): 0.41,
+             (4100.0, 4000.0): 0.025, (4300.0, 4000.0): 0.075}
+    for (ttft, prompt), expected in cases.items():
+        assert ttft_rel(ttft, prompt) == pytest.approx(expected, abs=1e-9), (ttft, prompt)
+    assert [abs(v) <= TOLERANCE for v in cases.values()] == [True, False, False, False, True, False]
 
 
 def test_a_pair_prints_equals_only_between_figures_equal_as_printed():
