@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from conftest import blank_summary
-from shardscope.engine.devices import token_stalls
+from shardscope.engine.measure import token_stalls
 from shardscope.engine.devices.run_projection import measurement_from_summary, round_stall
 from shardscope.engine.measure import host_steal
 from shardscope.engine.search.interval_decision import (Interval, choose, cost_key, enough_rounds, interval,
@@ -103,3 +103,20 @@ def test_host_steal_share_reads_proc_stat(tmp_path):
     stat.write_text("cpu  200 0 100 900 0 0 0 150 0 0\n")
     assert math.isclose(host_steal.share(before, host_steal.reading(str(stat))), 100 / 350)
     assert math.isnan(host_steal.reading(str(tmp_path / "none"))[0])
+
+
+def test_the_compute_window_takes_a_fast_tenth_of_the_recent_tokens_and_forgets_on_change():
+    from shardscope.engine.measure.compute_window import ComputeWindow
+
+    w = ComputeWindow(size=40)
+    assert w.estimate() is None
+    calm = [0.010] * 16
+    w.add(calm, [0.002] * 16)
+    assert math.isclose(w.estimate(), 0.008)
+    busy = [0.020] * 16  # a round that others' runs slowed twofold
+    w.add(busy, [0.002] * 16)
+    assert math.isclose(w.estimate(), 0.008)  # the settings' own cost, not the host's slowdown
+    w.add([0.010, 0.011, 5.0, 0.010], [0.002] * 4)  # a stalled token never enters
+    assert max(w._tokens) < 1
+    w.clear()
+    assert w.estimate() is None

@@ -16,9 +16,12 @@ one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
   touches only the dense bytes and its picked experts: there the model size is
   replaced by dense + n_expert_used / n_expert of the expert bytes. Its reads are
   on demand (prefetch_depth 0), so the projection adds the SSD term to the compute.
-* ``compute_s_per_token`` = the median over the round's un-stalled tokens of the decode
-  thread's CPU time in the token (at most token time − its wait for loads), floored at
-  1 µs (engine/devices/token_stalls.py): what llama.cpp
+* ``compute_s_per_token`` = the run's estimate of its settings' compute per token: the 10th
+  percentile of its last 320 un-stalled tokens' (token time − wait for loads, at most the decode
+  thread's CPU time), engine/measure/compute_window.py — others' runs on this host slow whole
+  rounds, never below the work a token does; without it (fewer than 8 tokens since the settings
+  changed) the median of the round's own un-stalled tokens (engine/measure/token_stalls.py);
+  floored at 1 µs: what llama.cpp
   spent computing (including this host's own memory traffic and whatever the loader thread's
   CPU work slowed it down by, which a device would also pay). A median, so a stall (the host
   stealing the CPU, the process stopped) that falls into one token moves neither this nor the
@@ -51,7 +54,7 @@ from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_number
 from shardscope.engine.devices.projection import Projection, RunMeasurement, project
-from shardscope.engine.devices.token_stalls import robust_compute_s, stall_text
+from shardscope.engine.measure.token_stalls import robust_compute_s, stall_text
 from shardscope.engine.stream.residency import CHUNK_BYTES
 from shardscope.engine.stream.ssd_rate_limiter import split_requests
 
@@ -89,8 +92,10 @@ def measurement_from_summary(summary) -> RunMeasurement:
         dense = max(0.0, _number(summary, "globals_mb")) * MIB
         total = dense + (total - dense) * summary.n_expert_used / summary.n_expert
     wait_s = max(0.0, _number(summary, "wait_ms_per_token")) / 1000.0
-    robust = robust_compute_s(getattr(summary, "token_s", ()), getattr(summary, "token_wait_s", ()),
-                              getattr(summary, "token_cpu_s", ()))
+    robust = getattr(summary, "compute_s_estimate", None)
+    if robust is None:
+        robust = robust_compute_s(getattr(summary, "token_s", ()), getattr(summary, "token_wait_s", ()),
+                                  getattr(summary, "token_cpu_s", ()))
     compute = max(robust if robust is not None else 1.0 / avg_ts - wait_s, MIN_COMPUTE_S)
     threads = int(summary.n_threads)
     requests, batches = _reads_per_token(summary, read)

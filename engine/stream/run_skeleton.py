@@ -38,7 +38,7 @@ from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.base.units import MIB, mb_per_s
 from shardscope.engine.knobs.knobs import KNOBS, changed
 from shardscope.engine.knobs.settings import RunSettings, validate
-from shardscope.engine.measure import host_steal
+from shardscope.engine.measure.compute_window import ComputeWindow, RoundTokens
 from shardscope.engine.measure.metrics import MetricsSample, MetricsSampler, TokenClock, process_read_bytes
 from shardscope.engine.measure.phase_progress import PhaseProgress
 from shardscope.engine.measure.round_peaks import RoundPeaks
@@ -114,6 +114,7 @@ class RunSkeleton:
         self._sample_interval = sample_interval_s
         self._apply_lock = threading.Lock()
         self._pending: RunSettings | None = None
+        self._compute = ComputeWindow()  # the settings' compute per token, from the recent tokens
         self._stop = threading.Event()
         self._error: str | None = None
         self._started = False
@@ -186,6 +187,8 @@ class RunSkeleton:
 
         A growing budget moves first and a shrinking one last, so every step in between fits."""
         old, self.settings = self.settings, new
+        if old != new:
+            self._compute.clear()  # its tokens measured the old settings
         keys = [k for k in changed(old, new) if KNOBS[k].setter and KNOBS[k].streams in ("", self.streams)]
         grow = new.budget_mb >= old.budget_mb
         keys.sort(key=lambda k: 0 if k != "budget_mb" else (-1 if grow else 1))
@@ -292,14 +295,13 @@ class RunSkeleton:
         round_start = time.perf_counter()
         self._peaks.begin(round_start - self.sampler._t0)
         self._begin_round()
-        marks: dict = {}
+        marks: dict = {"tokens": RoundTokens()}  # per-token waits and CPU (the projection's compute)
 
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = marks["last_t"] = time.perf_counter()
             self._token_done(index, proc)
             self._token_sampled(index, token)
-            marks.setdefault("wait_s", []).append(self._tally().wait_s)  # per-token waits: token_wait_s
-            marks.setdefault("cpu_s", []).append(host_steal.thread_cpu_s())  # ... and the CPU it got
+            marks["tokens"].token(self._tally().wait_s)
             if index == 0:
                 self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
                 marks["first"] = (process_read_bytes(proc), self._tally(), now)
@@ -337,12 +339,8 @@ class RunSkeleton:
             raise RunStopped("run stopped in the prompt pass")
         self._end_round(result)
         summary = self._summary(result, self._figures(result, proc, marks, round_start))
-        waits, cpu = marks.get("wait_s", []), marks.get("cpu_s", [])
-        summary.token_s, summary.token_wait_s = tuple(result.token_s), tuple(b - a for a, b in zip(waits, waits[1:]))
-        summary.token_cpu_s = tuple(b - a for a, b in zip(cpu, cpu[1:]))
-        if "first" in marks:  # wall time between the tokens' decodes: a pause there is in no token's time
-            summary.between_tokens_s = max(0.0, marks.get("last_t", marks["first"][2]) - marks["first"][2]
-                                           - sum(result.token_s))
+        marks["tokens"].attach(summary, result.token_s, marks.get("first", (0, 0, None))[2], marks.get("last_t"),
+                               self._compute)
         return summary
 
     def _check_file(self) -> None:

@@ -61,11 +61,12 @@ class RunSummary:
     projected_overlapped_ts: float = math.nan  # max of the two: the best case
     # Not fields (no annotation), so no columns: each decoded token's wall time and, of it, the wait
     # for loads, set by the run (empty for a row read back from a CSV); the projection's per-token
-    # compute is their median (engine/devices/token_stalls.py).
+    # compute is their median (engine/measure/token_stalls.py).
     token_s = ()
     token_wait_s = ()
     between_tokens_s = 0.0  # wall time from the first token to the last outside the tokens' decodes
-    token_cpu_s = ()  # the decode thread's time on a CPU during each token (CLOCK_THREAD_CPUTIME_ID)
+    token_cpu_s = ()
+    compute_s_estimate = None  # the run's recent tokens' low quantile (engine/measure/compute_window.py)  # the decode thread's time on a CPU during each token (CLOCK_THREAD_CPUTIME_ID)
 
     @staticmethod
     def columns() -> list[str]:
