@@ -2,22 +2,25 @@
 
 Reads a table of runs (default: tests/data/published-phone-runs.csv, BigMoeOnEdge's OnePlus 15R runs of
 Qwen3-30B-A3B, Gemma-4-26B-A4B and gpt-oss-120b, sources in tests/data/published-phone-runs.NOTICE),
-takes compute per token from ONE cache-off run per model, projects every run from its route trace's
-header and replay and the device preset (engine/devices/published_runs.py says how), and prints one
-line per run: projected vs published MiB per token, hit rate, seconds of flash wait and tok/s, each
-with its error, and the overlapped bound 1 / max(compute, flash) beside it (an engine that reads while it
-computes, as their --overlap runs do, waits only for the longer). Then, per model, whether MiB per token is within 10 % of every run and whether the
-projection is ever below the published tok/s by more than 10 % (a roofline is a best case).
+takes compute per byte from ONE cache-off run per model, projects every run from its route trace and the
+device preset (its probe-fitted flash model; engine/devices/published_runs.py says how), and prints one
+line per run: projected vs published MiB per token, hit rate, flash seconds, compute, and the two figures,
+the serial time 1 / (compute + flash) and the overlapped bound 1 / max(compute, flash), with where the
+published tok/s lies against them. Then, per model and over the runs that are not calibration runs, the
+checks of issue 53: MiB per token within 10 %, flash within 20 % (an overlapping run's stall inside
+max(F - C, 0) .. F), tok/s between the two figures or within 10 % of one; then leave-one-model-out (each
+model's runs with another model's compute per byte), and on the published table it writes the error bar
+`size` and the window print (profiles/devices/projection-error.json).
 
     python bench/phone_check.py                                   # the published runs, --device oneplus-15r
     python bench/phone_check.py --model Qwen3-30B-A3B             # one model's rows
     python bench/phone_check.py --rows mine.csv --csv out.csv     # a reader's own runs, written back with
-                                                                  # projected_mib_per_token, projected_tok_s, projected_hit
+                                                                  # the projected columns added
 
 A reader's rows use the same columns (model,trace,k,cache_mib,decode_hit,mib_per_token,tok_s,compute_s,
-flash_s,source); the published figures may be left empty (only model, trace, k and cache_mib are needed),
-and a model without a cache-off row takes its compute from the published table's run of that model.
-Bad input is one line and exit 2.
+flash_s,source, optionally lanes,engine); the published figures may be left empty (only model, trace, k and
+cache_mib are needed), and a model without a cache-off row takes its compute from the published table's run
+of that model. Bad input is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -155,6 +158,36 @@ def measured_errors(projected, lomo) -> dict[str, tuple[float, float]]:
     return {k: (min(v), max(v)) for k, v in figures.items() if v}
 
 
+def solve_first_touch(device, runs, policy: str) -> tuple[object, float] | None:
+    """The preset's first-touch cost solved again from the run it names (calibrated_from): the µs per MiB
+    at which that run's projected flash seconds per MiB equal the published. None without such a run."""
+    from dataclasses import replace
+
+    from shardscope.engine.base.units import MIB
+    from shardscope.engine.devices.published_runs import flash_seconds, trace_arch
+    from shardscope.engine.devices.replay_at_k import replay_at_k
+    from shardscope.engine.experts.foreign_traces import load_trace
+
+    run = next((r for r in runs if device.first_touch_from and r.source.startswith(device.first_touch_from)
+                and r.flash_s and r.mib_per_token and r.cache_mib > 0), None)
+    if run is None:
+        return None
+    trace = load_trace(run.trace_path)
+    row = replay_at_k(trace, policy, int(run.cache_mib * MIB), run.k)
+    arch, target = trace_arch(run.trace_path), run.flash_s / run.mib_per_token
+
+    def per_mib(us: float) -> float:
+        d = replace(device, first_touch_us_per_mib=us)
+        return flash_seconds(d, row.accesses, trace.header, arch, run.lanes, row.n_tokens, cache=True) / \
+            row.missed_mib_per_token
+
+    lo, hi = 0.0, 5000.0
+    for _ in range(40):  # per_mib rises with the cost: bisect
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if per_mib(mid) < target else (lo, mid)
+    return run, (lo + hi) / 2
+
+
 def main(argv: list[str] | None = None) -> int:
     from shardscope.engine.devices.devices import get_device
     from shardscope.engine.devices.published_runs import (ADDED_COLUMNS, COLUMNS, OPTIONAL_COLUMNS, PUBLISHED_RUNS,
@@ -195,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
           + (f", fitted from its [flash_probe]: {flash.source}" if device.flash_fit is not None else "") + ")")
     print(f"hits replayed with {args.policy} at each run's k; flash = each layer's misses one batch of reads, the "
           "run's lanes in flight")
+    solved = solve_first_touch(device, runs, args.policy)
+    if solved is not None:
+        print(f"first touch (reads into the cache's fresh pages): preset {device.first_touch_us_per_mib:g} µs a MiB; "
+              f"solved again from {run_name(solved[0].source)}'s published flash per MiB: {solved[1]:.1f} µs a MiB "
+              "(a calibration run)")
     for c in calibrations.values():
         print(f"compute: {c.model}: {c.compute_s:.3f} s a token at k={c.run.k} from the cache-off run "
               f"{c.run.source.split(':')[0]} ({c.how}) = {c.s_per_byte * 2**30 * 1e3:.1f} ms per GiB of layer bytes "
