@@ -88,6 +88,12 @@ def _print_experts(s) -> None:
         print(f"note       {s.expert_advice}")  # names the policy, the trace replayed and the margin
     if s.expert_speculation:
         print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
+    if s.hash_picks_ahead:  # deepseek4's hash-routed layers (engine/experts/hash_prefetch.py)
+        print(f"hash       {s.hash_picks_ahead} picks known ahead of their layer, {s.hash_misses_hidden} misses hidden, "
+              f"{pct(s.hash_ready_share)} of tokens with every hash pick loaded before its layer")
+    if s.llama_kv_mb or s.llama_state_mb:  # llama.cpp's own figures: the RSS beyond the weights
+        print(f"context    llama.cpp's KV cache {s.llama_kv_mb:.2f} + recurrent/compressed state {s.llama_state_mb:.2f} "
+              f"+ buffers {s.llama_buffers_mb:.2f} MiB (its log, at context creation)")
     if s.trace_path:
         print(f"trace      {s.trace_path}")
 

@@ -131,6 +131,10 @@ class ModelShape:
     trunk_window_bytes: float = 0.0
     n_expert: int = 0  # MoE: experts per layer and k (the prompt's micro-batches), 0 where unknown
     n_expert_used: int = 0
+    # the fixed state of recurrent layers (KDA, gated delta net, deepseek4's compressors), booked with the KV
+    # cache (engine/layout/recurrent_state.py), and what it is
+    state_bytes: float = 0.0
+    state_note: str = ""
 
     @property
     def active_bytes(self) -> float:
@@ -250,8 +254,12 @@ def size_shape(
         unverified.add("ssd_read_mb_s")
 
     if budget_mb is None:
-        budget_mb = weight_budget_mb(device, **DEFAULT_OVERHEAD_MB)
-        o = DEFAULT_OVERHEAD_MB
+        o = dict(DEFAULT_OVERHEAD_MB)
+        o["kv_cache_mb"] = round(o["kv_cache_mb"] + shape.state_bytes / MIB)  # + the recurrent state
+        budget_mb = weight_budget_mb(device, **o)
+        if shape.state_bytes:
+            assumptions.append(f"KV cache booked with the model's {shape.state_note}: "
+                               f"{shape.state_bytes / MIB:,.0f} MiB (fixed, whatever the context length)")
         budget_note = (
             f"app limit {device.app_memory_limit_mb:g} MiB - KV cache {o['kv_cache_mb']:g} "
             f"- compute buffers {o['compute_buffers_mb']:g} - runtime {o['runtime_mb']:g}"

@@ -33,6 +33,14 @@ def _split_parts(path: Path) -> list[Path]:
     return parts
 
 
+def _state(path: Path) -> dict:
+    """The recurrent layers' fixed state (KDA, gated delta net, deepseek4's compressors) from the header."""
+    from shardscope.engine.layout.recurrent_state import recurrent_state_of_file
+
+    state, note = recurrent_state_of_file(path)
+    return {"state_bytes": float(state), "state_note": note} if state else {}
+
+
 def _shape_from_gguf(path: str | Path, settings=None) -> ModelShape:
     """``settings``: the knobs the run's minimum depends on (shard size, prefetch depth); default: bench's."""
     from shardscope.engine.layout.gguf_layout import read_layout  # needs the gguf package; import only when used
@@ -101,6 +109,7 @@ def _shape_from_gguf(path: str | Path, settings=None) -> ModelShape:
         bits_per_weight=8 * weight / n_params,
         assumptions=tuple(assumptions),
         bytes_source=f"the GGUF header of {path} (tensor table: each layer's expert and dense tensors)",
+        **_state(path),
         **streamed,
     )
 

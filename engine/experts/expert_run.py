@@ -73,6 +73,11 @@ class ExpertRunSummary(RunSummary):
     hash_picks_ahead: int = 0
     hash_misses_hidden: int = 0
     hash_ready_share: float = math.nan
+    # llama.cpp's own figures for its context (engine/stream/llama_memory.py): KV cache, recurrent state
+    # (KDA, gated delta net) and deepseek4's compressor states, compute + output buffers
+    llama_kv_mb: float = 0.0
+    llama_state_mb: float = 0.0
+    llama_buffers_mb: float = 0.0
 
     @staticmethod
     def columns() -> list[str]:
@@ -104,6 +109,13 @@ def _expert_figures(c, c0, figures: dict, per_tok: int, speculation: bool) -> di
         spec_hidden_share=share(hidden, misses + hidden) if speculation else math.nan,
         evict_residue_mb=round(c.residue_bytes / MIB, 3),
     )
+
+
+def _memory_figures(memory) -> dict:
+    if memory is None:
+        return {}
+    return {"llama_kv_mb": round(memory.kv_bytes / MIB, 3), "llama_state_mb": round(memory.state_bytes / MIB, 3),
+            "llama_buffers_mb": round((memory.compute_bytes + memory.output_bytes) / MIB, 3)}
 
 
 def split_for(moe: MoeLayout, settings: RunSettings, layout=None) -> BudgetSplit:
@@ -425,6 +437,7 @@ class ExpertRun(RunSkeleton):
             prompt_batch_tokens=min(self.prompt_batch_tokens or result.prompt_tokens, result.prompt_tokens),
             prompt_mb_read=round(self._marks.get("prompt_read", 0) / MIB, 3),
             **(self.hashes.figures() if self.hashes else {}),
+            **_memory_figures(getattr(self.session, "memory", None)),
         )
 
     def _close_extras(self) -> None:

@@ -101,6 +101,12 @@ METRICS: tuple[Metric, ...] = (
     # of decoded tokens whose every hash pick was resident at its layer.
     Metric("hash_picks_ahead", "", "hash picks known ahead", summary=True, kind="experts"),
     Metric("hash_misses_hidden", "", "misses hash prefetch hid", summary=True, kind="experts"),
+    # llama.cpp's own context figures (its log at context creation, engine/stream/llama_memory.py): part of
+    # the RSS beyond the weights; the recurrent archs' state (KDA, gated delta net) and deepseek4's compressor
+    # states are the second.
+    Metric("llama_kv_mb", "MiB", "KV cache (llama.cpp)", summary=True, kind="experts"),
+    Metric("llama_state_mb", "MiB", "recurrent state (llama.cpp)", summary=True, kind="experts"),
+    Metric("llama_buffers_mb", "MiB", "compute buffers (llama.cpp)", summary=True, kind="experts"),
     Metric("hash_ready_share", "%", "hash picks loaded before their layer", fraction=True, summary=True,
            kind="experts"),
 )

@@ -39,7 +39,7 @@ import numpy as np
 
 import llama_cpp
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
-from shardscope.engine.stream import lazy_mapping
+from shardscope.engine.stream import lazy_mapping, llama_memory
 from shardscope.engine.stream.ggml_tensors import _load_ggml_base, read_last_row_f32, read_topk_ids
 from shardscope.engine.stream.gpu_split import ComputeClock, ExpertsOnCpu
 
@@ -51,7 +51,15 @@ _MOE_OUT_NODE = re.compile(rb"^ffn_moe_out-(\d+)$")
 _SKIP = ("skip", -1)  # a graph node the topk hook lets run on without stopping
 _backend_lock = threading.Lock()
 _backend_ready = False
-_log_tail: deque = deque(maxlen=400)
+_log_tail: deque = deque(maxlen=4000)  # a deepseek4 context logs ~1,000 pieces before its buffer lines
+_CONTEXT_MARK = "\0shardscope: context\n"
+
+
+def _since_mark() -> str:
+    """What llama.cpp logged since the last context mark (a context's buffer lines)."""
+    lines = list(_log_tail)
+    start = max((i for i, line in enumerate(lines) if line == _CONTEXT_MARK), default=-1)
+    return "".join(lines[start + 1:])
 
 
 @llama_cpp.llama_log_callback
@@ -71,7 +79,7 @@ def _ensure_backend() -> None:
 
 def _last_log_error() -> str:
     """The most telling line llama.cpp logged: its own "error loading model: …" first."""
-    lines = [l.strip() for l in "".join(_log_tail).splitlines() if l.strip()]
+    lines = [l.strip() for l in "".join(_log_tail).splitlines() if l.strip() and not l.startswith("\0")]
     for marker in ("error loading model:", "error:", "failed"):
         found = [l for l in lines if marker in l.lower()]
         if found:
@@ -200,7 +208,9 @@ class LlamaSession:
             self._callback = llama_cpp.ggml_backend_sched_eval_callback(on_node)
             params.cb_eval = self._callback
             params.cb_eval_user_data = None
+        _log_tail.append(_CONTEXT_MARK)  # the buffer lines after it are this context's (llama_memory.py)
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        self.memory = llama_memory.from_log(_since_mark())
         if not self._ctx:
             raise ShardscopeError(f"{self.model_path}: llama.cpp could not create a context "
                                   f"(n_ctx {self.n_ctx}: {_last_log_error()})")
