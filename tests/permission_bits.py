@@ -18,6 +18,40 @@ PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER = 1, 2, 3
 
 
+CAP_SETPCAP = 8  # what PR_CAPBSET_DROP needs (capabilities(7))
+
+
+def _as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def why_permissions_cannot_hold() -> str | None:
+    """Why a child of this process would still override permission bits, or None when it obeys them:
+    a user obeys them anyway; root does only where it can drop the overrides (Linux, CAP_SETPCAP)."""
+    if not _as_root():
+        return None
+    if not sys.platform.startswith("linux"):
+        return f"running as root on {sys.platform}: no capability bounding set to drop the overrides from"
+    try:
+        with open("/proc/self/status") as f:
+            effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return "running as root and /proc/self/status has no CapEff line to tell whether CAP_SETPCAP is held"
+    if not effective >> CAP_SETPCAP & 1:
+        return "running as root without CAP_SETPCAP: CAP_DAC_OVERRIDE cannot be dropped, root writes through 0o555"
+    return None
+
+
+def require_permission_bits(tmp_path) -> None:
+    """Skip (with the reason) where a child cannot be made to obey permission bits, else check it does."""
+    import pytest
+
+    reason = why_permissions_cannot_hold()
+    if reason:
+        pytest.skip(reason)
+    assert cannot_override_permissions(tmp_path)
+
+
 def _drop_overrides() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER):
@@ -27,8 +61,7 @@ def _drop_overrides() -> None:
 
 def run_obeying_permissions(args: list[str], **kw) -> subprocess.CompletedProcess:
     """``python args…`` in a child that cannot override permission bits (see the module doc)."""
-    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    return subprocess.run([sys.executable, *args], preexec_fn=_drop_overrides if as_root else None,
+    return subprocess.run([sys.executable, *args], preexec_fn=_drop_overrides if _as_root() else None,
                           capture_output=True, text=True, timeout=300, **kw)
 
 

@@ -20,14 +20,26 @@ def _under(path: Path, folder: Path) -> bool:
 
 
 def test_the_suite_never_writes_the_users_cache_or_config():
-    home = Path.home()
-    for where in (cache_dir(), config_dir()):
-        assert not _under(where, home / ".cache") and not _under(where, home / ".config"), where
-    # a subprocess (the CLI tests run many) inherits the same private folders
+    """Every folder the engine uses lies under the session's temp root, not under the real home nor
+    under any folder platformdirs gave before the redirect (on macOS ~/Library/..., which ignores
+    $XDG_*), in this process and in a subprocess (the CLI tests run many). conftest's session end
+    also checks that nothing under those real folders changed."""
+    import platformdirs
+
+    from conftest import REAL_HOME, REAL_USER_PATHS, TEST_USER_DIRS
+
+    for where in (cache_dir(), config_dir(), platformdirs.user_cache_path("shardscope", appauthor=False),
+                  platformdirs.user_config_path("shardscope", appauthor=False)):
+        assert _under(where, TEST_USER_DIRS) and not _under(where, REAL_HOME), where
+        assert not any(_under(where, real) for real in REAL_USER_PATHS), where
     out = subprocess.run([sys.executable, "-c", "from shardscope.engine.base.user_dirs import cache_dir, config_dir;"
                           "print(cache_dir()); print(config_dir())"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [str(cache_dir()), str(config_dir())]
+    from shardscope.engine.base.bundled_model import bundled_model_path
+
+    bundled = bundled_model_path()  # joined into the session's cache, no link into the developer's
+    assert not bundled.is_symlink() and _under(bundled, TEST_USER_DIRS), bundled
 
 
 def test_layout_cache_is_pruned_to_its_bound(bundled_model, monkeypatch):

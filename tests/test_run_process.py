@@ -85,8 +85,10 @@ def test_a_run_process_that_dies_is_a_failure_in_one_line(qtbot, bundled_model):
 
 
 @pytest.mark.hang_bound
-def test_ctrl_c_closes_the_window_and_exits_130(tmp_path):
-    """The app as a user starts it (offscreen here; the test's own config and cache dirs)."""
+def test_ctrl_c_closes_the_window_and_exits_130(tmp_path, bundled_model):
+    """The app as a user starts it (offscreen here; the test's own config and cache dirs). The bundled
+    model is joined into the session's cache first (bundled_model): a first start spends its first
+    seconds joining it, before Qt handles Ctrl-C."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     app = subprocess.Popen([sys.executable, "-m", "shardscope.app"], env=env, stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
