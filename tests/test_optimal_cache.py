@@ -150,11 +150,10 @@ def test_the_plot_draws_the_optimum_as_the_limit_with_the_gap(qtbot):
     QApplication.processEvents()
     at, points = plot.gap()
     assert at == 190 and points == pytest.approx(25.0)
-    assert "decay 25.0 points\nbelow the optimum\nat 190 MiB" in plot._gap_text.toPlainText()
-    assert plot._gap_text.isVisible()
+    assert plot.gap_note() == "decay 25.0 points below the optimum at 190 MiB"  # the title: over no curve
     names = [label.text for _, label in plot.legend.items]
     assert "optimal (limit)" in names
     plot.set_policy("lru")
     assert plot.gap() == (190, pytest.approx(30.5))  # lru 0.20→0.45, optimum 0.55→0.75: 0.425, 0.73 at 190
     plot.set_curves({"lru": [(100, 0.2)]})  # no optimum: nothing to shade, no text
-    assert plot.gap() is None and not plot._gap_text.isVisible()
+    assert plot.gap() is None and plot.gap_note() == ""

@@ -90,7 +90,8 @@ def test_dense_hit_legend_names_no_expert_curves(qtbot):
     add_expert_curves(chart)  # starts dense
 
     def names():
-        return [label.text for _sample, label in chart.plot_item("hit").legend.items]
+        # the full names (a small plot's legend shows the short ones: LiveChart.fit_legend)
+        return [getattr(label, "full_name", label.text) for _sample, label in chart.plot_item("hit").legend.items]
 
     from shardscope.app.experts.expert_charts import EXPERT_HIT_LABELS
 

@@ -9,6 +9,10 @@ A curve named ``optimal`` is the limit (Belady's MIN over the same routing, whic
 the future): drawn dashed, with the band between it and the current policy's curve shaded
 and the gap in points written at the current size (or where it is widest), so what a
 better policy could still win is visible at a glance.
+
+No text is drawn over the curves: the legend (the current size's dashed line among its
+entries) sits in a band above 100 %, which no hit rate reaches (the Y range grows to hold it;
+ticks stop at 100), and the gap note is the plot's title, above the data.
 """
 
 from __future__ import annotations
@@ -48,15 +52,18 @@ class CacheabilityPlot(pg.PlotWidget):
         self.setBackground("w")
         self.item = self.getPlotItem()
         self.item.showGrid(x=True, y=True, alpha=0.25)
-        self.item.setLabel("bottom", "expert cache", units="MiB")
+        self.item.setLabel("bottom", "expert cache (MiB)")
         self.item.setLabel("left", "expert hit rate", units="%")
         for name in ("bottom", "left"):
             self.item.getAxis(name).enableAutoSIPrefix(False)  # "kMiB" at 1,000 MiB and up only confused
         self.item.setYRange(0, 100, padding=0.02)
-        # bottom right: hit-rate curves rise from the bottom left, so that corner stays empty
-        self.legend = self.item.addLegend(offset=(-8, -40), labelTextColor="#222", brush=pg.mkBrush(255, 255, 255, 200))
-        self._current = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#222", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-                                        label="current", labelOpts={"position": 0.95, "color": "#222"})
+        # top left, in the band above 100 % that _fit_band keeps free of data
+        self.legend = self.item.addLegend(offset=(4, 1), colCount=2, labelTextColor="#222", labelTextSize="8pt",
+                                          horSpacing=10, brush=pg.mkBrush(255, 255, 255, 200))
+        self.legend.layout.setContentsMargins(3, 0, 3, 0)
+        current_pen = pg.mkPen("#222", width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
+        self._current = pg.InfiniteLine(angle=90, movable=False, pen=current_pen)
+        self.item.getAxis("left").setTicks([[(v, f"{v}") for v in range(0, 101, 20)]])
         self._current.hide()
         # The marker never sets the axis: alone (before any curve) it would auto-range the
         # x axis to its own value ± 0.4, an axis reading 174.6-175.4 MiB.
@@ -67,28 +74,26 @@ class CacheabilityPlot(pg.PlotWidget):
         self._lines: dict[str, pg.PlotDataItem] = {}
         self._policy: str | None = None  # the policy in use: its gap to the limit is shaded
         self._gap_band: pg.FillBetweenItem | None = None
-        # Just right of the size it names; over the curves on a pale fill, never under them.
-        self._gap_text = pg.TextItem(color="#222", anchor=(-0.03, 1), fill=pg.mkBrush(255, 255, 255, 210))
-        self._gap_text.setZValue(20)
-        self._gap_text.hide()
-        self.item.addItem(self._gap_text, ignoreBounds=True)
+        self._gap_note = ""  # "decay 25.0 points below the optimum at 190 MiB", the plot's title
         self._projected: list[tuple[float, float]] = []
         self._projection_view: pg.ViewBox | None = None
         self._projected_entry: pg.PlotCurveItem | None = None
         self.scene().sigMouseClicked.connect(self._clicked)
+        self.item.vb.sigResized.connect(self._fit_band)
         self.setMinimumHeight(200)
+        self._fit_band()
 
     def set_curves(self, points: Mapping[str, Sequence[tuple[float, float]]]) -> None:
         """``{policy: [(cache_mib, hit_rate 0..1), ...]}``; replaces what was drawn."""
         for item in list(self.item.listDataItems()):
             self.item.removeItem(item)
         self.legend.clear()
-        if self._projected_entry is not None:  # clear() dropped its name too: keep it while it is drawn
-            self.legend.addItem(self._projected_entry, "projected tok/s (right axis)")
+
         self._points, self._lines = {}, {}
         if not any(points.values()):
             self._show_empty_range()
             self._show_gap()
+            self._fit_band()
             return
         self.item.enableAutoRange(x=True)
         for policy, pts in points.items():
@@ -103,6 +108,7 @@ class CacheabilityPlot(pg.PlotWidget):
                                       pen=pg.mkPen(color, width=2), symbol="o", symbolSize=7, symbolBrush=color)
             self._lines[policy] = line
         self._show_gap()
+        self._fit_band()
 
     def set_policy(self, policy: str | None) -> None:
         """The policy in use: the band between its curve and the limit is shaded."""
@@ -131,33 +137,40 @@ class CacheabilityPlot(pg.PlotWidget):
         ours, limit = self._lines.get(self._policy or ""), self._lines.get(LIMIT)
         where = self.gap()
         if ours is None or limit is None or where is None:
-            self._gap_text.hide()
+            self._set_note("")
             return
         self._gap_band = pg.FillBetweenItem(ours, limit, brush=pg.mkBrush(120, 120, 120, 45))
         self.item.addItem(self._gap_band)
         at, points = where
-        y = 100 * _at(dict(self._points[LIMIT]), at)
-        # three short lines: the plot is often a narrow column of the window
-        self._gap_text.setText(f"{self._policy} {points:.1f} points\nbelow the optimum\nat {at:,.0f} MiB")
-        # Inside the plot whatever its size: near the top the lines went past 100 % and were cut
-        # (hang them below the line); beside the line on the side with room, else from the left edge.
-        vb = self.item.getViewBox()
-        (x_low, x_high), _ = vb.viewRange()
-        per_px = vb.viewPixelSize()[0] or 1.0
-        wide = self._gap_text.boundingRect().width() * 1.06 * per_px  # in cache MiB
-        if x_high - at >= wide:
-            x, side = at, -0.03
-        elif at - x_low >= wide:
-            x, side = at, 1.03
-        else:
-            x, side = x_low + 4 * per_px, 0.0
-        if y > 70:
-            self._gap_text.setAnchor((side, 0))
-            self._gap_text.setPos(x, y - 4)
-        else:
-            self._gap_text.setAnchor((side, 1))
-            self._gap_text.setPos(x, y + 6)
-        self._gap_text.show()
+        self._set_note(f"{self._policy} {points:.1f} points below the optimum at {at:,.0f} MiB")
+
+    def _set_note(self, text: str) -> None:
+        """The gap note, as the plot's title: above the data, never over a curve."""
+        self._gap_note = text
+        # two lines at "at": the plot is often a narrow column, and a cut title hid the size it names
+        self.item.setTitle(text.replace(" at ", "<br>at ") or None, size="8pt", color="#222", justify="left")
+        self.item.titleLabel.setToolTip(text)
+
+    def gap_note(self) -> str:
+        return self._gap_note
+
+    def _fit_band(self, *_args) -> None:
+        """The Y range: 0 to 100 % and a band above it tall enough for the legend, so no curve
+        point (a hit rate is at most 100 %) ever lies under it; the right axis' view likewise."""
+        legend, vb = self.legend, self.item.vb
+        for columns in (3, 2, 1):  # as many columns as fit the plot's width
+            legend.setColumnCount(columns)
+            legend.updateSize()
+            if legend.boundingRect().width() <= vb.width() - 8 or columns == 1:
+                break
+        height = vb.height()
+        band = legend.boundingRect().height() + 6 if legend.items else 0
+        scale = height / (height - band) if height > 1.5 * band and band else (3.0 if band else 1.02)
+        top = 100 * max(1.02, scale)
+        self.item.setYRange(0, top, padding=0)
+        if self._projection_view is not None and self._projected:
+            most = max(y for _x, y in self._projected) or 1.0
+            self._projection_view.setYRange(0, 1.05 * most * top / 100, padding=0)
 
     def set_projected(self, points: Sequence[tuple[float, float]], device: str) -> None:
         """Projected tok/s on ``device`` at each cache size, on a right-hand axis."""
@@ -174,21 +187,20 @@ class CacheabilityPlot(pg.PlotWidget):
         curve = pg.PlotCurveItem([x for x, _ in self._projected], [y for _, y in self._projected],
                                  pen=pg.mkPen(PROJECTED_COLOR, width=2, style=pg.QtCore.Qt.PenStyle.DotLine))
         self._projection_view.addItem(curve)
-        # It lives in the right axis' own view, which the legend does not see: named by hand.
-        if self._projected_entry is not None:
-            self.legend.removeItem(self._projected_entry)
+        # Named by its axis' label (the dotted line is the only curve on the right axis): a legend
+        # entry made the legend's band taller than a narrow column's plot could give.
         self._projected_entry = curve
-        self.legend.addItem(curve, "projected tok/s (right axis)")
         self._sync_views()
+        self._fit_band()
 
     def clear_all(self) -> None:
         """Nothing drawn: no curves, no projection, no note (another model was opened)."""
         self._projected = []
         if self._projection_view is not None:
             self._projection_view.clear()
-        if self._projected_entry is not None:
-            self.legend.removeItem(self._projected_entry)
-            self._projected_entry = None
+        self._projected_entry = None
+        if self._projection_view is not None:
+            self.item.getAxis("right").setLabel("")
         self.set_curves({})
 
     def legend_names(self) -> list[str]:
@@ -206,12 +218,15 @@ class CacheabilityPlot(pg.PlotWidget):
         self.item.setXRange(0, self._size_limit, padding=0.02)
 
     def set_current(self, cache_mib: float | None) -> None:
+        """The cache size in use: a dashed line, named on the size axis (not by a label over the curves)."""
         if cache_mib is None:
             self._current.hide()
         else:
             self._current.setValue(float(cache_mib))
             self._current.show()
+        self.item.setLabel("bottom", "expert cache (MiB)" + (f", {cache_mib:,.0f} in use" if cache_mib else ""))
         self._show_gap()
+        self._fit_band()
 
     def current(self) -> float | None:
         return float(self._current.value()) if self._current.isVisible() else None

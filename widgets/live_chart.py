@@ -139,6 +139,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._curve_plot: dict[str, str] = {}
         self._levels: dict[str, _Level] = {}
         self._colors: dict[str, QColor] = {}
+        self._short_names: dict[str, str] = {}  # a curve's legend name -> its short form (small plots)
         self._held_tops: dict[str, float] = {}  # curve key -> a value its plot's Y range must show
 
         self._grid = False
@@ -216,8 +217,12 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self._plots[key] = _Plot(item=item, units=units, title=title)
         self._style_plot(item)
 
-    def add_curve(self, plot_key: str, curve_key: str, label: str, color: str, fill_to_zero: bool = False) -> None:
+    def add_curve(self, plot_key: str, curve_key: str, label: str, color: str, fill_to_zero: bool = False,
+                  short: str = "") -> None:
+        """``short``: the legend's name for the curve where the plot is too small for ``label``."""
         plot = self._plot(plot_key)
+        if short:
+            self._short_names[label] = short
         if curve_key in self._curves or curve_key in self._levels:
             raise ValueError(f"LiveChart already has a curve or level line {curve_key!r}")
         kwargs: dict[str, object] = {"pen": pg.mkPen(color, width=1), "name": label}
@@ -481,17 +486,34 @@ class LiveChart(pg.GraphicsLayoutWidget):
 
     def fit_legend(self, plot_key: str) -> None:
         """As many legend columns (up to 4) as fit the plot's width, so no entry is pushed past
-        the plot's left edge (four MoE entries on one row were cut: "cache hit rate (fr")."""
+        the plot's left edge (four MoE entries on one row were cut: "cache hit rate (fr"). Where
+        the legend would still take over half the plot's height (a narrow, short plot at
+        1280 x 800), the curves' short names are used, so the data keeps room under it."""
         item = self.plot_item(plot_key)
         legend = item.legend
         if legend is None or not legend.items:
             return
-        room = item.getViewBox().width() - 8
-        for columns in range(min(4, len(legend.items)), 0, -1):
-            legend.setColumnCount(columns)
-            legend.updateSize()
-            if legend.width() <= room or columns == 1:
+        vb = item.getViewBox()
+        room = vb.width() - 8
+        for short in (False, True):
+            for _sample, label in legend.items:
+                full = getattr(label, "full_name", None) or label.text
+                label.full_name = full
+                shown = self._short_names.get(full, full) if short else full
+                if label.text != shown:
+                    label.setText(shown)
+            for columns in range(min(4, len(legend.items)), 0, -1):
+                legend.setColumnCount(columns)
+                legend.updateSize()
+                if legend.width() <= room or columns == 1:
+                    break
+            if vb.height() <= 0 or legend.boundingRect().height() <= 0.5 * vb.height():
                 return
+
+    def legend_names(self, plot_key: str) -> list[str]:
+        """The names a plot's legend shows now (full or short), in order (tests)."""
+        legend = self.plot_item(plot_key).legend
+        return [label.text for _sample, label in legend.items] if legend is not None else []
 
     def plot_item(self, plot_key: str) -> pg.PlotItem:
         return self._plot(plot_key).item

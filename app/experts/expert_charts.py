@@ -22,12 +22,13 @@ EXPERT_CURVES = chart_curves("experts")
 EXPERT_CURVE_FIELDS = {curve: m.name for curve, m in EXPERT_CURVES.items()}
 PERCENT_CURVES = tuple(c for c, m in EXPERT_CURVES.items() if m.fraction)  # fractions in the sample, % on the axis
 EXPERT_HIT_LABELS = {curve: EXPERT_CURVES[curve].label for curve in ("expert_hit", "spec")}  # the hit plot's
+EXPERT_SHORT = {"expert_hit": "experts", "spec": "spec."}  # the legend's names where the plot is small
 
 
 def add_expert_curves(chart: LiveChart) -> None:
     """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
     for curve, label in EXPERT_HIT_LABELS.items():
-        chart.add_curve("hit", curve, label, EXPERT_COLORS[curve])
+        chart.add_curve("hit", curve, label, EXPERT_COLORS[curve], short=EXPERT_SHORT[curve])
     chart.add_plot("per_token", "Read per token, MoE (dense / experts)", "MiB")
     chart.add_curve("per_token", "dense_tok", EXPERT_CURVES["dense_tok"].label, EXPERT_COLORS["dense_tok"])
     chart.add_curve("per_token", "expert_tok", EXPERT_CURVES["expert_tok"].label, EXPERT_COLORS["expert_tok"])
@@ -55,7 +56,7 @@ def show_expert_row(chart: LiveChart, visible: bool) -> None:
 def _show_expert_legend(chart: LiveChart, visible: bool) -> None:
     hit = chart.plot_item("hit")
     legend = hit.legend
-    named = {label for _sample, text in legend.items for label in [text.text]}
+    named = {getattr(text, "full_name", None) or text.text for _sample, text in legend.items}
     for curve in hit.listDataItems():
         name = curve.name()
         if name not in EXPERT_HIT_LABELS.values():

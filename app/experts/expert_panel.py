@@ -111,7 +111,7 @@ class ExpertPanel(QWidget):
                                       "hottest-8: share of the 8 most-picked experts")
         cl.addWidget(self.routing_stats)
         layout.addWidget(cache_box, 1)
-        self.setMinimumWidth(300)
+        self.setMinimumWidth(270)  # the window fits 1280 px with all four columns (issue 48)
 
         # At most 10 Hz, and never more than 1 % of a core (widgets/draw_budget.py): the map's
         # copy and image rebuild grow with layers x experts (61 x 384 for Kimi).

@@ -48,18 +48,18 @@ def build_run_chart() -> LiveChart:
     # (profiled; docs/decisions.md), and every frame is time taken from the run under it.
     chart.add_curve("memory", "weights", "weights", COLORS["weights"])
     chart.add_curve("memory", "other", CURVES["other"].label, COLORS["other"])
-    chart.add_curve("memory", "gpu", CURVES["gpu"].label, "#bcbd22")  # GPU memory in use (n_gpu_layers), issue #35
+    chart.add_curve("memory", "gpu", CURVES["gpu"].label, "#bcbd22", short="GPU")  # GPU memory in use (n_gpu_layers), issue #35
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
     chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
-    chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"])
+    chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], short="read")
     chart.add_level_line("ssd", "emulated", "emulated SSD", COLORS["emulated"])
     chart.add_plot("hit", "Cache hits, on time (per s or token)", "%")
-    chart.add_curve("hit", "hit", CURVES["hit"].label, COLORS["hit"])
+    chart.add_curve("hit", "hit", CURVES["hit"].label, COLORS["hit"], short="hit (RAM)")
     chart.add_curve("hit", "ontime", CURVES["ontime"].label, COLORS["ontime"])
     chart.add_plot("toks", "Tokens per second", "tok/s")
     chart.add_curve("toks", "toks", "tok/s", COLORS["toks"])
     chart.add_level_line("toks", "projected", "projected", COLORS["projected"])
-    chart.setMinimumWidth(360)
+    chart.setMinimumWidth(340)  # with the expert column the window still fits 1280 px
     for key in PLOTS:
         keep_top_clear(chart.plot_item(key))
     for key in ("memory", "toks"):

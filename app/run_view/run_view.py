@@ -58,6 +58,13 @@ class RunView(QWidget):
         rounds.set_row_tip("cache_hit_rate", FROM_MEMORY)
         if "on_time_rate" in dict((n, u) for n, _l, u in ROUND_FIELDS):
             rounds.set_row_tip("on_time_rate", ON_TIME)
+        # A round that spans a knob change says so here, not in the box's title: a title as wide as
+        # its text widened the whole right column each time it changed.
+        self.mixed_label = QLabel("")
+        self.mixed_label.setWordWrap(True)
+        self.mixed_label.setStyleSheet("color: #a04000")
+        self.mixed_label.hide()
+        rl.addWidget(self.mixed_label)
         self.projection_label = QLabel("")
         self.projection_label.setWordWrap(True)
         self.projection_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -137,7 +144,8 @@ class RunView(QWidget):
     def show_round(self, summary: RunSummary, mixed: str = "") -> None:
         """``mixed``: the knobs that changed while the round ran ("budget 200→605 MiB"), or ""."""
         self.round_numbers.set_values(summary.row())
-        self.round_box.setTitle(f"{ROUND_TITLE} \u2014 mixed: {mixed}" if mixed else ROUND_TITLE)
+        self.mixed_label.setText(f"mixed: {mixed}" if mixed else "")
+        self.mixed_label.setVisible(bool(mixed))
         self.round_box.setToolTip(f"{summary.model_filename}: {summary.n_gen} tokens, "
                                   f"budget {summary.budget_mb:,.0f} MiB, {summary.policy}")
 

@@ -42,6 +42,7 @@ from shardscope.app.files.window_files import WindowFiles
 from shardscope.app.profiles.window_profiles import WindowProfiles
 from shardscope.app.rounds.window_rounds import WindowRounds
 from shardscope.app.window.idle_panels import WindowIdlePanels
+from shardscope.app.window.scroll_column import ScrollColumn
 from shardscope.app.window.window_limits import WindowLimits, moved_text
 from shardscope.widgets.coalesced_calls import CoalescedCalls
 from shardscope.engine.base.errors import ShardscopeError
@@ -166,7 +167,10 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
         middle.addWidget(self._build_rounds())
         middle.setSizes([700, 200])
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        for i, (widget, stretch) in enumerate(((left, 0), (middle, 1), (experts, 0), (v, 0))):
+        # The right column scrolls rather than squeezes: at 1280 x 800 its rows (a dozen figures, the
+        # projection's lines, the shard map, the text) were laid over each other below their minimum.
+        column = self.right_column = ScrollColumn(v, self)
+        for i, (widget, stretch) in enumerate(((left, 0), (middle, 1), (experts, 0), (column, 0))):
             splitter.addWidget(widget)
             splitter.setStretchFactor(i, stretch)
         # Right column: wide enough for the shard map's one-line legend (it clips, not wraps).
