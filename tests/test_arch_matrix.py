@@ -37,7 +37,7 @@ N_GEN = 8
 SIZE_MB = {"qwen3next": 80, "qwen35moe": 80}  # MB per arch where 64 cannot hold its experts in four layers
 # Layers per arch where the default (dense lead + four MoE layers) misses a layer kind: kimi-k3 needs 8 for
 # KDA layers 0-2, 4-6 and gated MLA 3, 7
-N_LAYERS = {"kimi-k3": 8, "deepseek4": 6}
+N_LAYERS = {"kimi-k3": 8, "deepseek4": 6, "glm5-next": 8}
 # Experts (and used) where the arch's real count makes too wide a file at these sizes: kimi-k3 with 256
 # experts top-16 (its 896 are written by test_kimi_k3_at_its_real_counts)
 MOE = {"kimi-k3": dict(experts=256, experts_used=16)}
@@ -56,6 +56,7 @@ ARCHES = {
     "deepseek4": ("deepseek4", 0, False),
     "qwen35moe": ("qwen35moe", 0, False),
     "minimax-m3": ("minimax-m3", 1, False),
+    "glm5-next": ("glm5-next", 1, False),
 }
 
 
@@ -121,6 +122,9 @@ def test_file_is_the_arch_llama_cpp_loads_and_runs(arch_model):
         assert {"blk.1.ffn_routed_down.weight", "blk.1.ffn_routed_up.weight", "blk.1.ffn_routed_norm.weight",
                 "blk.0.ssm_conv1d_q.weight", "blk.3.attn_gate.weight", "blk.3.attn_kv_a_mqa.weight"} <= names
         assert fields["kimi-k3.expert_used_count"] == 16
+    if arch == "glm5-next":  # KDA and NoPE MLA with the k-pool indexer, hyper-connection streams
+        assert {"blk.0.ssm_g_a.weight", "blk.3.indexer_compressor_ape.weight", "blk.3.indexer.k_norm.bias",
+                "blk.1.hc_ffn_fn.weight"} <= names
     if arch == "deepseek4":  # hash-routed layers: a token-id table instead of the router bias
         assert {f"blk.{i}.ffn_gate_tid2eid.weight" for i in range(3)} <= names
         assert "blk.3.ffn_gate_tid2eid.weight" not in names
@@ -223,7 +227,7 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
     (["--arch", "kimi-k2", "--layers", "27"], "DeepSeek-V2-Lite"),
     (["--arch", "llama4", "--layers", "3"], "at least 4 layers"),  # llama.cpp: "tensor buffer not set"
     (["--arch", "gemma4", "--layers", "1"], "at least 2 layers"),  # llama.cpp: GGML_ASSERT(hparams.is_swa_any())
-    (["--arch", "glm5-next"], "glm5-next"),  # loaded by llama.cpp, not written by synth: the reason in one line
+    (["--arch", "glm5-next", "--shared-experts", "0"], "needs --shared-experts ≥ 1"),
     (["--arch", "deepseek4", "--layers", "3"], "at least 4 layers"),  # three hash layers and a scored one
     (["--arch", "kimi-k3", "--shared-experts", "0"], "needs --shared-experts ≥ 1"),
     (["--arch", "kimi-k3", "--experts", "1100"], "2 to 1024"),  # LLAMA_MAX_EXPERTS

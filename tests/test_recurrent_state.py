@@ -16,6 +16,7 @@ CASES = {  # arch → (MB, layers, experts, used, shared, what llama.cpp keeps)
     "kimi-k3": (24, 8, 32, 4, 2, "KDA"),
     "qwen35moe": (24, 8, 32, 4, 1, "gated delta-net"),
     "deepseek4": (32, 6, 32, 4, 1, "compressor"),
+    "glm5-next": (24, 8, 32, 4, 1, "KDA"),
 }
 
 

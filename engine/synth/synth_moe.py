@@ -43,6 +43,7 @@ from shardscope.engine.synth import synth_kimi_k3 as kimi_k3
 from shardscope.engine.synth import synth_deepseek4 as deepseek4
 from shardscope.engine.synth import synth_qwen35moe as qwen35moe
 from shardscope.engine.synth import synth_minimax_m3 as minimax_m3
+from shardscope.engine.synth import synth_glm5_next as glm5_next
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
@@ -144,7 +145,7 @@ def _writer(row: ArchSpec):
     """The module that writes the arch family's tensors and keys (plan, tensors, add_metadata)."""
     return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4, "qwen3next": qwen3next, "kimi-k3": kimi_k3,
             "deepseek4": deepseek4, "qwen35moe": qwen35moe,
-            "minimax-m3": minimax_m3}[row.family]
+            "minimax-m3": minimax_m3, "glm5-next": glm5_next}[row.family]
 
 
 def architecture(spec: MoeSpec) -> str:
