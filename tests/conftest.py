@@ -400,3 +400,10 @@ def wait_drawn(qtbot, chart, curve_keys, timeout: int = 5_000) -> None:
         missing = [k for k in curve_keys if not drawn_as_held(chart, k)]
         raise AssertionError(f"curves not drawn as their buffers hold them: {missing} "
                              f"(drawn points: {[len(drawn_curve(chart, k)[0]) for k in missing]})") from None
+
+
+def verdict_line(stdout: str) -> str:
+    """bench --verify's verdict ("verify     N of M checked, …"): the last line that counts pairs
+    (a line after it may say what the watch cost)."""
+    return next(line for line in reversed(stdout.splitlines())
+                if line.startswith("verify     ") and " checked, " in line)

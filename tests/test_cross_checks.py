@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from conftest import verdict_line
+
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
 from shardscope.engine.runs.verify import _above, _bracket, verified_run
@@ -89,7 +91,7 @@ def test_bench_verify_prints_each_pair_and_exits_0(synthetic_model):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for figure in FIGURES:
         assert figure in proc.stdout, figure
-    last = proc.stdout.splitlines()[-1]
+    last = verdict_line(proc.stdout)
     n = sum(1 for line in proc.stdout.splitlines() if line.rstrip().endswith("]"))  # one line per pair
     assert n >= len(FIGURES) and f"{n} of {n} checked, {n} agree" in last, last
     assert "not checked" not in last and "NOT CHECKED" not in proc.stdout
@@ -114,7 +116,7 @@ def test_bench_verify_says_not_checked_when_nothing_is_read_while_generating(syn
     unchecked = [line for line in pair_lines if "NOT CHECKED" in line]
     assert any("read_mb_total (timeline)" in line and "nothing read while generating" in line for line in unchecked)
     n, k = len(pair_lines), len(unchecked)
-    last = proc.stdout.splitlines()[-1]
+    last = verdict_line(proc.stdout)
     assert f"{n - k} of {n} checked, {n - k} agree, {k} not checked: " in last, last
     assert "read_mb_total (timeline): nothing read while generating" in last
     accepted = bench("--accept-unchecked")
@@ -122,7 +124,7 @@ def test_bench_verify_says_not_checked_when_nothing_is_read_while_generating(syn
     # A second run: its count may differ by a pair the watcher could not read that time ("smaps not
     # readable", seen once on a clean clone), so the words are checked, not the first run's count.
     assert "accepted (--accept-unchecked)" in accepted.stdout
-    assert "read_mb_total (timeline): nothing read while generating" in accepted.stdout.splitlines()[-1]
+    assert "read_mb_total (timeline): nothing read while generating" in verdict_line(accepted.stdout)
 
 
 def test_accept_unchecked_without_verify_is_one_line(synthetic_model, capsys):

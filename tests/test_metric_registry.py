@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from conftest import verdict_line
+
 from shardscope.engine.measure.metric_registry import METRICS, chart_curves, markdown_columns, timeline_columns
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.output.csv_out import read_rows, run_columns
@@ -139,7 +141,7 @@ def test_bench_verify_on_an_moe_prints_expert_rows_beside_their_sources(small_mo
         assert source in line and line.rstrip().endswith("]") and " agrees " in line, line
     pairs = [x for x in lines if x.startswith("  ") and x.rstrip().endswith("]")]  # one line per pair
     n = len(pairs)
-    assert n >= 15 and lines[-1] == f"verify     {n} of {n} checked, {n} agree", proc.stdout
+    assert n >= 15 and verdict_line(proc.stdout) == f"verify     {n} of {n} checked, {n} agree", proc.stdout
     assert "NOT CHECKED" not in proc.stdout and "accepted (--accept-unchecked)" not in proc.stdout
 
 

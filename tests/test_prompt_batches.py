@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from conftest import verdict_line
+
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.expert_run import ExpertRun
 from shardscope.engine.knobs.settings import RunSettings
@@ -111,7 +113,7 @@ def test_bench_verify_at_60_mb_and_the_csv_row(kimi400, tmp_path, capsys):
     # 32 MiB and 10 MB/s, compared nothing in a 4-token expert run.)
     assert rc == 0, "\n".join(lines)
     n = sum(1 for line in lines if line.startswith("  ") and line.rstrip().endswith("]"))
-    assert lines[-1] == f"verify     {n} of {n} checked, {n} agree", "\n".join(lines)
+    assert verdict_line("\n".join(lines)) == f"verify     {n} of {n} checked, {n} agree", "\n".join(lines)
     row = next(csv.DictReader(out.open()))
     assert 0 < int(row["prompt_batch_tokens"]) < int(row["n_prompt"])
     assert float(row["prompt_mb_read"]) > 0

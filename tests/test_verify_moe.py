@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from conftest import verdict_line
+
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.settings import RunSettings
@@ -132,7 +134,7 @@ def test_bench_verify_on_a_kimi_shaped_file_at_60_mb_checks_the_timeline_reads(k
     io_path.check(mechanism.rsplit("I/O path ", 1)[1].strip())  # the run's own line names its path
     pairs = pair_lines(proc.stdout)
     n = len(pairs)
-    assert n >= 15 and proc.stdout.splitlines()[-1] == f"verify     {n} of {n} checked, {n} agree", out
+    assert n >= 15 and verdict_line(proc.stdout) == f"verify     {n} of {n} checked, {n} agree", out
     total = next(line for line in pairs if line.split("  ")[1].strip() == "read_mb_total (timeline)")
     assert " agrees " in total and float(total.split()[2]) > 5, total  # 15 decoded tokens' reads, in MiB
     for line in pairs:
