@@ -120,3 +120,18 @@ def test_the_compute_window_takes_a_fast_tenth_of_the_recent_tokens_and_forgets_
     assert max(w._tokens) < 1
     w.clear()
     assert w.estimate() is None
+
+
+def test_the_sweep_ranking_names_a_tie_and_keeps_the_default():
+    from conftest import blank_summary
+    from shardscope.engine.search.search_noise import ranking_line
+
+    def runs(*rates):
+        return [blank_summary(avg_ts=r, projected_ts=r) for r in rates]
+
+    groups = {"auto": runs(75, 80, 85, 78), "lfu": runs(84, 88, 92, 86), "lru": runs(50, 51, 49, 50)}
+    line = ranking_line(groups, str, "fastest here", default="auto")
+    assert line.startswith("fastest here: no clear winner: 2 settings' intervals overlap")
+    assert "keep auto (the default)" in line and "lfu 87.5 [" in line  # each candidate's interval shown
+    clear = ranking_line({"a": runs(100, 101, 99), "b": runs(50, 51, 49)}, str, "fastest here")
+    assert clear.startswith("fastest here: 100 [") and "by 100 %" in clear

@@ -123,7 +123,8 @@ def test_ctrl_c_keeps_the_rows_written_and_exits_130(bundled_model, tmp_path):
     out = tmp_path / "interrupted.csv"
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardscope.engine.cli.cli", "sweep", "--model", bundled_model, "--shard-mb", "4",
-         "--prefetch-depth", "0-9", "--budget-mb", "4096", "--tokens", "40", "--csv", str(out), "--quiet"],
+         "--prefetch-depth", "0-9", "--budget-mb", "4096", "--tokens", "12", "--min-rounds", "2", "--max-rounds", "2",
+         "--csv", str(out), "--quiet"],  # a cold round and 2 warm ones per combination
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180

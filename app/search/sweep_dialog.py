@@ -251,7 +251,16 @@ class SweepDialog(SearchDialog):
                       f"({skipped} skipped, {failed} failed)")
         else:
             self._say(f"done: {eta_text(self.total, self.total, elapsed)}; {ok} ran, {skipped} skipped, "
-                      f"{failed} failed. Click a header to sort.")
+                      f"{failed} failed. {self.ranking()} Click a header to sort.")
+
+    def ranking(self) -> str:
+        """The best combination by its interval, or the tie (engine/search/search_noise.ranking_line)."""
+        from shardscope.engine.search.search_noise import ranking_line
+
+        groups = {r.settings: list(r.rounds or [r.summary]) for r in self.results if r.ok}
+        key, what = ("projected_ts", f"best on {self.device} (projected)") if self.device else ("avg_ts", "fastest here")
+        line = ranking_line(groups, lambda s: describe_settings(s, self.knobs), what, key)
+        return f"{line}." if line else ""
 
     def _on_failed(self, message: str) -> None:
         self._say(message, error=message != "cancelled")

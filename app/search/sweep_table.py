@@ -32,6 +32,9 @@ METRIC_COLUMNS = (
     Column("cache_hit_rate", "cache hits", tip="share of layer-shard accesses with no disk read (0..1)"),
     Column("peak_rss_mb", "peak RSS MB"),
     Column("projected_ts", "projected tok/s", tip="roofline projection onto the chosen device"),
+    Column("interval", "interval (rounds)",
+           tip="the figure over the combination's warm rounds: mean [95 % interval] (rounds); the search "
+               "ranks by it: combinations whose intervals overlap are tied (projected, with a device)"),
     Column("note", "note", tip="why a combination has no numbers (skipped, failed)"),
 )
 
@@ -84,6 +87,10 @@ class SweepTable(QTableWidget):
                 value = getattr(result.settings, col.key)
             elif col.key == "note":
                 value = note_for(result)
+            elif col.key == "interval":
+                iv = result.interval("projected_ts" if summary is not None and summary.device else "avg_ts") \
+                    if summary is not None else None
+                value = iv.text() if iv is not None else None
             else:
                 value = getattr(summary, col.key) if summary is not None else None
             item = SortItem(value)

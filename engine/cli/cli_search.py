@@ -136,6 +136,10 @@ def _register_sweep(sub) -> None:
                        metavar=cli_args.metavar(key), help=cli_args.list_help(key))
     _add_common_run_flags(p, default_tokens=8)
     p.add_argument("--device", help="also project each run onto this device (e.g. iphone-16-pro)")
+    p.add_argument("--min-rounds", type=cli_args.non_negative_int, default=3,
+                   help="warm rounds per combination at least, after its cold first round (default 3)")
+    p.add_argument("--max-rounds", type=cli_args.non_negative_int, default=8,
+                   help="warm rounds at most (fewer where the interval is known sooner; 0: the cold round alone)")
     cli_args.add_output_arguments(p)  # -o, -r: each repetition is one more cold pass over the grid
     p.set_defaults(func=cmd_sweep)
 
@@ -177,6 +181,11 @@ def cmd_sweep(args) -> int:
             s = result.summary
             proj = f", {s.device} {s.projected_ts:.3g} tok/s" if s.device else ""
             bar.set_postfix_str(f"last {s.avg_ts:.3g} tok/s{proj}", refresh=False)
+            here = result.interval("avg_ts")
+            device = result.interval("projected_ts") if s.device else None
+            stalled = f"; {result.stalled} round(s) left out: the host stalled" if result.stalled else ""
+            _note(bar, f"  {label}: {here.text()} tok/s here"
+                       + (f", {s.device} {device.text()} tok/s" if device is not None else "") + stalled)
         bar.update(1)
 
     from shardscope.engine.search.sweep import SweepTotals
@@ -193,7 +202,8 @@ def cmd_sweep(args) -> int:
             for _ in range(passes):
                 latest["totals"] = SweepTotals(combinations=total)
                 done = run_sweep(base, grid, csv_path=args.csv, device=args.device,
-                                 should_stop=interrupted, on_result=on_result_kept)
+                                 should_stop=interrupted, on_result=on_result_kept,
+                                 min_rounds=args.min_rounds, max_rounds=args.max_rounds)
                 totals = _add_totals(totals, done)
                 if done.stopped:
                     break
@@ -211,11 +221,14 @@ def cmd_sweep(args) -> int:
     groups: dict = {}
     for r, _ in results:
         if r.ok:
-            groups.setdefault(r.settings, []).append(r.summary)
+            groups.setdefault(r.settings, []).extend(r.rounds or [r.summary])  # every pass's warm rounds
     label = lambda s: describe_settings(s, shown)  # noqa: E731
-    lines = [ranking_line(groups, label, "fastest here")]
+    d = RunSettings()  # among tied settings the defaults' combination stays
+    default = next((k for k in groups if all(getattr(k, key) == getattr(d, key) for key in varied)), None)
+    lines = [ranking_line(groups, label, "fastest here", default=default)]
     if args.device:
-        lines.append(ranking_line(groups, label, f"fastest on {args.device} (projected)", "projected_ts"))
+        lines.append(ranking_line(groups, label, f"fastest on {args.device} (projected)", "projected_ts",
+                                  default=default))
     for line in filter(None, lines):
         print(line, file=human)
     print(f"sweep: {tail}", file=human)

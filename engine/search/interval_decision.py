@@ -133,7 +133,7 @@ class Choice:
     margin: float  # (pick.mean − runner_up.mean) / runner_up.mean; NaN when every candidate ties
     gap: float  # pick.lo − runner_up.hi (same unit as the figure); NaN when every candidate ties
     runner_up: Hashable | None  # the best candidate not tied with the top
-    why: str  # "clear", "tie: kept the current value", "tie: the default", "tie: the cheapest"
+    why: str  # "clear", "tie: kept the current value", "tie: the default", "tie: the cheapest", "tie: the top mean …"
     intervals: dict = field(default_factory=dict, compare=False)
 
 
@@ -152,10 +152,11 @@ def choose(intervals: dict, *, keep: Hashable | None = None, default: Hashable |
         pick, why = keep, "tie: kept the current value"
     elif default in tied:
         pick, why = default, "tie: the default"
-    else:
-        cost = cost or {}
+    elif cost:
         pick = min(tied, key=lambda k: (cost.get(k, ()), -ran[k].mean))
         why = "tie: the cheapest"
+    else:
+        pick, why = top, "tie: the top mean, no default among them"
     others = [k for k in ran if k not in tied]
     runner = max(others, key=lambda k: ran[k].mean, default=None)
     if runner is None:

@@ -77,20 +77,27 @@ def rank(groups: dict, key: str = "avg_ts") -> tuple[Standing, list[Standing]] |
     return best, sorted(tied, key=lambda s: -s.mean)
 
 
-def ranking_line(groups: dict, label, what: str, key: str = "avg_ts") -> str | None:
-    """"fastest here: 12.3 tok/s with …" — or, when others are within the spread, that there is no winner."""
-    ranked = rank(groups, key)
-    if ranked is None:
+def ranking_line(groups: dict, label, what: str, key: str = "avg_ts", default=None) -> str | None:
+    """"fastest here: 12.3 [11.9–12.7] (5 rounds) tok/s with …" — or, when other settings' intervals
+    overlap the top one's (engine/search/interval_decision.py), that there is no winner, and which
+    of them to keep (``default`` if tied, else the cheapest). ``groups`` maps a setting to its
+    summaries (a sweep's warm rounds, over every pass)."""
+    from shardscope.engine.search.interval_decision import choose, interval
+
+    ivs = {k: interval([getattr(s, key) for s in v]) for k, v in groups.items() if v}
+    c = choose(ivs, default=default)
+    if c is None:
         return None
-    best, tied = ranked
-    if not tied:
-        runner = rank({k: v for k, v in groups.items() if k != best.settings}, key)
-        lead = (f" (ahead of the next by {best.mean - runner[0].mean:.3g} tok/s, more than the run-to-run spread)"
-                if runner else "")
-        return f"{what}: {best.mean:.3g} tok/s with {label(best.settings)}{lead}"
-    names = "; ".join(f"{label(s.settings)} {s.mean:.3g}" for s in [best, *tied])
-    return (f"{what}: no clear winner: {len(tied) + 1} settings are within the run-to-run spread "
-            f"(±{100 * best.spread / best.mean:.0f} %) of {best.mean:.3g} tok/s: {names}")
+    top = ivs[c.top]
+    if len(c.ties) == 1:
+        lead = ""
+        if c.runner_up is not None:
+            lead = (f" (ahead of the next, {label(c.runner_up)} {ivs[c.runner_up].text()}, by {100 * c.margin:.0f} %: "
+                    f"more than the run-to-run spread, the intervals do not overlap)")
+        return f"{what}: {top.text()} tok/s with {label(c.top)}{lead}"
+    names = "; ".join(f"{label(k)} {ivs[k].text()}" for k in c.ties)
+    return (f"{what}: no clear winner: {len(c.ties)} settings' intervals overlap the top one's (the run-to-run "
+            f"spread): {names}; keep {label(c.pick)} ({c.why.split(': ', 1)[-1]})")
 
 
 def tune_tie_line(evaluations: list, best) -> str | None:

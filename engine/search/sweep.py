@@ -1,11 +1,16 @@
-"""Sweeps: run every combination of knob values, one cold run each, one CSV row each.
+"""Sweeps: run every combination of knob values, one run each, its figure's interval, one CSV row each.
 
 A sweep is a cartesian product of knob lists (``expand_grid``), run in order
 (``iter_sweep``): each combination gets a fresh run from ``open_run`` (layer or expert streaming), so each run
 starts cold the way the engine starts every run (llama.cpp maps the file, then the
 cold start evicts every non-pinned shard from memory and page cache; the globals stay).
-Steady-state figures exclude the first token (RunSummary does that), so the prompt
-pass and the cold-start reads are the warm-up, not part of tok/s.
+That first round is the warm-up (the load's reads, the cache filling) and is not counted;
+then warm rounds of the same settings run until the figure's interval is known
+(engine/search/interval_decision.py: at least ``min_rounds``, at most ``max_rounds``, fewer
+where the interval is narrow or lies wholly below the best so far), rounds whose host
+stalled left out. One cold round each ranked the host's noise (issue 48). The CSV row of a
+combination is its warm round nearest the interval's mean; ``SweepResult.rounds`` holds them
+all. ``max_rounds=0`` gives the old sweep: the cold round alone.
 
 A combination the engine refuses before loading (budget below the minimum for
 that shard size and prefetch depth) is *skipped* with a one-line reason; it does not
@@ -53,6 +58,16 @@ class SweepResult:
     total: int = 0
     skipped: bool = False
     stopped: bool = False
+    rounds: tuple = ()  # the warm rounds counted (empty: ``summary`` alone, a cold round)
+    stalled: int = 0  # warm rounds left out: the host stalled
+
+    def interval(self, key: str = "avg_ts"):
+        """The figure's interval over the counted rounds (engine/search/interval_decision.Interval)."""
+        from shardscope.engine.search.interval_decision import interval
+
+        if self.summary is None:
+            return None
+        return interval([getattr(s, key) for s in (self.rounds or (self.summary,))])
 
     @property
     def ok(self) -> bool:
@@ -89,12 +104,16 @@ def _check_model(base: RunSettings) -> None:
     load_layout(resolve_model_path(base.model_path))
 
 
-def _run_one(settings: RunSettings, device: str | None,
-             should_stop: Callable[[], bool] | None) -> tuple[RunSummary, bool]:
-    """A cold run; raises ShardscopeError. Returns (summary, stopped)."""
+def _run_one(settings: RunSettings, device: str | None, should_stop: Callable[[], bool] | None,
+             enough: Callable[[list[RunSummary]], bool] | None, key: str) -> tuple[RunSummary, tuple, int, bool]:
+    """A run from cold: its first round the warm-up, then warm rounds until ``enough`` (None: the cold
+    round alone). Raises ShardscopeError. Returns (the row's summary, counted rounds, stalled, stopped)."""
+    from shardscope.engine.devices.run_projection import round_stall
     from shardscope.engine.runs.bench_command import attach_projection
     from shardscope.engine.runs.run_factory import open_run
 
+    warm: list[RunSummary] = []
+    seen = {"rounds": 0, "stalled": 0}
     with open_run(settings) as run:
         done = threading.Event()
 
@@ -104,31 +123,52 @@ def _run_one(settings: RunSettings, device: str | None,
                     run.stop()
                     return
 
+        def on_summary(summary: RunSummary) -> None:
+            seen["rounds"] += 1
+            if enough is None or summary.stopped or seen["rounds"] == 1:
+                return  # the cold round (kept as the row only when no warm rounds are asked)
+            if round_stall(summary):
+                seen["stalled"] += 1
+            else:
+                if device:
+                    attach_projection(summary, device)
+                warm.append(summary)
+            if enough(warm) or seen["rounds"] > 3 * 8 + 1:  # a host stalling every round: give up on more
+                run.stop()
+
         watcher = threading.Thread(target=watch, name="shardscope-sweep-stop", daemon=True) if should_stop else None
         if watcher:
             watcher.start()
         try:
-            summary = run.run()
+            last = run.run(continuous=enough is not None, on_summary=on_summary)
         finally:
             done.set()
             if watcher:
                 watcher.join(timeout=1)
-        stopped = summary.stopped or run.stopping
-    if not stopped and device:
-        attach_projection(summary, device)
-    return summary, stopped
+        stopped = bool(should_stop and should_stop()) or (enough is None and (last.stopped or run.stopping))
+    if not warm:
+        if not stopped and device and not last.stopped:
+            attach_projection(last, device)
+        return last, (), seen["stalled"], stopped or last.stopped
+    values = [getattr(r, key) for r in warm]
+    mid = sum(values) / len(values)
+    return min(warm, key=lambda r: abs(getattr(r, key) - mid)), tuple(warm), seen["stalled"], stopped
 
 
 def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None = None,
-               should_stop: Callable[[], bool] | None = None) -> Iterator[SweepResult]:
+               should_stop: Callable[[], bool] | None = None, min_rounds: int = 3,
+               max_rounds: int = 8) -> Iterator[SweepResult]:
     """Run every combination of ``grid`` over ``base``, yielding each result as it finishes.
 
     A refused combination yields ``skipped=True`` with the reason in ``error``; a
     run that fails yields its one-line error and the sweep goes on. With ``device``
     each summary gets its projection columns. When ``should_stop()`` turns true the
     current run stops at its next token, is yielded with ``stopped=True``, and the
-    iteration ends. A bad model file raises ShardscopeError before any run.
+    iteration ends. A bad model file raises ShardscopeError before any run. Each run's warm
+    rounds (module doc) are measured on the projected figure with ``device``, else on tok/s.
     """
+    from shardscope.engine.search.interval_decision import enough_rounds
+
     from shardscope.engine.runs.run_factory import check_run
 
     combos = expand_grid(base, grid)
@@ -138,6 +178,15 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
 
         get_device(device)  # an unknown id is refused before the first run, not after it
     total = len(combos)
+    key = "projected_ts" if device else "avg_ts"
+    best = None  # the best interval so far: a run wholly below it stops early
+
+    def enough_for(against):
+        if max_rounds <= 0:
+            return None
+        return lambda rounds: enough_rounds([getattr(r, key) for r in rounds], against, min_n=min(min_rounds, max_rounds),
+                                            max_n=max_rounds)
+
     for index, settings in enumerate(combos):
         if should_stop and should_stop():
             return
@@ -147,14 +196,18 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
             yield SweepResult(settings, None, str(exc), index, total, skipped=True)
             continue
         try:
-            summary, stopped = _run_one(settings, device, should_stop)
+            summary, rounds, stalled, stopped = _run_one(settings, device, should_stop, enough_for(best), key)
         except ShardscopeError as exc:
             if should_stop and should_stop():
                 yield SweepResult(settings, None, str(exc), index, total, stopped=True)
                 return
             yield SweepResult(settings, None, str(exc), index, total)
             continue
-        yield SweepResult(settings, summary, None, index, total, stopped=stopped)
+        result = SweepResult(settings, summary, None, index, total, stopped=stopped, rounds=rounds, stalled=stalled)
+        got = result.interval(key) if not stopped else None
+        if got is not None and (best is None or got.mean > best.mean):
+            best = got
+        yield result
         if stopped:
             return
 
@@ -179,7 +232,8 @@ def check_csv_columns(csv_path: str) -> None:
 
 def run_sweep(base: RunSettings, grid: dict[str, list], *, csv_path: str | None, device: str | None = None,
               should_stop: Callable[[], bool] | None = None,
-              on_result: Callable[[SweepResult, SweepTotals], None] | None = None) -> SweepTotals:
+              on_result: Callable[[SweepResult, SweepTotals], None] | None = None,
+              min_rounds: int = 3, max_rounds: int = 8) -> SweepTotals:
     """``iter_sweep`` plus the CSV: one row appended per finished run, right after it.
 
     Stopped (partial) runs are not written. ``on_result`` sees every result and the
@@ -190,7 +244,8 @@ def run_sweep(base: RunSettings, grid: dict[str, list], *, csv_path: str | None,
     totals = SweepTotals(combinations=len(expand_grid(base, grid)))
     if csv_path:
         check_csv_columns(csv_path)
-    for result in iter_sweep(base, grid, device=device, should_stop=should_stop):
+    for result in iter_sweep(base, grid, device=device, should_stop=should_stop, min_rounds=min_rounds,
+                             max_rounds=max_rounds):
         if result.stopped:
             totals.stopped = True
         elif result.skipped:

@@ -21,7 +21,7 @@ How it searches (not the full grid): **coordinate descent with a result cache, o
    of the same settings, each projected onto the device, until the projected figure's
    interval (engine/search/interval_decision.py: mean ± t · sd / √n) is narrow, or separated
    from the current point's, or ``max_rounds`` is reached (at least ``min_rounds``). A round
-   whose host stalled (engine/devices/token_stalls.py, the host's steal) is not counted.
+   whose host stalled (engine/measure/token_stalls.py, the host's steal) is not counted.
    One cold round ranked the host's noise (issue 48: five expert policies 74.9-86.8, "lfu
    best", while rounds of one setting swung 51-96).
 4. One knob at a time (policy, shard size, prefetch depth, threads; the expert knobs for a MoE
