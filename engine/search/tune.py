@@ -19,8 +19,8 @@ How it searches (not the full grid): **coordinate descent with a result cache, o
 3. **Each candidate is measured until its figure's spread is known**: one run, its first
    round cold (the load's reads and first touches: a warm-up, not counted), then warm rounds
    of the same settings, each projected onto the device, until the projected figure's
-   interval (engine/search/interval_decision.py: mean ± t · sd / √n) is narrow, or separated
-   from the current point's, or ``max_rounds`` is reached (at least ``min_rounds``). A round
+   interval (engine/search/interval_decision.py: mean ± t · sd / √n) is narrow, or lies wholly
+   below the current point's (it cannot win), or ``max_rounds`` is reached (at least ``min_rounds``). A round
    whose host stalled (engine/measure/token_stalls.py, the host's steal) is not counted.
    One cold round ranked the host's noise (issue 48: five expert policies 74.9-86.8, "lfu
    best", while rounds of one setting swung 51-96).
@@ -40,6 +40,9 @@ How it searches (not the full grid): **coordinate descent with a result cache, o
 The result names the best, its interval, its **margin** over the best candidate it is not tied
 with, and its **ties**; a saved profile's description records all three.
 
+Measuring is engine/search/tune_rounds.py; the result in words (and the saved profile) is
+engine/search/tune_verdict.py.
+
 It measures about (sum of the candidate counts) runs per pass instead of their
 product; the price is that it can stop at a point where only changing two knobs
 together would help (knobs that interact, e.g. shard size and depth both eat the
@@ -48,12 +51,10 @@ budget's room). docs/projection-validation.md compares it with the full grid (be
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
@@ -61,7 +62,10 @@ from shardscope.engine.base.finite import is_finite_number
 from shardscope.engine.knobs.knob_ranges import parse_knob
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, KNOBS, LAYER_KNOBS, TUNED, describe
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.search.interval_decision import Choice, Interval, choose, cost_key, enough_rounds, interval, no_effect
+from shardscope.engine.search.interval_decision import Interval, choose, cost_key, enough_rounds, interval, no_effect
+from shardscope.engine.search.tune_rounds import MAX_ROUNDS, MIN_ROUNDS, TARGET_REL, measure_rounds, round_terms
+from shardscope.engine.search.tune_verdict import (KnobDecision, save_tuned_profile, tuned_profile_path,
+                                                   user_profiles_dir, verdict_text)
 from shardscope.engine.stream.streaming_run import RunSummary
 
 __all__ = [
@@ -114,13 +118,6 @@ def searched_candidates(cands: dict[str, list], experts: bool, given: dict[str, 
     return {k: (v if k in given or k not in idle else v[:1]) for k, v in cands.items()}
 
 
-def user_profiles_dir() -> Path:
-    """Where user profiles live; the same folder the window lists (engine.user_dirs)."""
-    from shardscope.engine.base.user_dirs import profiles_dir
-
-    return profiles_dir()
-
-
 def device_weight_budget_mb(device) -> float:
     """The device's weight budget with the overhead split the sizing and the iPhone profile use."""
     from shardscope.engine.devices.devices import weight_budget_mb
@@ -162,32 +159,6 @@ class Evaluation:
         """The projected device tok/s (the interval's mean); -inf for refused, failed or not fitting."""
         iv = self.interval
         return iv.mean if iv is not None else -math.inf
-
-
-@dataclass(frozen=True)
-class KnobDecision:
-    """What one pass decided for one knob."""
-
-    knob: str
-    pass_number: int
-    choice: Choice | None  # None: no candidate ran
-    no_effect: bool = False
-    moved: bool = False
-
-    def text(self) -> str:
-        if self.choice is None:
-            return f"pass {self.pass_number}: {self.knob}: no candidate ran"
-        spec = KNOBS[self.knob]
-        if self.no_effect:
-            return (f"pass {self.pass_number}: {self.knob}: no effect on the projected figure (with the compute "
-                    f"held, its {len(self.choice.intervals)} values project alike: the device's time is not its reads); "
-                    f"kept {spec.text(self.choice.pick)}")
-        c = self.choice
-        head = f"pass {self.pass_number}: {self.knob} → {spec.text(c.pick)}"
-        if len(c.ties) > 1:
-            names = ", ".join(f"{spec.text(k)} {c.intervals[k].text()}" for k in c.ties)
-            return f"{head} ({c.why}; tied: {names})"
-        return f"{head} (clear: {c.intervals[c.pick].text()})"
 
 
 @dataclass
@@ -259,56 +230,6 @@ def _fits(settings: RunSettings, summary: RunSummary, weight_budget: float) -> b
     measured = is_finite_number(resident)
     kernel_ok = not measured or resident <= weight_budget  # NaN: no sample while generating
     return settings.budget_mb <= weight_budget and kernel_ok
-
-
-def _round_terms(summary: RunSummary, device_id: str) -> tuple | None:
-    """(ssd_s, dram_s, compute_s, overlapped) of a round's projection; None where it has none."""
-    from shardscope.engine.devices.run_projection import projection_for
-
-    try:
-        p = projection_for(summary, device_id)
-    except ShardscopeError:
-        return None
-    return p.terms["ssd"], p.terms["dram"], p.terms["compute"], bool(p.overlapped)
-
-
-def measure_rounds(settings: RunSettings, device_id: str, enough: Callable[[list[RunSummary]], bool],
-                   should_stop: Callable[[], bool] | None = None) -> tuple[list[RunSummary], int]:
-    """One run of ``settings``: its first round cold (not returned), then warm rounds, each
-    projected onto the device, until ``enough(counted rounds)``; rounds whose host stalled are
-    not counted. Returns (counted rounds, stalled rounds)."""
-    from shardscope.engine.devices.run_projection import round_stall
-    from shardscope.engine.measure import host_steal
-    from shardscope.engine.runs.bench_command import attach_projection
-    from shardscope.engine.runs.run_factory import open_run
-
-    counted: list[RunSummary] = []
-    state = {"rounds": 0, "stalled": 0, "mark": host_steal.reading(), "ttft": []}
-    with open_run(settings) as run:
-        def on_summary(summary: RunSummary) -> None:
-            now = host_steal.reading()
-            steal, state["mark"] = host_steal.share(state["mark"], now), now
-            state["rounds"] += 1
-            if state["rounds"] > 1 and not summary.stopped:  # the first round is the cold warm-up
-                ttft = state["ttft"]
-                usual = statistics.median(ttft) if len(ttft) >= 2 else math.nan
-                if round_stall(summary, steal, usual):
-                    state["stalled"] += 1
-                else:
-                    attach_projection(summary, device_id)
-                    counted.append(summary)
-                    ttft.append(summary.ttft_ms)
-            if (enough(counted) or (should_stop is not None and should_stop())
-                    or state["rounds"] > 3 * MAX_ROUNDS):  # a host stalling every round: give up on more
-                run.stop()
-
-        run.run(continuous=True, on_summary=on_summary)
-    return counted, state["stalled"]
-
-
-MIN_ROUNDS = 3
-MAX_ROUNDS = 8
-TARGET_REL = 0.03  # an interval this narrow (± of its mean) is known well enough
 
 
 def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict[str, list] | None = None,
@@ -406,7 +327,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
                         mid = statistics.fmean(r.projected_ts for r in rounds) if all(
                             is_finite_number(r.projected_ts) for r in rounds) else math.nan
                         rep = min(rounds, key=lambda r: abs(r.projected_ts - mid)) if math.isfinite(mid) else rounds[-1]
-                        terms = [t for t in (_round_terms(r, device.id) for r in rounds) if t is not None] \
+                        terms = [t for t in (round_terms(r, device.id) for r in rounds) if t is not None] \
                             if measure is None else []
                         fits = all(_fits(settings, r, weight_budget) for r in rounds)
                         ev = Evaluation(settings, rep, None, fits, order=result.runs, rounds=rounds, terms=terms,
@@ -492,81 +413,3 @@ def _score_text(ev: Evaluation) -> str:
     stalled = f"; {ev.stalled} round(s) left out: the host stalled" if ev.stalled else ""
     return (f"projected {projected} tok/s ({ev.summary.projected_bound}-bound), "
             f"measured {here.text() if here is not None else '?'} tok/s here{fit}{stalled}")
-
-
-def tuned_profile_path(name: str, directory: str | os.PathLike | None = None, *, force: bool = False) -> Path:
-    """Where ``--save-profile NAME`` writes; an existing profile is refused unless ``force``
-    (checked before the search, so a tune is never run only to be refused at the end)."""
-    from shardscope.engine.knobs.profile_file import profile_filename
-
-    if not isinstance(name, str) or not name.strip():
-        raise ShardscopeError("--save-profile: the profile name must not be empty")
-    folder = Path(directory) if directory is not None else user_profiles_dir()
-    path = folder / profile_filename(name)
-    if path.exists() and not force:
-        raise ShardscopeError(f"--save-profile {name}: {path} already exists; pass --force to replace it")
-    if folder.exists() and not (folder.is_dir() and os.access(folder, os.W_OK)):
-        raise ShardscopeError(f"--save-profile {name}: cannot write into {folder}")
-    return path
-
-
-def save_tuned_profile(result: TuneResult, name: str, *, directory: str | os.PathLike | None = None,
-                       model_path: str | None = None, force: bool = True) -> Path:
-    """Write the best settings as a user profile; returns its path.
-
-    The profile keeps the tuned knobs and budget; the measuring-only settings (a few
-    tokens, the small context) go back to the defaults so the profile runs normally.
-    """
-    from shardscope.engine.knobs.profile_file import Profile, save_profile
-
-    if result.best is None or result.best.summary is None:
-        raise ShardscopeError("tune: no candidate ran and fit the device; nothing to save")
-    best = result.best
-    d = RunSettings()
-    settings = best.settings.with_changes(
-        model_path=model_path, n_gen=d.n_gen, n_ctx=d.n_ctx, prompt=d.prompt, temperature=d.temperature,
-        seed=d.seed, budget_mb=int(round(best.settings.budget_mb)), shard_mb=int(round(best.settings.shard_mb)),
-    )
-    description = (f"Auto-tuned {_dt.date.today().isoformat()} for {result.device_id} on "
-                   f"{best.summary.model_filename}: {verdict_text(result)}")
-    path = tuned_profile_path(name, directory, force=force)
-    save_profile(Profile(name=name.strip(), settings=settings, description=description, device=result.device_id),
-                 path)
-    return path
-
-
-def _candidate_text(ev: Evaluation, keys: tuple[str, ...]) -> str:
-    return f"{describe(ev.settings, keys) or 'the start'} {ev.interval.text()}"
-
-
-def verdict_text(result: TuneResult) -> str:
-    """The best as a decision: its interval, its margin over the best candidate it is not tied
-    with, its ties and the knobs with no effect — what the CLI prints last and a saved profile's
-    description records."""
-    best = result.best
-    if best is None or best.interval is None:
-        return "no candidate ran and fit the device"
-    s = best.summary
-    varied = tuple(k for k in TUNE_KNOBS if len(result.candidates.get(k, ())) > 1)
-    here = best.measured_interval
-    parts = [f"projected {best.interval.text()} tok/s ({s.projected_bound}-bound), measured "
-             f"{here.text() if here is not None else '?'} tok/s on the tuning host"]
-    runner = result.runner_up()
-    if runner is not None:
-        parts.append(f"margin {100 * result.margin():+.0f} % over the next clear candidate "
-                     f"({_candidate_text(runner, varied)})")
-    else:
-        parts.append("margin: none measured (every candidate ties with it)")
-    ties = result.ties()
-    if ties:
-        shown = "; ".join(_candidate_text(e, varied) for e in sorted(ties, key=lambda e: -e.score)[:6])
-        more = f" and {len(ties) - 6} more" if len(ties) > 6 else ""
-        parts.append(f"tied with {len(ties)} (intervals overlap; the default or cheaper setting kept): {shown}{more}")
-    else:
-        parts.append("no ties")
-    idle = result.no_effect_knobs()
-    if idle:
-        parts.append(f"no effect on the projection: {', '.join(idle)} (not ranked)")
-    parts.append(f"coordinate descent, {result.runs} runs ({result.rounds} warm rounds) of a "
-                 f"{result.grid_size}-combination grid")
-    return "; ".join(parts) + "."
