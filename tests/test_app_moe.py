@@ -22,7 +22,7 @@ from PySide6.QtCore import QPointF
 
 from shardscope.app.experts.cacheability_curve import cache_sizes
 from shardscope.engine.knobs.settings import RunSettings
-from tests.conftest import make_window, run_ready, stop_and_wait, wait_for
+from tests.conftest import make_window, run_ready, stop_and_wait, wait_drawn, wait_for
 from shardscope.widgets.expert_map import PICKED_COLOR
 from shardscope.widgets.shard_map import STATE_COLORS
 
@@ -129,6 +129,7 @@ def test_expert_map_draws_the_engines_states(qtbot, tmp_path, moe_model):
         assert panel.map.cell_rgb(*hot) == (140, 20, 20)
         # Expert charts: the samples carry expert figures and the curves draw them.
         wait_for(qtbot, window, lambda: np.isfinite(window.chart.curve_data("expert_hit")[1]).any(), timeout=30_000)
+        wait_drawn(qtbot, window.chart, ("expert_hit",))  # and its plot item holds them after a redraw
         s = window.last_sample
         assert np.isfinite(s.expert_hit_rate) and 0 <= s.expert_hit_rate <= 1
         # The session's routing replayed, projected on the chosen device at each cache size:

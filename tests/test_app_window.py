@@ -44,10 +44,11 @@ def test_run_charts_every_curve_and_numbers_match_the_engine(qtbot, window, tmp_
     assert window.device_combo.device_id() == "iphone-16-pro"  # projection stays on the iPhone
     window.apply_settings(window.current_settings().with_changes(n_gen=8))
     window.start_run()
-    wait_for(qtbot, window, lambda: len([s for s in window.summaries if not s.stopped]) >= 2, timeout=30_000)
-    # Every curve as drawn: its plot item holds the newest samples after the chart's own redraw
-    # (point_count, one count for every curve, was true of a curve that drew nothing).
-    wait_drawn(qtbot, window.chart, CURVES)
+    # Every curve as drawn while the run goes: its plot item holds the newest samples after the
+    # chart's own redraw (point_count, one count for every curve, was true of a curve that drew nothing).
+    wait_drawn(qtbot, window.chart, CURVES, timeout=60_000)
+    # 90 s: a hang bound (two 8-token rounds took over 30 s beside seven other suites on 2 cores)
+    wait_for(qtbot, window, lambda: len([s for s in window.summaries if not s.stopped]) >= 2, timeout=90_000)
     assert window.worker.run.settings.n_gen == 8
     # Live numbers = the last MetricsSample while the run goes, once the display timer (4 Hz) has
     # shown what it holds (no event runs between the flush and the reads).

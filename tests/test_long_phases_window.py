@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import drop_from_page_cache, make_window, wait_for
+from conftest import drawn_curve, drop_from_page_cache, make_window, wait_drawn, wait_for
 from shardscope.engine.knobs.settings import RunSettings
 
 SLOW = dict(budget_mb=100, shard_mb=16, prefetch_depth=1, policy="pinned", ssd_mb_s=40, n_gen=4, n_ctx=128,
@@ -92,10 +92,11 @@ def test_load_progress_advances_to_100_percent_and_charts_start_before_the_first
     assert max(p.elapsed_s for p in loading) > 2.0  # the emulated disk made the load long
     assert any(math.isfinite(p.eta_s) and p.eta_s > 0 for p in loading)
     # The charts hold the load: samples from before the first token.
-    times, rss = window.chart.curve_data("rss")
+    wait_drawn(qtbot, window.chart, ("rss", "ssd"))  # as drawn: each plot item, after a redraw
+    times, rss = drawn_curve(window.chart, "rss")
     before = [r for t, r in zip(times, rss) if t < first_token_t and math.isfinite(r)]
     assert len(before) >= 30 and max(before) > 0
-    times, ssd = window.chart.curve_data("ssd")
+    times, ssd = drawn_curve(window.chart, "ssd")
     assert max(x for t, x in zip(times, ssd) if t < first_token_t) > 10  # the load's reads, charted
     # The phases are named spans on the time axis.
     spans = window.phase_bands.spans()
