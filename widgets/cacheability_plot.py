@@ -10,9 +10,10 @@ the future): drawn dashed, with the band between it and the current policy's cur
 and the gap in points written at the current size (or where it is widest), so what a
 better policy could still win is visible at a glance.
 
-No text is drawn over the curves: the legend (the current size's dashed line among its
-entries) sits in a band above 100 %, which no hit rate reaches (the Y range grows to hold it;
-ticks stop at 100), and the gap note is the plot's title, above the data.
+No text is drawn over the curves: the legend is a label under the plot (``legend_label``,
+for the panel to place; it wraps in a narrow column, where a legend inside the plot took half
+its height or covered the curves), the size in use is named on the size axis, and the gap
+note is the plot's title, above the data.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from collections.abc import Mapping, Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QWidget
+from PySide6.QtGui import QFont, QFontMetrics
+from PySide6.QtWidgets import QLabel, QWidget
+
+from shardscope.widgets.live_chart import _title_never_widens, elide_words
 
 __all__ = ["CacheabilityPlot", "POLICY_COLORS"]
 
@@ -61,6 +65,10 @@ class CacheabilityPlot(pg.PlotWidget):
         self.legend = self.item.addLegend(offset=(4, 1), colCount=2, labelTextColor="#222", labelTextSize="8pt",
                                           horSpacing=10, brush=pg.mkBrush(255, 255, 255, 200))
         self.legend.layout.setContentsMargins(3, 0, 3, 0)
+        self.legend.hide()  # its entries are kept (legend_names); legend_label shows them, off the plot
+        self.legend_label = QLabel()
+        self.legend_label.setWordWrap(True)
+        self.legend_label.setTextFormat(pg.QtCore.Qt.TextFormat.RichText)
         current_pen = pg.mkPen("#222", width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
         self._current = pg.InfiniteLine(angle=90, movable=False, pen=current_pen)
         self.item.getAxis("left").setTicks([[(v, f"{v}") for v in range(0, 101, 20)]])
@@ -94,6 +102,7 @@ class CacheabilityPlot(pg.PlotWidget):
             self._show_empty_range()
             self._show_gap()
             self._fit_band()
+            self._show_legend_label()
             return
         self.item.enableAutoRange(x=True)
         for policy, pts in points.items():
@@ -109,6 +118,7 @@ class CacheabilityPlot(pg.PlotWidget):
             self._lines[policy] = line
         self._show_gap()
         self._fit_band()
+        self._show_legend_label()
 
     def set_policy(self, policy: str | None) -> None:
         """The policy in use: the band between its curve and the limit is shaded."""
@@ -145,16 +155,42 @@ class CacheabilityPlot(pg.PlotWidget):
         self._set_note(f"{self._policy} {points:.1f} points below the optimum at {at:,.0f} MiB")
 
     def _set_note(self, text: str) -> None:
-        """The gap note, as the plot's title: above the data, never over a curve."""
+        """The gap note, as the plot's title: above the data, never over a curve; on two lines
+        (the plot is often a narrow column), each cut at a word to the plot's width, whole on hover."""
         self._gap_note = text
-        # two lines at "at": the plot is often a narrow column, and a cut title hid the size it names
-        self.item.setTitle(text.replace(" at ", "<br>at ") or None, size="8pt", color="#222", justify="left")
-        self.item.titleLabel.setToolTip(text)
+        label = self.item.titleLabel
+        if not getattr(label, "never_widens", False):
+            _title_never_widens(label)  # a long note made the plot wider than its column: cut, not widened
+            label.never_widens = True
+        font = QFont(self.font())
+        font.setPointSizeF(8.0)
+        width = int(self.item.vb.width()) if self.item.vb.width() > 0 else 10_000
+        lines = [elide_words(QFontMetrics(font), line, width) for line in text.replace(" at ", "\n at ").split("\n")]
+        self.item.setTitle("<br>".join(line.strip() for line in lines) if text else None, size="8pt", color="#222",
+                           justify="left")
+        label.setToolTip(text)
+
+    def _show_legend_label(self) -> None:
+        parts = []
+        for policy in self._points:
+            color = POLICY_COLORS.get(policy, _OTHER_COLOR)
+            mark = "\u2504\u2504" if policy == LIMIT else "\u2014\u25cf\u2014"
+            name = "optimal (limit)" if policy == LIMIT else policy
+            parts.append(f'<span style="color:{color}">{mark}</span>&nbsp;{name.replace(" ", "&nbsp;")}')
+        if self._projected:
+            parts.append(f'<span style="color:{PROJECTED_COLOR}">\u2508\u2508</span>&nbsp;projected&nbsp;tok/s&nbsp;(right&nbsp;axis)')
+        self.legend_label.setText(" &nbsp; ".join(parts))
+        self.legend_label.setVisible(bool(parts))
 
     def gap_note(self) -> str:
         return self._gap_note
 
     def _fit_band(self, *_args) -> None:
+        if self._gap_note and _args:  # resized: the note is cut to the new width
+            self._set_note(self._gap_note)
+        self._fit_y()
+
+    def _fit_y(self) -> None:
         """The Y range: 0 to 100 % and a band above it tall enough for the legend, so no curve
         point (a hit rate is at most 100 %) ever lies under it; the right axis' view likewise."""
         legend, vb = self.legend, self.item.vb
@@ -164,7 +200,7 @@ class CacheabilityPlot(pg.PlotWidget):
             if legend.boundingRect().width() <= vb.width() - 8 or columns == 1:
                 break
         height = vb.height()
-        band = legend.boundingRect().height() + 6 if legend.items else 0
+        band = legend.boundingRect().height() + 6 if legend.items and legend.isVisible() else 0
         scale = height / (height - band) if height > 1.5 * band and band else (3.0 if band else 1.02)
         top = 100 * max(1.02, scale)
         self.item.setYRange(0, top, padding=0)
@@ -191,6 +227,7 @@ class CacheabilityPlot(pg.PlotWidget):
         # entry made the legend's band taller than a narrow column's plot could give.
         self._projected_entry = curve
         self._sync_views()
+        self._show_legend_label()
         self._fit_band()
 
     def clear_all(self) -> None:

@@ -82,6 +82,7 @@ class ExpertPanel(QWidget):
         self.plot.setToolTip("Click a size to use it as the expert cache")
         self.plot.size_chosen.connect(self.cache_size_chosen)
         cl.addWidget(self.plot, 1)
+        cl.addWidget(self.plot.legend_label)  # the curves' names, under the plot rather than over its curves
         buttons = QHBoxLayout()
         self.compute_button = QPushButton("Compute cacheability")
         self.compute_button.setToolTip("Replay this session's routing through every policy at several cache sizes")
