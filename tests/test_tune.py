@@ -181,3 +181,32 @@ def test_the_tune_cli_counts_the_grid_it_searches(synthetic_moe_model):
     assert f"({grid} combinations in the full grid)" in proc.stderr, proc.stderr
     assert f"of a {grid}-combination grid" in proc.stdout, proc.stdout
     assert grid < math.prod(len(v) for v in default_candidates().values())
+
+
+def test_a_read_side_knob_is_said_to_have_no_effect_while_the_device_is_compute_bound():
+    """The policy changes only what is read; with prefetch the reads overlap the compute, and
+    while the compute is the larger term the policy cannot move the projected figure: its
+    candidates' measured noise is not ranked."""
+    import random
+
+    from shardscope.engine.devices.run_projection import fill_device_columns, projection_for
+
+    rng = random.Random(3)
+
+    def measure(s: RunSettings):
+        out = []
+        for _ in range(4):
+            r = blank_summary(model_filename="fake.gguf", model_size_mb=200.0, n_threads=s.threads,
+                              prefetch_depth=s.prefetch_depth, budget_mb=s.budget_mb, resident_weights_mb=100.0,
+                              read_mb_per_token=1.0 if s.policy == "pinned" else 3.0,  # lru reads 3x as much
+                              avg_ts=20.0 * (1 + rng.uniform(-0.15, 0.15)), wait_ms_per_token=0.0)
+            fill_device_columns(r, "iphone-16-pro", projection_for(r, "iphone-16-pro"))
+            out.append(r)
+        assert out[0].projected_bound == "compute"
+        return out
+
+    cands = {"policy": ["pinned", "lru"], "shard_mb": [64], "prefetch_depth": [2], "threads": [2]}
+    result = auto_tune("iphone-16-pro", candidates=cands, budget_cap_mb=300, measure=measure)
+    policy = [d for d in result.decisions if d.knob == "policy"][0]
+    assert policy.no_effect and not policy.moved and "no effect on the projected figure" in policy.text()
+    assert result.no_effect_knobs() == ["policy"] and result.best.settings.policy == "pinned"

@@ -327,8 +327,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
                         mid = statistics.fmean(r.projected_ts for r in rounds) if all(
                             is_finite_number(r.projected_ts) for r in rounds) else math.nan
                         rep = min(rounds, key=lambda r: abs(r.projected_ts - mid)) if math.isfinite(mid) else rounds[-1]
-                        terms = [t for t in (round_terms(r, device.id) for r in rounds) if t is not None] \
-                            if measure is None else []
+                        terms = [t for t in (round_terms(r, device.id) for r in rounds) if t is not None]
                         fits = all(_fits(settings, r, weight_budget) for r in rounds)
                         ev = Evaluation(settings, rep, None, fits, order=result.runs, rounds=rounds, terms=terms,
                                         stalled=stalled)

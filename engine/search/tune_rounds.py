@@ -26,6 +26,9 @@ def round_terms(summary: RunSummary, device_id: str) -> tuple | None:
         p = projection_for(summary, device_id)
     except ShardscopeError:
         return None
+    figure = summary.projected_ts
+    if not (isinstance(figure, float) and math.isfinite(figure) and abs(p.tokens_per_s - figure) <= 0.01 * figure):
+        return None  # the terms must be those of the figure ranked (a replayed row may carry another)
     return p.terms["ssd"], p.terms["dram"], p.terms["compute"], bool(p.overlapped)
 
 
