@@ -169,6 +169,12 @@ def main(argv=None) -> int:
               f"{med(share, 'expert_hit_rate'):10.1%} {waiting[share]:17.0f}")
     best = max(shares, key=lambda s: med(s, "avg_ts"))
     ratio = med(0, "avg_ts") / med(best, "avg_ts")
+    twin = [s for s in shares if (splits[s].trunk_bytes, splits[s].cache_bytes) == (splits[0].trunk_bytes,
+                                                                                    splits[0].cache_bytes)]
+    if twin:  # the same bytes each side: any tok/s between them is the host's, not the split's
+        spread = [x.avg_ts for x in rows[0] + rows[twin[0]]]
+        print(f"\nauto's split is share {twin[0]}'s (the same trunk and cache bytes); their rounds ran "
+              f"{min(spread):.2f}-{max(spread):.2f} tok/s: the host's spread")
     read_ratio = waiting[0] / disk
     print(f"\ndisk       {disk:.0f} MB/s for the same pattern (O_DIRECT, 16 in flight), measured after the runs")
     print(f"goal       default (auto = {splits[0].share} %) tok/s / best ({best} %) = {ratio:.2f} (goal >= 0.9): "
