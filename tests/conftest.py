@@ -242,9 +242,44 @@ def pytest_runtest_makereport(item, call):
 HEAVY_FIXTURES = {"bundled_model", "synthetic_model", "qtbot", "window", "io_path"}
 
 
+# What streams or loads a model, writes one, or starts the window: a test that calls one of these
+# (itself or through a function of its own module) is heavy, whatever its fixtures are named.
+HEAVY_CALLS = ("LlamaSession(", "ExpertRun(", "StreamingRun(", "open_run(", "verified_run(", "make_window(",
+               "RunProcess(", "write_synthetic_model(", '"shardscope.app"', "bundled_model_path(")
+
+
 def _is_heavy(item) -> bool:
     names = set(getattr(item, "fixturenames", ()))
-    return bool(names & HEAVY_FIXTURES) or any("model" in n or n.endswith("moe") for n in names)
+    if names & HEAVY_FIXTURES or any("model" in n or n.endswith("moe") for n in names):
+        return True
+    return _source_mentions(item, HEAVY_CALLS)
+
+
+def _source_mentions(item, needles) -> bool:
+    """Whether the test's source, or that of a function of its own module it calls, has one of ``needles``."""
+    import inspect
+
+    function = getattr(item, "function", None)
+    if function is None:
+        return False
+    module = inspect.getmodule(function)
+    seen, todo = set(), [function]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        try:
+            source = inspect.getsource(f)
+        except (OSError, TypeError):
+            continue
+        if any(n in source for n in needles):
+            return True
+        for name in getattr(getattr(f, "__code__", None), "co_names", ()):
+            helper = getattr(module, name, None)
+            if inspect.isfunction(helper) and helper.__module__ == module.__name__:
+                todo.append(helper)
+    return False
 
 
 def pytest_collection_modifyitems(config, items):
@@ -262,28 +297,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _reads_proc(item) -> bool:
     """Whether the test, or a function of its own module that it calls, reads /proc by path."""
-    import inspect
-
-    function = getattr(item, "function", None)
-    if function is None:
-        return False
-    module = inspect.getmodule(function)
-    seen, todo = set(), [function]
-    while todo:
-        f = todo.pop()
-        if f in seen:
-            continue
-        seen.add(f)
-        try:
-            if "/proc/" in inspect.getsource(f):
-                return True
-        except (OSError, TypeError):
-            continue
-        for name in getattr(getattr(f, "__code__", None), "co_names", ()):
-            helper = getattr(module, name, None)
-            if inspect.isfunction(helper) and helper.__module__ == module.__name__:
-                todo.append(helper)
-    return False
+    return _source_mentions(item, ("/proc/",))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
