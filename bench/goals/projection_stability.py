@@ -117,6 +117,64 @@ def run(args) -> list[dict]:
     return rows
 
 
+def run_window(args) -> list[dict]:
+    """The same, through the window (offscreen): its Run, its rounds table's projections and host
+    flags. The stop goes to the window's run process (app/runs/run_worker.py: the engine runs in a
+    process of its own) at ``--stop-at`` s while the window's last sample says it is decoding; its
+    round is the first the window hears of after the stop ended."""
+    from PySide6.QtWidgets import QApplication
+
+    from shardscope.app.window.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    tmp = tempfile.mkdtemp(prefix="projection-stability-window-")
+    window = MainWindow(config_dir=Path(tmp) / "config", model_path=args.model)
+    window.show()
+
+    def pump(until) -> None:
+        while not until():
+            app.processEvents()
+            time.sleep(0.01)
+
+    pump(lambda: window.model_info is not None)
+    window.apply_settings(RunSettings(model_path=args.model, budget_mb=args.budget_mb, n_gen=args.tokens,
+                                      threads=args.threads, ssd_mb_s=args.ssd_mb_s))
+    window.set_device(args.device)
+    device = get_device(args.device)
+    window.start_run()
+    t0, stop_t, arrived = time.perf_counter(), None, []  # arrived: each round's wall time as the window had it
+    while time.perf_counter() - t0 < args.seconds:
+        app.processEvents()
+        time.sleep(0.01)
+        now = time.perf_counter()
+        arrived += [now] * (len(window.rounds) - len(arrived))
+        decoding = getattr(window.last_sample, "phase", "") == "generating"  # mid-round, not between rounds
+        if args.stop_at is not None and stop_t is None and now - t0 >= args.stop_at and decoding:
+            stop_t, pid = now, window.runs.run_process.pid  # the engine runs in a process of its own
+            subprocess.Popen(["sh", "-c", f"kill -STOP {pid}; sleep {args.stop_s}; kill -CONT {pid}"])
+        if window.last_error:
+            raise SystemExit(f"the window's run failed: {window.last_error}")
+    window.stop_run()
+    pump(lambda: not window.is_running())
+    rows = []
+    # The round the stop fell into is the first the window heard of after the stop ended.
+    stopped = next((i + 1 for i, t in enumerate(arrived) if stop_t is not None and t >= stop_t + args.stop_s), None)
+    for r in window.rounds:
+        s = r.summary
+        rows.append(dict(round=r.number, t=round(r.end_t, 2), measured_ts=s.avg_ts,
+                         projected_ts=r.projection.tok_s if r.projection else math.nan,
+                         bound=r.projection.bound if r.projection else "", old_rule_ts=round(old_rule_ts(s, device), 3),
+                         round_median_ts=round(round_median_ts(s, device), 3), steal=math.nan,
+                         flag=r.stall if r.number > 1 else "cold first round",
+                         warming=r.end_t - window.rounds[0].start_t < args.warmup_s, sigstop=r.number == stopped,
+                         read_mb_per_token=s.read_mb_per_token, hit=getattr(s, "expert_hit_rate", s.cache_hit_rate)))
+    if args.json:
+        with open(args.json, "a") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+    window.close()
+    return rows
+
+
 def report(rows: list[dict]) -> dict:
     counted = [r for r in rows if not r["flag"] and not r["warming"]]
     out: dict = {"rounds": len(rows), "counted": len(counted),
@@ -154,13 +212,14 @@ def main(argv=None) -> int:
                    help="rounds ending before this are the cache's warm-up: shown, not counted (default 30)")
     p.add_argument("--json", help="append each round as a JSON line here")
     p.add_argument("--summary-json", help="write the summary figures here")
+    p.add_argument("--window", action="store_true", help="run it through the window (offscreen): its rounds table")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="projection-stability-") as tmp:
         if not args.model:
             args.model = synth_model(Path(tmp))
-        rows = run(args)
+        rows = run_window(args) if args.window else run(args)
     out = report(rows)
-    print(f"{Path(args.model).name} at {args.budget_mb} MiB, {args.tokens} tokens a round, {args.threads} thread(s), "
+    print(f"{'window session: ' if args.window else ''}{Path(args.model).name} at {args.budget_mb} MiB, {args.tokens} tokens a round, {args.threads} thread(s), "
           f"emulated SSD {args.ssd_mb_s:g} MB/s, projected onto {args.device}: {out['rounds']} rounds, "
           f"{out['counted']} counted, {out['flagged']} flagged, {out['warming']} in the first {args.warmup_s:g} s "
           f"(the cache's warm-up) shown but not counted")
