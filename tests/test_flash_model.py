@@ -136,7 +136,7 @@ def test_the_error_bar_is_read_from_what_the_check_wrote(tmp_path):
     bar = error_bar("serial_tok_s", path)
     assert (bar.low, bar.high, bar.runs) == (-0.124, 0.081, 17)
     assert error_text("serial_tok_s", path).startswith("published runs: \u221212 % to +8 % (17 OnePlus 15R runs")
-    assert error_text("flash_s", path) == "no measured error (run bench/phone_check.py)"
+    assert error_text("flash_s", path) == "no measured error (run bench/sweeps/phone_check.py)"
 
 
 def test_size_prints_both_figures_with_the_measured_error():

@@ -1,4 +1,4 @@
-"""bench/phone_check.py: published phone runs projected from their traces, checked against the published figures.
+"""bench/sweeps/phone_check.py: published phone runs projected from their traces, checked against the published figures.
 
 The published figures (tests/data/published-phone-runs.csv) are BigMoeOnEdge's own measurements on a
 OnePlus 15R; the projection never reads them except the calibration run's compute seconds.
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _phone_check():
-    spec = importlib.util.spec_from_file_location("phone_check", REPO / "bench" / "phone_check.py")
+    spec = importlib.util.spec_from_file_location("phone_check", REPO / "bench" / "sweeps" / "phone_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -132,7 +132,7 @@ class Device:
 
     @property
     def flash_model(self) -> FlashModel:
-        """The device's reads as `size`, the window's projection and bench/phone_check.py model them:
+        """The device's reads as `size`, the window's projection and bench/sweeps/phone_check.py model them:
         the probe's fit where the preset has one, else its rate, latency and queue depth."""
         if self.flash_fit is not None:
             return self.flash_fit

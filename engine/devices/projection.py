@@ -50,7 +50,7 @@ else "compute" or "dram". Without request counts (or at latency 0) it is bytes Ã
 
 What this leaves out: thermal throttling, page-cache hits beyond what the measurement saw,
 the KV cache's own memory traffic, and (for the serial time) any overlap the engine does get.
-How far off the answer was on real phones is measured by bench/phone_check.py and printed
+How far off the answer was on real phones is measured by bench/sweeps/phone_check.py and printed
 beside it (engine/devices/projection_error.py).
 
 Units: bytes, seconds, and bandwidths in MB/s = 10^6 bytes/s.

@@ -1,11 +1,11 @@
-"""The error bar on a projection: how far off bench/phone_check.py measured it on published phone runs.
+"""The error bar on a projection: how far off bench/sweeps/phone_check.py measured it on published phone runs.
 
 The phone check projects BigMoeOnEdge's published OnePlus 15R runs (other than the runs compute is
 calibrated from) and writes the spread of its errors to one file, ``profiles/devices/projection-error.json``;
 `size` and the window print it beside the answer ("published runs: -12 % to +8 %"), so a reader of a
 projection sees how well the same arithmetic did where the answer was known. Nothing else writes it.
 
-    {"written_by": "bench/phone_check.py", "device": "oneplus-15r", "date": "2026-12-04",
+    {"written_by": "bench/sweeps/phone_check.py", "device": "oneplus-15r", "date": "2026-12-04",
      "runs": 17, "source": "tests/data/published-phone-runs.csv",
      "figures": {"serial_tok_s": [-0.12, 0.08], "overlapped_tok_s": [...], "flash_s": [...], "mib_per_token": [...],
                  "engine_tok_s": [...], "leave_one_model_out_tok_s": [...]}}
@@ -33,9 +33,9 @@ class ErrorBar:
     date: str
 
     def text(self) -> str:
-        """"published runs: −12 % to +8 % (17 OnePlus 15R runs, bench/phone_check.py 2026-12-04)"."""
+        """"published runs: −12 % to +8 % (17 OnePlus 15R runs, bench/sweeps/phone_check.py 2026-12-04)"."""
         return (f"published runs: {_pct(self.low)} to {_pct(self.high)} ({self.runs} {self.device} runs, "
-                f"bench/phone_check.py {self.date})")
+                f"bench/sweeps/phone_check.py {self.date})")
 
 
 def _pct(x: float) -> str:
@@ -56,7 +56,7 @@ def error_bar(figure: str, path: Path | None = None) -> ErrorBar | None:
 def error_text(figure: str, path: Path | None = None) -> str:
     """The error bar's words, or a sentence saying there is none yet."""
     bar = error_bar(figure, path)
-    return bar.text() if bar else "no measured error (run bench/phone_check.py)"
+    return bar.text() if bar else "no measured error (run bench/sweeps/phone_check.py)"
 
 
 def write_errors(figures: dict[str, tuple[float, float]], *, runs: int, device: str, date: str, source: str,
@@ -65,7 +65,7 @@ def write_errors(figures: dict[str, tuple[float, float]], *, runs: int, device: 
     from shardscope.engine.base.atomic_write import write_text_atomic
 
     target = path or ERROR_FILE
-    body = {"written_by": "bench/phone_check.py", "device": device, "date": date, "runs": runs, "source": source,
+    body = {"written_by": "bench/sweeps/phone_check.py", "device": device, "date": date, "runs": runs, "source": source,
             "figures": {k: [round(lo, 4), round(hi, 4)] for k, (lo, hi) in figures.items()}}
     write_text_atomic(str(target), json.dumps(body, indent=1) + "\n")
     return target

@@ -12,9 +12,9 @@ max(F - C, 0) .. F), tok/s between the two figures or within 10 % of one; then l
 model's runs with another model's compute per byte), and on the published table it writes the error bar
 `size` and the window print (profiles/devices/projection-error.json).
 
-    python bench/phone_check.py                                   # the published runs, --device oneplus-15r
-    python bench/phone_check.py --model Qwen3-30B-A3B             # one model's rows
-    python bench/phone_check.py --rows mine.csv --csv out.csv     # a reader's own runs, written back with
+    python -m bench.sweeps.phone_check                                # the published runs, --device oneplus-15r
+    python -m bench.sweeps.phone_check --model Qwen3-30B-A3B          # one model's rows
+    python -m bench.sweeps.phone_check --rows mine.csv --csv out.csv  # a reader's own runs, written back with
                                                                   # the projected columns added
 
 A reader's rows use the same columns (model,trace,k,cache_mib,decode_hit,mib_per_token,tok_s,compute_s,
