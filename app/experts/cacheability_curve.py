@@ -104,6 +104,18 @@ def _idle_priority() -> str:
         return "nice 19"
 
 
+def _idle_from_parent(pid: int) -> None:
+    """The child's priority set from here, before it has imported anything (a few seconds of a
+    core at normal priority on a loaded host)."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
+        except (AttributeError, OSError):
+            pass
+
+
 def _child(conn, source, policies, at_mb) -> None:
     """The replay process: progress messages, then the result (or the error's one line)."""
     from shardscope.engine.base.errors import ShardscopeError
@@ -132,6 +144,7 @@ def compute_in_process(source, policies: tuple[str, ...] = REPLAY_POLICIES, at_m
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(target=_child, args=(child, source, policies, at_mb), daemon=True)
     process.start()
+    _idle_from_parent(process.pid)  # at once: the child's own call comes only after its imports
     child.close()
     done = 0.0
     try:
