@@ -88,7 +88,7 @@ class CacheabilityPlot(pg.PlotWidget):
         self._projected_entry: pg.PlotCurveItem | None = None
         self.scene().sigMouseClicked.connect(self._clicked)
         self.item.vb.sigResized.connect(self._fit_band)
-        self.setMinimumHeight(200)
+        self.setMinimumHeight(150)  # the expert column's map, legend and notes share 800 px
         self._fit_band()
 
     def set_curves(self, points: Mapping[str, Sequence[tuple[float, float]]]) -> None:
@@ -174,13 +174,25 @@ class CacheabilityPlot(pg.PlotWidget):
         parts = []
         for policy in self._points:
             color = POLICY_COLORS.get(policy, _OTHER_COLOR)
-            mark = "\u2504\u2504" if policy == LIMIT else "\u2014\u25cf\u2014"
+            mark = "\u2504\u2504" if policy == LIMIT else "\u25cf"
             name = "optimal (limit)" if policy == LIMIT else policy
             parts.append(f'<span style="color:{color}">{mark}</span>&nbsp;{name.replace(" ", "&nbsp;")}')
         if self._projected:
-            parts.append(f'<span style="color:{PROJECTED_COLOR}">\u2508\u2508</span>&nbsp;projected&nbsp;tok/s&nbsp;(right&nbsp;axis)')
+            parts.append(f'<span style="color:{PROJECTED_COLOR}">\u2508\u2508</span>&nbsp;projected&nbsp;tok/s&nbsp;(right)')
         self.legend_label.setText(" &nbsp; ".join(parts))
         self.legend_label.setVisible(bool(parts))
+        self._fit_legend_label()
+
+    def _fit_legend_label(self) -> None:
+        """The label keeps the height of its wrapped lines: squeezed below it, it printed over the
+        plot's size axis (a wrapped label's height is not its size hint)."""
+        width, label = self.width(), self.__dict__.get("legend_label")
+        if label is not None and width > 0 and label.text():
+            label.setMinimumHeight(label.heightForWidth(width))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit_legend_label()
 
     def gap_note(self) -> str:
         return self._gap_note
