@@ -25,11 +25,12 @@ from typing import Sequence
 from shardscope.engine.measure.host_steal import thread_cpu_s
 from shardscope.engine.measure.token_stalls import stalled_tokens
 
-__all__ = ["ComputeWindow", "RoundTokens", "SIZE", "QUANTILE", "MIN_TOKENS"]
+__all__ = ["ComputeWindow", "RoundTokens", "SIZE", "QUANTILE", "MIN_TOKENS", "SETTLED_TOKENS", "settled"]
 
 SIZE = 320
 QUANTILE = 0.1
 MIN_TOKENS = 8  # fewer: no estimate (the round's own median stands in)
+SETTLED_TOKENS = 32  # a search counts a round once its estimate stands on this many tokens
 
 
 class ComputeWindow:
@@ -84,3 +85,11 @@ class RoundTokens:
             summary.between_tokens_s = max(0.0, (last_t or first_t) - first_t - sum(token_s))
         window.add(summary.token_s, summary.token_wait_s, summary.token_cpu_s)
         summary.compute_s_estimate = window.estimate()
+        summary.compute_tokens = len(window)  # how many tokens the estimate stands on
+
+
+def settled(summary, round_number: int) -> bool:
+    """Whether a search counts a run's ``round_number``-th round: its compute estimate stands on
+    SETTLED_TOKENS tokens (a tenth of a dozen tokens is one token), or 4 rounds ran before it (rounds
+    of 2-3 tokens would otherwise warm up for a dozen). A summary without the attribute (a replayed row) counts."""
+    return getattr(summary, "compute_tokens", SETTLED_TOKENS) >= SETTLED_TOKENS or round_number > 5

@@ -109,6 +109,7 @@ def _run_one(settings: RunSettings, device: str | None, should_stop: Callable[[]
     """A run from cold: its first round the warm-up, then warm rounds until ``enough`` (None: the cold
     round alone). Raises ShardscopeError. Returns (the row's summary, counted rounds, stalled, stopped)."""
     from shardscope.engine.devices.run_projection import round_stall
+    from shardscope.engine.measure.compute_window import settled
     from shardscope.engine.runs.bench_command import attach_projection
     from shardscope.engine.runs.run_factory import open_run
 
@@ -125,8 +126,8 @@ def _run_one(settings: RunSettings, device: str | None, should_stop: Callable[[]
 
         def on_summary(summary: RunSummary) -> None:
             seen["rounds"] += 1
-            if enough is None or summary.stopped or seen["rounds"] == 1:
-                return  # the cold round (kept as the row only when no warm rounds are asked)
+            if enough is None or summary.stopped or seen["rounds"] == 1 or not settled(summary, seen["rounds"]):
+                return  # the cold round (the row when no warm rounds are asked), then the compute estimate's warm-up
             if round_stall(summary):
                 seen["stalled"] += 1
             else:

@@ -39,6 +39,7 @@ def measure_rounds(settings: RunSettings, device_id: str, enough: Callable[[list
     not counted. Returns (counted rounds, stalled rounds)."""
     from shardscope.engine.devices.run_projection import round_stall
     from shardscope.engine.measure import host_steal
+    from shardscope.engine.measure.compute_window import settled
     from shardscope.engine.runs.bench_command import attach_projection
     from shardscope.engine.runs.run_factory import open_run
 
@@ -49,7 +50,8 @@ def measure_rounds(settings: RunSettings, device_id: str, enough: Callable[[list
             now = host_steal.reading()
             steal, state["mark"] = host_steal.share(state["mark"], now), now
             state["rounds"] += 1
-            if state["rounds"] > 1 and not summary.stopped:  # the first round is the cold warm-up
+            if state["rounds"] > 1 and not summary.stopped and settled(summary, state["rounds"]):  # the cold round, then until
+                # the compute estimate stands on enough tokens, are the warm-up
                 ttft = state["ttft"]
                 usual = statistics.median(ttft) if len(ttft) >= 2 else math.nan
                 if round_stall(summary, steal, usual):
