@@ -99,3 +99,14 @@ def test_titles_are_cut_at_a_word_with_the_whole_title_in_the_tooltip(qtbot) -> 
     _redrawn(qtbot, chart)
     label = chart.plot_item("ssd").titleLabel
     assert label.toolTip() == "SSD reads (read_bytes; 1 MB = 10\u2076 B, as the emulated SSD)"
+
+
+def test_a_narrow_chart_shows_a_shorter_banner_that_leaves_the_title_room(qtbot) -> None:
+    chart = _chart(qtbot)
+    chart.resize(350, 600)  # the charts' column at 1280 x 800 with the expert column shown
+    _pan(chart, 20.0, 80.0)
+    _redrawn(qtbot, chart)
+    assert chart.paused_text().endswith("End or double-click to follow")  # the whole text, also on hover
+    shown = chart.paused_label.text()
+    assert shown.startswith("paused at t = 80 s") and chart.paused_label.width() <= 0.7 * chart.viewport().width()
+    assert chart.paused_text() in chart.paused_label.toolTip()

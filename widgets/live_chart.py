@@ -426,8 +426,9 @@ class LiveChart(pg.GraphicsLayoutWidget):
         return self._following
 
     def paused_text(self) -> str:
-        """The banner's text while the chart does not follow ("" while it does)."""
-        return self.paused_label.text() if not self.paused_label.isHidden() else ""
+        """The banner's whole text while the chart does not follow ("" while it does); a narrow
+        chart shows a shorter form of it."""
+        return getattr(self, "_paused_full", "") if not self.paused_label.isHidden() else ""
 
     def mouseDoubleClickEvent(self, event) -> None:
         """A double-click on the charts follows the newest samples again."""
@@ -447,7 +448,16 @@ class LiveChart(pg.GraphicsLayoutWidget):
         newest = float(self._t[self._end - 1]) if self._len else None
         at = min(x1, newest) if newest is not None else x1
         live = f" (live {newest:,.0f} s)" if newest is not None and newest > at + 0.5 else ""
-        text = f"paused at t = {max(at, 0.0):,.0f} s{live} \u2014 End or double-click to follow"
+        head = f"paused at t = {max(at, 0.0):,.0f} s"
+        full = f"{head}{live} \u2014 End or double-click to follow"
+        # the longest that leaves the top title some room (a narrow chart at 1280 x 800); whole on hover
+        room = 0.7 * self.viewport().width() - 16
+        fm = self.paused_label.fontMetrics()
+        text = next((t for t in (full, f"{head} \u2014 End or double-click to follow", f"{head} \u2014 End: follow",
+                                 head) if fm.horizontalAdvance(t) <= room), head)
+        self.paused_label.setToolTip(f"{full}. The charts stopped following the newest samples (a drag or zoom "
+                                     "in a plot); End, a double-click or Run \u2192 Follow latest follows again.")
+        self._paused_full = full
         if text != self.paused_label.text() or self.paused_label.isHidden():
             self.paused_label.setText(text)
             self.paused_label.adjustSize()

@@ -36,7 +36,7 @@ class ControlColumn(QScrollArea):
         self.setWidget(panel)
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setMinimumWidth(300)
+        self.setMinimumWidth(290)  # four columns in 1280 px (issue 48)
         self._check_gpu()
 
     def _check_gpu(self) -> None:
