@@ -215,6 +215,7 @@ def test_auto_tune_on_a_synthetic_model_uses_fewer_runs_than_the_grid(qtbot, tmp
     fill(dialog, policy="pinned", shard_mb="16,32", prefetch_depth="0-1", threads="1-2")
     dialog.tokens_spin.setValue(3)
     dialog.passes_spin.setValue(2)
+    dialog.rounds_spin.setValue(2)  # a cold round and 2 warm ones a candidate: the interval, kept short
     dialog.start()
     assert window.search_owner() == "the auto-tune"
     wait_idle(qtbot, window, dialog, timeout=150_000)

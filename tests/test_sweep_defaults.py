@@ -85,4 +85,5 @@ def test_tune_defaults_all_run_and_both_dialogs_give_a_time_once_a_round_ran(qtb
     sweep.tokens_spin.setValue(6)
     runs = math.prod(len(v) for v in sweep.fields.parse().values())
     from shardscope.engine.measure.progress_words import clock
-    assert f"about {clock(runs * per_run)}" in sweep.show_cost()
+    rounds = 1 + sweep.rounds_spin.value()  # a cold round and the warm ones of its interval, each run
+    assert f"about {clock(runs * rounds * per_run)}" in sweep.show_cost()

@@ -86,12 +86,18 @@ class SweepDialog(SearchDialog):
         self.tokens_spin = QSpinBox(self)
         self.tokens_spin.setRange(2, 4096)
         self.tokens_spin.setValue(DEFAULT_TOKENS)
-        self.tokens_spin.setToolTip("Tokens per run; the first is warm-up and excluded from tok/s")
+        self.tokens_spin.setToolTip("Tokens per round; the first is warm-up and excluded from tok/s")
+        self.rounds_spin = QSpinBox(self)
+        self.rounds_spin.setRange(0, 16)
+        self.rounds_spin.setValue(8)
+        self.rounds_spin.setToolTip("Warm rounds per combination at most, after its cold first round, fewer where "
+                                    "its interval is known sooner; 0: the cold round alone (no interval)")
         self.device_combo = DeviceCombo(self)
         self.device_combo.set_device_id(window.device_id())
         extra = QFormLayout()
         extra.setContentsMargins(0, 0, 0, 0)
-        extra.addRow("Tokens per run", self.tokens_spin)
+        extra.addRow("Tokens per round", self.tokens_spin)
+        extra.addRow("Warm rounds at most", self.rounds_spin)
         extra.addRow("Project onto", self.device_combo)
 
         run_row = self._run_buttons("Stop the current run at its next token; finished rows stay")
@@ -135,6 +141,7 @@ class SweepDialog(SearchDialog):
         for edit in self.fields.edits.values():
             edit.textEdited.connect(lambda _t: self.show_cost())
         self.tokens_spin.valueChanged.connect(lambda _v: self.show_cost())
+        self.rounds_spin.valueChanged.connect(lambda _v: self.show_cost())
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.table = SweepTable(self)
@@ -182,7 +189,10 @@ class SweepDialog(SearchDialog):
             return self.cost_label.text()
         refused = [r for r in map(engine_refusal, combos) if r is not None]
         runs = len(combos) - len(refused)
-        text = cost_text(runs, self.tokens_spin.value(), self.window_.last_round)
+        most = self.rounds_spin.value()  # each run: a cold round and up to that many warm ones
+        text = cost_text(runs * (1 + most), self.tokens_spin.value(), self.window_.last_round,
+                         what=f"rounds at most ({runs} runs: a cold round and up to {most} warm ones each)"
+                         if most else "runs")
         self.progress.setRange(0, max(1, runs))  # before Start the bar says the same N as the text
         self.progress.setValue(0)
         if refused:
@@ -212,10 +222,11 @@ class SweepDialog(SearchDialog):
         self.plot.show_results([], self.knobs)
         self.progress.setRange(0, self.total)
         self.progress.setValue(0)
-        device = self.device
+        device, most = self.device, self.rounds_spin.value()
 
         def sweep(emit, should_stop) -> int:
-            for result in iter_sweep(base, grid, device=device, should_stop=should_stop):
+            for result in iter_sweep(base, grid, device=device, should_stop=should_stop, min_rounds=min(3, most),
+                                     max_rounds=most):
                 emit(result)
             return self.total
 
@@ -330,6 +341,7 @@ class SweepDialog(SearchDialog):
         self.cancel_button.setEnabled(busy)
         self.fields.set_enabled(not busy)
         self.tokens_spin.setEnabled(not busy)
+        self.rounds_spin.setEnabled(not busy)
         self.device_combo.setEnabled(not busy)
         chosen = self.table.selected_result()
         usable = chosen is not None and chosen.ok

@@ -125,6 +125,11 @@ class TuneDialog(SearchDialog):
         self.passes_spin.setRange(1, 6)
         self.passes_spin.setValue(DEFAULT_PASSES)
         self.passes_spin.setToolTip("Passes over all knobs at most (it stops early when a pass moves nothing)")
+        self.rounds_spin = QSpinBox(self)
+        self.rounds_spin.setRange(1, 16)
+        self.rounds_spin.setValue(MAX_ROUNDS)
+        self.rounds_spin.setToolTip("Warm rounds per candidate at most, after its cold first round; fewer where "
+                                    f"its interval is known sooner (at least {MIN_ROUNDS}, or this many if fewer)")
         self.budget_label = QLabel("", self)
         self.budget_label.setWordWrap(True)
         self.cost_label = QLabel("", self)  # before Start: how many runs at most, about how long
@@ -133,12 +138,14 @@ class TuneDialog(SearchDialog):
             edit.textEdited.connect(lambda _t: self.show_cost())
         self.tokens_spin.valueChanged.connect(lambda _v: self.show_cost())
         self.passes_spin.valueChanged.connect(lambda _v: self.show_cost())
+        self.rounds_spin.valueChanged.connect(lambda _v: self.show_cost())
 
         form = QFormLayout()
         form.addRow("Device", self.device_combo)
         form.addRow(self.fields)
         form.addRow("Tokens per run", self.tokens_spin)
         form.addRow("Passes at most", self.passes_spin)
+        form.addRow("Warm rounds at most", self.rounds_spin)
         inputs = QGroupBox("Candidates (lists: 16,64 — ranges: 0-4, 1-8+2, 1-16*2)", self)
         il = QVBoxLayout(inputs)
         il.addLayout(form)
@@ -223,10 +230,11 @@ class TuneDialog(SearchDialog):
             cands = self.searched(cands)
             runs = max_runs(cands, self.passes_spin.value())
             grid = math.prod(len(v) for v in cands.values())
-            tokens = self.tokens_spin.value() * (1 + MAX_ROUNDS)  # a cold round and up to MAX_ROUNDS warm ones
+            most = self.rounds_spin.value()  # each run: a cold round and up to that many warm ones
             self.cost_label.setText("Start: at most " + cost_text(
-                runs, tokens, self.window_.last_round,
-                what=f"runs (the full grid is {grid}; each a cold round and {MIN_ROUNDS}-{MAX_ROUNDS} warm rounds)"))
+                runs * (1 + most), self.tokens_spin.value(), self.window_.last_round,
+                what=f"rounds ({runs} runs of the full grid's {grid}: a cold round and {min(MIN_ROUNDS, most)}-{most} "
+                     f"warm ones each)"))
         return self.cost_label.text()
 
     # ------------------------------------------------------------------ running
@@ -241,6 +249,7 @@ class TuneDialog(SearchDialog):
         self._show_budget()
         model_path = self.window_.current_settings().model_path
         cap, tokens, passes = self.budget_cap_mb(), self.tokens_spin.value(), self.passes_spin.value()
+        most = self.rounds_spin.value()
         ssd = float(self.window_.current_settings().ssd_mb_s)
         self.result = None
         self.evaluations = []
@@ -254,7 +263,7 @@ class TuneDialog(SearchDialog):
         def tune(emit, should_stop) -> TuneResult:
             return auto_tune(device_id, model_path=model_path, candidates=cands, budget_cap_mb=cap,
                              n_gen=tokens, ssd_mb_s=ssd, max_passes=passes, on_eval=emit,
-                             should_stop=should_stop)
+                             min_rounds=min(MIN_ROUNDS, most), max_rounds=most, should_stop=should_stop)
 
         refusal = self.runner.start(tune)
         if refusal:
@@ -343,7 +352,7 @@ class TuneDialog(SearchDialog):
         self.start_button.setEnabled(not busy)
         self.cancel_button.setEnabled(busy)
         self.fields.set_enabled(not busy)
-        for w in (self.tokens_spin, self.passes_spin, self.device_combo):
+        for w in (self.tokens_spin, self.passes_spin, self.rounds_spin, self.device_combo):
             w.setEnabled(not busy)
         done = not busy and self.best_settings() is not None
         self.apply_button.setEnabled(done)

@@ -90,6 +90,6 @@ class RoundTokens:
 
 def settled(summary, round_number: int) -> bool:
     """Whether a search counts a run's ``round_number``-th round: its compute estimate stands on
-    SETTLED_TOKENS tokens (a tenth of a dozen tokens is one token), or 4 rounds ran before it (rounds
+    SETTLED_TOKENS tokens (a tenth of a dozen tokens is one token), or 2 warm rounds ran before it (rounds
     of 2-3 tokens would otherwise warm up for a dozen). A summary without the attribute (a replayed row) counts."""
-    return getattr(summary, "compute_tokens", SETTLED_TOKENS) >= SETTLED_TOKENS or round_number > 5
+    return getattr(summary, "compute_tokens", SETTLED_TOKENS) >= SETTLED_TOKENS or round_number > 3
