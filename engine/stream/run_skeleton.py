@@ -300,7 +300,6 @@ class RunSkeleton:
         def on_token(index: int, token: int, piece: bytes, dt: float) -> None:
             now = marks["last_t"] = time.perf_counter()
             self._token_done(index, proc)
-            self._token_sampled(index, token)
             marks["tokens"].token(self._tally().wait_s)
             if index == 0:
                 self.progress.end(completed=True, read_bytes=process_read_bytes(proc))
@@ -312,6 +311,8 @@ class RunSkeleton:
                 self._take_pending()
             if self.on_token:
                 self.on_token(index, piece.decode("utf-8", "replace"), dt)
+            # last: reads it starts (hash prefetch) fall after every per-token mark, ours and a watcher's
+            self._token_sampled(index, token)
 
         self._phase("prompt")
         # The layer hooks say which layer the prompt pass is at; its bytes are the kernel's reads.
