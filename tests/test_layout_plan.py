@@ -6,6 +6,7 @@ import numpy as np
 import gguf
 import pytest
 
+from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.layout_cache import load_layout
@@ -67,10 +68,10 @@ def test_min_budget_counts_globals_layer_and_window(tmp_path):
     plan = plan_shards(read_layout(path), 1)
     assert len(plan.shards) == 6 and plan.max_shard_bytes == 1_048_576
     assert plan.globals_bytes == 527_360
-    assert plan.min_budget_bytes(2) == 3_673_088
-    assert plan.min_budget_bytes(0) == 1_575_936
+    assert dense_minimum(plan, 2).bytes == 3_673_088
+    assert dense_minimum(plan, 0).bytes == 1_575_936
     # Past the model's size everything simply fits: 13 × 524,288 + 12 × 256 = 6,818,816 B.
-    assert plan.min_budget_bytes(8) == 6_818_816
+    assert dense_minimum(plan, 8).bytes == 6_818_816
 
 
 def test_layout_cache_serves_a_reopen_without_parsing_the_file(bundled_model, monkeypatch):
@@ -103,7 +104,7 @@ def test_gpu_layers_leave_the_host_plan(synthetic_model):
     assert plan_shards(layout, 32, gpu_layers=1).offloaded_layers == ()
     assert offloaded.host_bytes == host_only.total_bytes - offloaded.offloaded_bytes
     assert offloaded.globals_bytes == host_only.globals_bytes
-    assert offloaded.min_budget_bytes(1) <= host_only.min_budget_bytes(1)
+    assert dense_minimum(offloaded, 1).bytes <= dense_minimum(host_only, 1).bytes
 
 
 def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):

@@ -21,6 +21,7 @@ import pytest
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.experts.budget_split import split_budget
 from shardscope.engine.layout import budget_minimum as bm
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
@@ -88,8 +89,8 @@ def test_without_the_trunk_streaming_the_budget_would_not_hold_the_trunk(moe_fil
     could not run there (this fails if minimum_for stops counting the trunk as streamable)."""
     moe = read_moe_layout(load_layout(moe_file))
     assert _between(moe_file) * MIB < bm.resident_dense_bytes(moe) + bm.min_expert_cache_bytes(moe, False)
-    split = bm.split_budget(moe, bm.trunk_plan_for(load_layout(moe_file), moe, _settings(moe_file)),
-                            _settings(moe_file, budget_mb=_between(moe_file)))
+    split = split_budget(moe, bm.trunk_plan_for(load_layout(moe_file), moe, _settings(moe_file)),
+                         _settings(moe_file, budget_mb=_between(moe_file)))
     assert split.trunk_streams and split.cache_bytes >= split.minimum.picks_bytes
 
 

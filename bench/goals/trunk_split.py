@@ -3,7 +3,7 @@
 One budget between the model's minimum and its dense bytes (the trunk streams by layer beside the
 experts), run at ≥ 5 trunk shares (engine/knobs/knobs.py ``trunk_share``: percent of the room above
 the minimum the trunk may keep resident, the rest for the expert cache) and at the engine's default
-(``0`` = auto, engine/layout/budget_minimum.py default_trunk_share), each share one run of warm
+(``0`` = auto, engine/experts/budget_split.py default_trunk_share), each share one run of warm
 rounds (its cold first round left out: auto chooses from a round's measured costs), the passes
 over the shares interleaved so the host's drift falls on every share alike. Per share: tok/s (median of the rounds),
 trunk and expert MiB read per token, the expert hit rate.

@@ -36,6 +36,7 @@ from collections import deque
 from pathlib import Path
 
 from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.stream.streaming_run import prepare_plan
@@ -86,7 +87,7 @@ def one_run(base: RunSettings, n_gpu_layers: int, budget_mb: int | None, label: 
     _, plan = prepare_plan(settings.with_changes(budget_mb=1_048_576))
     host_mb = plan.host_bytes / MIB
     if budget_mb is None:  # stream: about half of what stays on the host, never below the minimum
-        min_mb = plan.min_budget_bytes(settings.prefetch_depth) / MIB
+        min_mb = dense_minimum(plan, settings.prefetch_depth).bytes / MIB
         budget_mb = int(math.ceil(max(host_mb / 2, min_mb + 1)))
     settings = settings.with_changes(budget_mb=budget_mb)
     tokens: list[int] = []

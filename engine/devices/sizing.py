@@ -198,7 +198,7 @@ class SizingResult:
     trunk_bytes: float = 0.0  # every trunk byte that can stream
     trunk_hold_bytes: float = 0.0  # what the trunk's shards may keep resident (its window included)
     trunk_share: int = 0  # percent of the room above the minimum given to the trunk
-    trunk_share_chosen: bool = True  # the engine's choice (budget_minimum.default_trunk_share)
+    trunk_share_chosen: bool = True  # the engine's choice (budget_split.default_trunk_share)
     trunk_streamed_bytes: float = 0.0  # per token
     expert_streamed_bytes: float = 0.0  # per token
     prompt_tokens: int = 100  # the TTFT's prompt
@@ -309,7 +309,7 @@ def size_shape(
             f"{shape.label} on {device.name} ({parts})"
         )
     elif moe and T > 0 and budget < resident_dense + staging:
-        # The budget cannot hold the trunk: it streams by layer beside the experts (budget_minimum.split_budget)
+        # The budget cannot hold the trunk: it streams by layer beside the experts (budget_split.split_budget)
         fits, overlap = False, prefetch
         resident, streamed, expert_cache, split = _trunk_streamed(
             shape, budget, minimum, staging, trunk_share, expert_hit_rate, expert_trace, expert_policy, assumptions)
@@ -445,9 +445,9 @@ def _trunk_streamed(shape: ModelShape, budget: float, minimum: float, staging: f
                     expert_hit_rate, expert_trace, expert_policy: str, assumptions: list) -> tuple:
     """(resident, streamed per token, expert cache, the split's fields) where the trunk streams by
     layer: the room above the minimum goes ``trunk_share`` % to the trunk (0: the engine's choice,
-    budget_minimum.default_trunk_share: the trunk first), the rest to the expert cache; the trunk's
+    budget_split.default_trunk_share: the trunk first), the rest to the expert cache; the trunk's
     pinned layers are what it holds beyond its window (the run's pinned policy)."""
-    from shardscope.engine.layout.budget_minimum import TRUNK_GAIN
+    from shardscope.engine.experts.budget_split import TRUNK_GAIN
 
     T, window, E, f = shape.trunk_bytes, shape.trunk_window_bytes, shape.expert_bytes, shape.expert_fraction
     chosen = not trunk_share

@@ -6,7 +6,7 @@ arithmetic) is engine/stream/run_skeleton.py, shared with the dense StreamingRun
 module supplies only the streamer: the ExpertStreamer (engine/experts/expert_streaming.py)
 with its expert cache, composed where the trunk streams with the dense run's layer streamer
 (a ResidencyController over the trunk's shards: pinned layers, a window in flight, prefetch
-depth) under the trunk's part of one budget (engine/layout/budget_minimum.py split_budget),
+depth) under the trunk's part of one budget (engine/experts/budget_split.py split_budget),
 its counters, the routing trace and the knobs it takes live. engine/runs/run_factory.py picks it for MoE models that do not
 fit their budget, or when a routing trace is asked for.
 """
@@ -31,8 +31,8 @@ from shardscope.engine.experts.hash_prefetch import HashPrefetch, hash_tables
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
-from shardscope.engine.layout.budget_minimum import (BudgetSplit, choose_trunk_share, prompt_batch_tokens,
-                                                     split_budget, trunk_plan_for)
+from shardscope.engine.experts.budget_split import BudgetSplit, choose_trunk_share, split_budget
+from shardscope.engine.layout.budget_minimum import prompt_batch_tokens, trunk_plan_for
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.measure.metrics import MetricsSample, process_read_bytes

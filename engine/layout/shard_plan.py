@@ -88,14 +88,6 @@ class ShardPlan:
     def layer_bytes(self, layer_pos: int) -> int:
         return sum(self.shards[i].n_bytes for i in self.layer_shards[layer_pos])
 
-    def min_budget_bytes(self, depth: int) -> int:
-        """Globals + the layer being computed + the shards being prefetched (engine/layout/
-        budget_minimum.py's one minimum: the eval callback waits per layer, so all slices of the
-        current layer must be resident together; prefetch keeps ``depth`` more shards in flight)."""
-        from shardscope.engine.layout.budget_minimum import dense_minimum
-
-        return dense_minimum(self, depth).bytes
-
     def shard_of_layer_pos(self, layer_pos: int) -> tuple[int, ...]:
         return self.layer_shards[layer_pos]
 

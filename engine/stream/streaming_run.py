@@ -15,6 +15,7 @@ import psutil
 from shardscope.engine.base.bundled_model import resolve_model_path
 from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.settings import RunSettings, validate
+from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.shard_plan import ShardPlan, plan_shards
 from shardscope.engine.measure.metrics import MetricsSample
@@ -24,7 +25,7 @@ from shardscope.engine.stream.run_summary import RunSummary
 
 def min_budget_mb(plan: ShardPlan, settings: RunSettings) -> float:
     """The smallest budget ``settings`` can run ``plan`` with (what apply and planning check)."""
-    return plan.min_budget_bytes(settings.prefetch_depth) / MIB
+    return dense_minimum(plan, settings.prefetch_depth).bytes / MIB
 
 
 def prepare_plan(settings: RunSettings) -> tuple[str, ShardPlan]:
