@@ -49,3 +49,20 @@ def test_k3_without_the_entitlement_is_refused_naming_the_minimum(capsys):
     assert main(["size", "--like", "kimi-k3", "--device", "iphone-16-pro"]) == 2
     err = capsys.readouterr().err
     assert "below the minimum of" in err and "\n" not in err.strip()
+
+
+@pytest.mark.parametrize("device", ["iphone-16-pro", "iphone-16-pro-internal"])
+def test_the_worked_example_quotes_what_size_prints(capsys, device):
+    """docs/sizing-example.md and docs/iphone-16-pro.md quote size's answer for K3: when the sizing
+    changes, the pages must change with it (the s/token and the minimum as printed)."""
+    from pathlib import Path
+
+    out = _size(capsys, "--device", device, "--extended-limit")
+    s_per_token = re.search(r"projection\s+([\d.,]+) s per token", out).group(1)
+    minimum = re.search(r"minimum\s+([\d,]+) MiB", out).group(1)
+    docs = Path(__file__).parents[1] / "docs"
+    for page in ("sizing-example.md", "iphone-16-pro.md"):
+        text = (docs / page).read_text()
+        assert "size --like kimi-k3" in text, page
+        assert f"{minimum} MiB" in text, (page, minimum)
+        assert s_per_token in text, (page, device, s_per_token)

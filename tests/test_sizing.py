@@ -217,7 +217,8 @@ def test_dense_1_56_tb_is_half_an_hour_per_token_at_usb_speed():
 
 
 def test_worked_example_numbers_in_docs():
-    """docs/sizing-example.md quotes these; if the arithmetic changes, update the doc."""
+    """The sizing from numbers on a 1.56 TB MoE of 61 layers, 48 B active at 8 bits (hand-checked figures;
+    the docs now work K3's real shape: tests/test_k3_sizing.py holds them to the doc)."""
     inp = SizingInput(total_params=1.56e12, active_params=48e9, bits_per_weight=8, n_layers=61,
                     globals_bytes=2.35e9, name="1.56 TB MoE (1.56T params, 48B active, 8-bit)")
     iphone = get_device("iphone-16-pro")
@@ -232,10 +233,6 @@ def test_worked_example_numbers_in_docs():
     # flight a request's 150 µs wait overlaps ~20 ms of transfers ahead of it, so each of the 61
     # layers exposes its first request's wait only: 61 x 150 µs, not one wait per 32 requests.
     assert r.projection.ssd_latency_s == pytest.approx(61 * 150e-6, rel=1e-3)
-    docs = (Path(__file__).parents[1] / "docs")
-    for page in ("sizing-example.md", "iphone-16-pro.md"):
-        text = (docs / page).read_text()
-        assert "9.15 ms of request latency" in text and "one batch per layer" not in text, page
     laptop = size_from_numbers(inp, "laptop-16gb")
     assert laptop.s_per_token == pytest.approx(15.14, rel=1e-3)
     # The expert cache is the budget less the dense bytes (what the run uses), and the prompt
