@@ -78,6 +78,12 @@ def test_trunk_streams_with_identical_text_and_every_outside_check_agreeing(moe_
     assert "trunk residency (end of run)" in names
     assert "expert_mb_per_token + dense_mb_per_token (CSV)" in names
     assert report.ok, [(c.figure, c.engine, c.outside, c.note) for c in report.unchecked + report.disagreeing]
+    # The memory chart's split: while decoding, the trunk's shards held and the expert cache are both
+    # charted, and with the globals they stay inside the budget mincore saw the run keep.
+    decoding = [x for x in samples if x.phase == "generating" and x.n_tokens > 0]
+    assert decoding, {x.phase for x in samples}
+    assert all(x.trunk_resident_mb > 0 and x.expert_cache_mb > 0 for x in decoding)
+    assert max(x.trunk_resident_mb + x.expert_cache_mb for x in decoding) <= budget
     # The outside process's own peak of the weights in RAM (mincore + the run's own pages), not the engine's.
     peak = names["resident_weights_mb (CSV, peak)"]
     assert peak.outside <= budget + 0.5, (peak.outside, budget)

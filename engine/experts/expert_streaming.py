@@ -464,6 +464,13 @@ class ExpertStreamer:
         snap = trunk_snapshot or self.trunk.snapshot()
         return snap.resident_bytes - self.trunk.plan.globals_bytes
 
+    def resident_split(self) -> tuple[int, int]:
+        """(trunk shard bytes held, expert cache bytes) in the books: the memory chart draws the two
+        apart, so a user sees where the budget above the globals went."""
+        with self._lock:
+            cache = self.cache.used_bytes
+        return self.trunk_resident_bytes(), cache
+
     def snapshot_counters(self) -> ExpertCounters:
         """The expert counters; dense_loaded_bytes includes the trunk's shard loads where it streams."""
         with self._lock:

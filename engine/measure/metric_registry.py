@@ -72,6 +72,12 @@ METRICS: tuple[Metric, ...] = (
            source="1 − /proc/<pid>/io read_bytes ÷ picked experts' bytes"),
     Metric("spec_accuracy", "%", "speculation accuracy", fraction=True, plot="hit", curve="spec", timeline=True,
            markdown=True, kind="experts"),
+    # The split of an expert run's weights (engine/experts/budget_split.py): the trunk's shards held and
+    # the expert cache, in the streamer's books; their sum with the globals is held against mincore.
+    Metric("trunk_resident_mb", "MiB", "trunk held", plot="memory", curve="trunk_held", timeline=True,
+           kind="experts"),
+    Metric("expert_cache_mb", "MiB", "expert cache", plot="memory", curve="expert_cache", timeline=True,
+           kind="experts"),
     Metric("dense_mb_per_token", "MiB", "dense", plot="per_token", curve="dense_tok", timeline=True,
            kind="experts"),
     Metric("expert_mb_per_token", "MiB", "experts", plot="per_token", curve="expert_tok", timeline=True,

@@ -61,6 +61,10 @@ class MetricsSample:
     dense_mb_per_token: float = math.nan  # dense bytes streamed per decoded token
     expert_mb_per_token: float = math.nan  # expert bytes loaded per decoded token
     spec_accuracy: float = math.nan  # guessed experts their layer then picked (NaN: no guesses)
+    # Where the expert run's weights sit in its books: the trunk's shards held (0 while the trunk
+    # stays in the resident dense pages) and the expert cache's bytes (NaN for dense runs).
+    trunk_resident_mb: float = math.nan
+    expert_cache_mb: float = math.nan
     progress: Progress | None = None  # the long phase under way (load, prompt pass), else None
     gpu_mb: float = 0.0  # GPU memory in use (engine/measure/gpu_memory.py); 0 on a CPU build
 
@@ -288,6 +292,8 @@ class MetricsSampler:
         self._last_rates = tuple(held if math.isnan(rate) else rate for rate, held in zip(rates, self._last_rates))
         weights_b = weights if weights is not None else 0
         expert = self._expert_rates() if self._expert_counters is not None else self._last_expert
+        split = getattr(self.streamer, "resident_split", None)  # an expert streamer's (trunk, cache) bytes
+        trunk_b, cache_b = split() if split is not None else (math.nan, math.nan)
         sample = MetricsSample(
             t_s=now - self._t0,
             rss_mb=rss / MIB,
@@ -313,6 +319,8 @@ class MetricsSampler:
             dense_mb_per_token=expert[1],
             expert_mb_per_token=expert[2],
             spec_accuracy=expert[3],
+            trunk_resident_mb=trunk_b / MIB,
+            expert_cache_mb=cache_b / MIB,
             progress=self.progress.snapshot(read_now) if self.progress is not None else None,
             gpu_mb=gpu_memory_used_mb(),
         )
