@@ -119,3 +119,29 @@ def test_another_model_clears_the_curves(qtbot, tmp_path) -> None:
         assert panel.routing_stats.text() == "" and panel.plot.legend_names() == []
     finally:
         window.close()
+
+
+def test_the_curves_projection_keeps_the_rounds_compute_estimate() -> None:
+    """The projected tok/s on the curve is the round's own projection with only its reads changed:
+    dataclasses.replace dropped the run's robust compute estimate (an attribute beside the fields),
+    and the curve read 2 tok/s beside the round's 154 for the same device (seen under Xvfb)."""
+    import copy
+
+    import dataclasses
+
+    from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
+    from shardscope.engine.devices.run_projection import projection_for
+    from shardscope.engine.experts.expert_run import ExpertRunSummary
+
+    filled = {f.name: "" if f.type in (str, "str") else 0 for f in dataclasses.fields(ExpertRunSummary)
+              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    s = ExpertRunSummary(**{**filled, **dict(
+        avg_ts=2.0, read_mb_per_token=1.6, model_size_mb=250.0, n_expert=128, n_expert_used=8, globals_mb=17.0,
+        n_layers=5, n_threads=2, prefetch_depth=0, wait_ms_per_token=20.0, dense_mb_per_token=0.0)})
+    s.compute_s_estimate = 0.004  # the run's robust per-token compute: far below 1 / avg_ts
+    used = 8 * 233 / 128
+    (size, tok_s), = cc.projected_points(s, [(73.0, 0.9)], used, "iphone-16-pro")
+    same = copy.copy(s)
+    same.read_mb_per_token = moe_ssd_bytes_per_token(0.0, used * MIB, 0.9) / MIB
+    assert tok_s == pytest.approx(projection_for(same, "iphone-16-pro").tokens_per_s)
+    assert tok_s > 10  # not this host's 1 / avg_ts = 2 tok/s

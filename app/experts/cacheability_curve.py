@@ -208,6 +208,13 @@ def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: 
             continue
         read = moe_ssd_bytes_per_token(dense * MIB, used_expert_mb * MIB, hit) / MIB
         what_if = dataclasses.replace(summary, read_mb_per_token=read)
+        # replace() builds a new summary from its fields only: what the run attached beside them (its
+        # robust compute estimate, engine/measure/compute_window.py) would be lost, and the curve then
+        # projected this host's raw compute: 2 tok/s beside the round's 154 for the same device
+        fields = {f.name for f in dataclasses.fields(summary)}
+        for key, value in vars(summary).items():
+            if key not in fields:
+                object.__setattr__(what_if, key, value)
         out.append((size, projection_for(what_if, device_id).tokens_per_s))
     return out
 
