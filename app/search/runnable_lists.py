@@ -122,11 +122,15 @@ def seconds_per_run(n_gen: int, last_round) -> float | None:
     return last_round.ttft_ms / 1000 + max(0, n_gen - 1) / last_round.avg_ts
 
 
-def cost_text(runs: int, n_gen: int, last_round, what: str = "runs") -> str:
-    """"9 runs of 8 tokens, about 0:41 (from the last round: TTFT 1,210 ms, 25.3 tok/s)"."""
-    head = f"{runs} {what} of {n_gen} tokens"
+def cost_text(runs: int, n_gen: int, last_round, what: str = "runs", warm_rounds: int = 0) -> str:
+    """"9 runs of 8 tokens, about 0:41 (from the last round: TTFT 1,210 ms, 25.3 tok/s)"; with
+    ``warm_rounds`` each run is a cold round and up to that many warm ones (the searches' intervals),
+    and the time is for all of them."""
+    rounds = 1 + max(0, warm_rounds)
+    head = f"{runs} {what} of {n_gen} tokens" + (
+        f" (each a cold round and up to {warm_rounds} warm ones: {runs * rounds} rounds at most)" if warm_rounds else "")
     per_run = seconds_per_run(n_gen, last_round)
     if per_run is None:
         return f"{head}; press Run once for a time estimate (it is taken from the last complete round)"
-    return (f"{head}, about {clock(runs * per_run)} (each {per_run:.1f} s from the last complete round: "
-            f"TTFT {last_round.ttft_ms:,.0f} ms, {last_round.avg_ts:.3g} tok/s; a cold load adds to each)")
+    return (f"{head}, about {clock(runs * rounds * per_run)} (each round {per_run:.1f} s from the last complete "
+            f"round: TTFT {last_round.ttft_ms:,.0f} ms, {last_round.avg_ts:.3g} tok/s; a cold load adds to each run)")

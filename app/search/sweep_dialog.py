@@ -189,10 +189,7 @@ class SweepDialog(SearchDialog):
             return self.cost_label.text()
         refused = [r for r in map(engine_refusal, combos) if r is not None]
         runs = len(combos) - len(refused)
-        most = self.rounds_spin.value()  # each run: a cold round and up to that many warm ones
-        text = cost_text(runs * (1 + most), self.tokens_spin.value(), self.window_.last_round,
-                         what=f"rounds at most ({runs} runs: a cold round and up to {most} warm ones each)"
-                         if most else "runs")
+        text = cost_text(runs, self.tokens_spin.value(), self.window_.last_round, warm_rounds=self.rounds_spin.value())
         self.progress.setRange(0, max(1, runs))  # before Start the bar says the same N as the text
         self.progress.setValue(0)
         if refused:

@@ -230,11 +230,9 @@ class TuneDialog(SearchDialog):
             cands = self.searched(cands)
             runs = max_runs(cands, self.passes_spin.value())
             grid = math.prod(len(v) for v in cands.values())
-            most = self.rounds_spin.value()  # each run: a cold round and up to that many warm ones
             self.cost_label.setText("Start: at most " + cost_text(
-                runs * (1 + most), self.tokens_spin.value(), self.window_.last_round,
-                what=f"rounds ({runs} runs of the full grid's {grid}: a cold round and {min(MIN_ROUNDS, most)}-{most} "
-                     f"warm ones each)"))
+                runs, self.tokens_spin.value(), self.window_.last_round, what=f"runs (the full grid is {grid})",
+                warm_rounds=self.rounds_spin.value()))
         return self.cost_label.text()
 
     # ------------------------------------------------------------------ running
