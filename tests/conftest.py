@@ -92,11 +92,29 @@ def pytest_sessionfinish(session, exitstatus):
     """Nothing under the real home's shardscope folders changed during the session (either platform)."""
     after = _listing(REAL_USER_PATHS)
     changed = sorted(p for p in set(after) | set(_REAL_BEFORE) if after.get(p) != _REAL_BEFORE.get(p))
-    if changed:
-        session.config.get_terminal_writer().line(
-            f"the suite wrote under the real user folders ({', '.join(map(str, REAL_USER_PATHS))}): "
-            + ", ".join(changed[:10]), red=True)
+    if not changed:
+        return
+    # A file naming this session's folders (its models, its cache) is the suite's doing: a failure.
+    # Others are said, not failed: another program on the machine may use the real folders meanwhile
+    # (a layout entry of /tmp/tune/q3moe-250.gguf, written by a tune run beside the suite).
+    ours = [str(TEST_USER_DIRS), str(session.config._tmp_path_factory.getbasetemp())]
+    mine = [p for p in changed if any(o in _text(p) for o in ours)]
+    writer = session.config.get_terminal_writer()
+    if mine:
+        writer.line(f"the suite wrote under the real user folders: {', '.join(mine[:10])}", red=True)
         session.exitstatus = 1
+    others = [p for p in changed if p not in mine]
+    if others:
+        writer.line(f"changed under the real user folders while the suite ran, naming none of its paths "
+                    f"(another program?): {', '.join(others[:10])}", yellow=True)
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return ""
 
 
 @pytest.fixture(autouse=True)
