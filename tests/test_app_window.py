@@ -213,9 +213,11 @@ def test_bad_file_and_refusals_are_shown_and_a_new_run_still_works(qtbot, window
     assert window._error_box.isVisible() and window._error_box.text() == window.last_error
     assert window.model_info.name == "gemma-3-270m-Q4_K_M.gguf"  # the previous model stays
 
-    # Budget below the model's minimum: the worker's fast refusal names the file.
+    # Budget below the model's minimum: the slider offers the floor (issue 48, item 4), so the window's
+    # settings run; settings from elsewhere still get the worker's fast refusal, naming the file.
     window.apply_settings(window.current_settings().with_changes(budget_mb=100, n_gen=4))
-    window.start_run()
+    assert window.current_settings().budget_mb == window.controls.sliders["budget_mb"].slider.minimum() > 100
+    window.runs.start(window.current_settings().with_changes(budget_mb=100))
     qtbot.waitUntil(lambda: not window.is_running(), timeout=20_000)
     assert "below the minimum" in window.last_error and "gemma-3-270m" in window.last_error
 
