@@ -21,8 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QGroupBox, QHBoxLayout, QLabel, QProgr
                                QWidget)
 
 from shardscope.app.base.background import BackgroundTask
-from shardscope.app.experts.cacheability_curve import (CacheabilityResult, compute_in_process, eta_text, projected_points,
-                                                       stats_line)
+from shardscope.app.experts.cacheability_curve import CacheabilityResult, compute_in_process, eta_text, projected_points
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout
@@ -231,8 +230,8 @@ class ExpertPanel(QWidget):
     def _on_computed(self, done) -> None:
         if self.sender() is not self.task:
             return  # a replay of a model no longer open
-        result, stats_line = done
-        self.routing_stats.setText(stats_line)
+        result, stats = done
+        self.routing_stats.setText(stats)
         self.result = result
         self.plot.set_curves(result.curves)
         self.plot.set_policy(self._policy)
