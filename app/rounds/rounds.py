@@ -55,7 +55,7 @@ class Round:
     # The settings it began with when a knob changed live during it (its figures then mix
     # both: a round that ran 20 s at 200 MiB and a moment at 605 is neither), else None.
     start_settings: RunSettings | None = None
-    # What stalled the round's host ("" for a clean round: engine.devices.token_stalls): its
+    # What stalled the round's host ("" for a clean round: engine.measure.token_stalls): its
     # measured tok/s is the host's, not the settings'; its projection leaves the stalled tokens out.
     stall: str = ""
 
