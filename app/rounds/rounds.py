@@ -109,6 +109,8 @@ def round_values(r: Round) -> dict[str, object]:
             values[key] = MixedValue(old, new, f"{KNOBS[key].text(old)}\u2192{KNOBS[key].text(new)}")
         else:
             values[key] = getattr(r.settings, key)
+    if values.get("expert_cache_mb") == 0 and getattr(s, "expert_cache_mb", 0):
+        values["expert_cache_mb"] = s.expert_cache_mb  # "auto": the size the round ran with, not the knob's 0
     for m in FIGURES:
         value = getattr(s, m.name, None)
         values[m.name] = None if isinstance(value, float) and math.isnan(value) else value
