@@ -4,7 +4,7 @@ On this CPU-only build (CI's too): n_gpu_layers with streamed experts is not ref
 the CPU, says so in one line, and the CSV row carries what was asked and a GPU memory of 0. The
 pieces that reach into llama.cpp's C API are checked without a GPU where that is possible (the
 override array, the device-memory read of a tensor, the layer placement, the projection); the
-runs that need a GPU skip with the reason where the build has none (bench/gpu_split.py and
+runs that need a GPU skip with the reason where the build has none (bench/goals/gpu_split.py and
 docs/benchmarks.md have them measured on an H200).
 """
 
@@ -33,7 +33,7 @@ from shardscope.engine.stream.llama_session import gpu_offload_supported
 N_GEN = 6
 needs_gpu = pytest.mark.skipif(not gpu_offload_supported(),
                                reason="this llama.cpp build has no GPU offload (CPU-only CI): measured on an H200 "
-                                      "with bench/gpu_split.py, docs/benchmarks.md")
+                                      "with bench/goals/gpu_split.py, docs/benchmarks.md")
 cpu_only = pytest.mark.skipif(gpu_offload_supported(), reason="checks the CPU-only build's behaviour")
 
 

@@ -144,9 +144,9 @@ def test_projection_matches_runs_on_emulated_slower_disks(synthetic_model):
     the run's own bytes for (exactly that when it is disk-bound). Whether a run is
     disk- or compute-bound, and how close projected and measured tok/s come, are
     wall-clock figures another process's CPU use moves (168 % error once on a loaded
-    machine): `python -m bench.projection_validation` measures and prints them.
+    machine): `python -m bench.sweeps.projection_validation` measures and prints them.
     """
-    from bench.projection_validation import validate_on_emulated_ssd
+    from bench.sweeps.projection_validation import validate_on_emulated_ssd
 
     size_mb = os.path.getsize(synthetic_model) / MIB
     rows = validate_on_emulated_ssd(synthetic_model, [150, 300], budget_mb=int(size_mb / 2), shard_mb=32,

@@ -43,7 +43,7 @@ the controller's wait counter is the only clean measure of "not computing".
 The projection is then ``max(ssd, dram, compute)`` with prefetch and
 ``ssd + max(dram, compute)`` without (see :mod:`engine.projection`), i.e. it assumes
 the loader keeps the disk busy while compute runs. How well that holds on this host
-is checked in docs/projection-validation.md (bench/projection_validation.py).
+is checked in docs/projection-validation.md (bench/sweeps/projection_validation.py).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ engine/search/tune_verdict.py.
 It measures about (sum of the candidate counts) runs per pass instead of their
 product; the price is that it can stop at a point where only changing two knobs
 together would help (knobs that interact, e.g. shard size and depth both eat the
-budget's room). docs/projection-validation.md compares it with the full grid (bench/tune_vs_grid.py).
+budget's room). docs/projection-validation.md compares it with the full grid (bench/studies/tune_vs_grid.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`size --gguf` on each new arch's full published shape against the arithmetic from that shape (issue 49).
 
-    python bench/published_shapes.py [--dir /tmp/shardscope-published] [--device laptop-16gb]
+    python -m bench.sweeps.published_shapes [--dir /tmp/shardscope-published] [--device laptop-16gb]
 
 For Kimi K3, DeepSeek-V4-Flash and Qwen3.5-35B-A3B: writes the header-only GGUF of the published
 shape (engine/synth/synth_published.py: tensor table at the real widths, the data section a hole),

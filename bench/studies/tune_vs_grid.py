@@ -6,9 +6,7 @@ The research run behind docs/projection-validation.md's "Auto-tune vs full grid"
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.knobs.knobs import TUNED, describe  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
@@ -42,20 +40,19 @@ def grid_settings(device_id: str, *, model_path: str | None, candidates: dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python bench/tune_vs_grid.py MODEL --budget-cap-mb N``: auto-tune, then the full grid, compared.
+    """``python -m bench.studies.tune_vs_grid MODEL --budget-cap-mb N``: auto-tune, then the full grid, compared.
 
     Prints what docs/projection-validation.md's "Auto-tune vs full grid" section shows:
     the tune's answer and runs, the grid's best point and runs, their ratio, and the
     descent replayed on the grid's own measurements (same numbers, no new noise).
     """
     import argparse
-    import sys
     import time
 
     from shardscope.engine.output.csv_out import append_rows, run_columns, run_row
     from shardscope.engine.search.sweep import iter_sweep
 
-    p = argparse.ArgumentParser(prog="bench/tune_vs_grid.py", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.studies.tune_vs_grid", description=main.__doc__)
     p.add_argument("model")
     p.add_argument("--device", default="iphone-16-pro")
     p.add_argument("--budget-cap-mb", type=float, default=300)

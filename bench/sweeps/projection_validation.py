@@ -11,9 +11,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.devices.devices import MIB  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
@@ -197,14 +195,13 @@ def format_median_table(rows: list[ValidationRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python bench/projection_validation.py MODEL --budget-mb N [--rates 150,300,600]``: the validation table."""
+    """``python -m bench.sweeps.projection_validation MODEL --budget-mb N [--rates 150,300,600]``: the validation table."""
     import argparse
     import os
-    import sys
 
     from shardscope.engine.knobs.knob_ranges import parse_knob
 
-    p = argparse.ArgumentParser(prog="bench/projection_validation.py", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.sweeps.projection_validation", description=main.__doc__)
     p.add_argument("model")
     p.add_argument("--budget-mb", type=int, default=None, help="default: half the model file")
     p.add_argument("--rates", default="150,300,600")

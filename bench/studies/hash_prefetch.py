@@ -1,6 +1,6 @@
 """DeepSeek V4's hash-routed layers prefetched from the token id, against the same file without it (issue 49).
 
-    python bench/hash_prefetch.py [--model F.gguf] [--budget-mb 30] [--tokens 32] [--reps 3]
+    python -m bench.studies.hash_prefetch [--model F.gguf] [--budget-mb 30] [--tokens 32] [--reps 3]
 
 Without --model it writes a deepseek4 file (synth --moe --arch deepseek4, 64 MB: 6 layers, the first 3
 hash-routed, 256 experts top-6) into --dir. Each repetition runs the same file twice in one process,

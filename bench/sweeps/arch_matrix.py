@@ -1,7 +1,7 @@
 """Every synth architecture × expert format, as a user runs them: synth, bench unconstrained,
 bench at a small budget; prints the docs/architectures.md table (issue 27).
 
-    python bench/arch_matrix.py --jobs 6 --dir /tmp/arch-matrix
+    python -m bench.sweeps.arch_matrix --jobs 6 --dir /tmp/arch-matrix
 
 Each cell is the project's CLI in its own process (`shardscope synth --moe --arch A --quant Q
 --size-mb 240`, then `bench --tokens 8` with and without `--budget-mb 90`, `--csv` for the row; the

@@ -20,7 +20,7 @@ run does under engine/stream/ssd_rate_limiter.py at each emulated bandwidth:
 3. one run per emulated bandwidth (default 200, 400, 860 MB/s), same settings;
 4. prints per bandwidth: projected tok/s = 1 / (compute + bytes / rate), with bytes from
    the formula (replayed hit rate, not the run's counters) and compute = the run's own
-   decode time minus its time waiting for experts (like bench/projection_validation.py
+   decode time minus its time waiting for experts (like bench/sweeps/projection_validation.py
    for dense models: a shared host's compute varies more between runs than the SSD
    term under test), and a second projection from the reference run's compute (the
    real use: measure once, predict another disk). Then measured tok/s, the errors, and
@@ -43,7 +43,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402

@@ -25,7 +25,7 @@ synthetic model's near-ties flip; docs/gpu.md). The host-memory bound is checked
 process by ``shardscope bench --verify`` (docs/benchmarks.md gives that command); this script's
 resident figure is the run's own sampler.
 
-    python bench/gpu_split.py --model /tmp/moe24.gguf --budget-mb 1700 --threads 8 --json out.json
+    python -m bench.goals.gpu_split --model /tmp/moe24.gguf --budget-mb 1700 --threads 8 --json out.json
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.layout import budget_minimum as bm  # noqa: E402
