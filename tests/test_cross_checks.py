@@ -291,7 +291,8 @@ def test_the_timeline_reads_compare_every_point_the_outside_saw_a_read_by():
     assert total.checked and total.ok and len(total.diffs) == 11  # every later point: 0.5 … 5.5 MiB
     assert total.engine == pytest.approx(5.5)
     window = checks["ssd_mb_s (timeline, 1 s window)"]
-    assert window.checked and len(window.diffs) == 2  # samples 10 and 11 have a whole window behind them
+    # every sample after the first: the sampler's rate at sample i runs from sample max(0, i − 10)
+    assert window.checked and len(window.diffs) == 11  # (the samples here carry no rate of their own)
     idle = [_Pair(sample(0.0), reading(0.1 * i, 7.0), reading(0.1 * i + 0.005, 7.0)) for i in range(12)]
     nothing = {c.figure: c for c in _series_checks(idle, idle, 10, 10.0)}["read_mb_total (timeline)"]
     assert not nothing.checked

@@ -140,15 +140,13 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
     def paired(sample: MetricsSample) -> None:
         if finished:  # close() samples once more after the run; the watcher is gone then
             return
+        if not pending.get("hooked"):  # from the sampler's first sample: its 1 s windows start there
+            pending["hooked"] = True
+            run.sampler.before_each_sample(before_sample)
         before = pending.pop("before", None)
         pairs.append(_Pair(sample, before, watcher.read(smaps=before is not None and "smaps_rss" in before)))
         if on_sample:
             on_sample(sample)
-
-    def on_phase(name: str) -> None:
-        if name == "prompt" and not pending.get("hooked"):
-            pending["hooked"] = True
-            run.sampler.before_each_sample(before_sample)
 
     def on_token(index: int, piece: str, dt: float) -> None:
         if index == 0:
@@ -165,7 +163,7 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
             run.apply(run.settings.with_changes(budget_mb=cut_budget_mb))
 
     # Through open_run, as bench opens it: verify checks the run the user would get.
-    run = open_run(settings, on_sample=paired, on_token=on_token, on_phase=on_phase)
+    run = open_run(settings, on_sample=paired, on_token=on_token)
     with run:
         run.load()
         m = run.mapping
@@ -175,6 +173,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
         try:
             watcher.set_mapping(m.start, m.end, m.file_offset)
             hooked_at_start = run.session.hook_active
+            # The first sample's lower reading: the counters only grow between this and it.
+            pending["before"] = watcher.read(smaps=run.slots is not None)
             summary = run.run()
             # A budget cut rebuilds llama.cpp's context with the layer hook: its counters restart.
             rebuilt = run.session.hook_active and not hooked_at_start
@@ -374,11 +374,13 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     index = {id(p): i for i, p in enumerate(pairs)}
     windows = 0
     for p in gen:
+        # The sampler's rate at sample i runs from sample max(0, i − window) (its history holds
+        # window + 1 samples), whatever that one's phase: a run shorter than its window still has one.
         i = index[id(p)]
-        if i < window or pairs[i - window].before is None or pairs[i - window].sample.phase != "generating":
+        old = pairs[max(0, i - window)]
+        if old is p or old.before is None:
             continue
         windows += 1
-        old = pairs[i - window]
         slow = (p.before["read_bytes"] - old.after["read_bytes"]) / MB_S / (p.after["t"] - old.before["t"])
         fast = (p.after["read_bytes"] - old.before["read_bytes"]) / MB_S / max(p.before["t"] - old.after["t"], 1e-6)
         if fast > 0:  # a window the outside saw a read in (a floor of 10 MB/s left expert runs none)
@@ -389,7 +391,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
                         outside_lo=rates[-1][1] if rates else math.nan,
                         note="" if rates else (f"none of the {windows} windows of {window} samples while generating "
                                                "saw a read from outside" if windows else
-                                               f"fewer than {window + 1} samples while generating: no whole window")))
+                                               "no sample while generating with an outside reading before its window")))
 
     def level(field: str, key: str, scale: float = mib):
         return [(getattr(p.sample, field), p.before[key] / scale, p.after[key] / scale) for p in gen
