@@ -36,15 +36,37 @@ from typing import BinaryIO, Callable
 
 import numpy as np
 
-from shardscope.engine.base.quantity_text import plural
+from shardscope.engine.base import memory_calls
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import is_finite_number
-from shardscope.engine.synth.synth_shapes import (
-    attention_tensors, edge_tensors,
-    MIB, ALIGNMENT, MIN_SIZE_MB, MAX_LAYERS, HEAD_DIM, CONTEXT_LENGTH, RMS_EPS, ROPE_FREQ_BASE, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _FILE_TYPE_MOSTLY_Q8_0, _CHUNK_BYTES, SynthInfo, _Tensor, _Shape, _pad, _n_head_kv, _layer_bytes, _global_bytes, _header_bytes,
-)
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.synth.synth_quant import random_blocks
+from shardscope.engine.synth.synth_shapes import (
+    _CHUNK_BYTES,
+    _FILE_TYPE_MOSTLY_Q8_0,
+    _Q8_BLOCK,
+    _Q8_BYTES,
+    ALIGNMENT,
+    CONTEXT_LENGTH,
+    HEAD_DIM,
+    MAX_LAYERS,
+    MIB,
+    MIN_SIZE_MB,
+    RMS_EPS,
+    ROPE_FREQ_BASE,
+    SIZE_TOLERANCE,
+    SynthInfo,
+    _global_bytes,
+    _header_bytes,
+    _layer_bytes,
+    _n_head_kv,
+    _Shape,
+    _Tensor,
+    attention_tensors,
+    edge_tensors,
+)
 from shardscope.engine.synth.synth_vocab import SynthVocab, build_vocab
+
 
 def default_n_layers(size_mb: float) -> int:
     """Layers of about sqrt(size) MB: 8 MB layers at 64 MB, 16 at 256 MB, 32 at 1 GB."""
@@ -217,16 +239,21 @@ def _nearest_moe_shape(size_mb: float, shape: _Shape, moe, vocab: SynthVocab, wh
         data = sum(-(-t.nbytes // align) * align for t in tensors)
         return abs(_header_bytes(s.n_layers, vocab, synth_moe.tensors_per_layer(moe)) + data - size_mb * MIB)
 
+    def aligned(s: _Shape) -> bool:  # every expert's slice a whole number of pages (what streaming reads exactly)
+        return all(t.nbytes // t.n_expert % memory_calls.PAGE == 0 for t in synth_moe.tensors(s, moe, vocab.n_vocab)
+                   if t.n_expert > 1 and "_exps" in t.name)
+
     best, best_off = shape, off(shape)
     if best_off <= NEAR_SIZE * size_mb * MIB:
         return best
+    keep_aligned = aligned(shape)  # a neighbour depth must not trade page-aligned experts for size
     for delta in (-1, 1, -2, 2, -3, 3, -4, 4):
         if 2 <= shape.n_layers + delta <= 64:
             try:
                 other = synth_moe.plan(size_mb, shape.n_layers + delta, moe, vocab, where)
             except ShardscopeError:
                 continue
-            if off(other) < best_off:
+            if off(other) < best_off and (aligned(other) or not keep_aligned):
                 best, best_off = other, off(other)
     return best
 
@@ -371,4 +398,4 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["SynthInfo", "write_synthetic_model", "default_n_layers", "LAYER_TENSORS", "ALIGNMENT"]
+__all__ = ["SynthInfo", "write_synthetic_model", "default_n_layers", "ALIGNMENT"]
