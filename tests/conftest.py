@@ -20,7 +20,6 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-
 APP = "shardscope"
 # Imported twice in one session (as conftest and as tests.conftest): the first import's redirect
 # holds, kept in the environment, so the second finds the real home and the session's root there.
@@ -221,7 +220,8 @@ class IOPathWitness:
     def check(self, reported: str) -> None:
         """The run's report names the path asked for, and the kernel saw own slots in the mapping."""
         assert reported == self.wanted, f"the run reported I/O path {reported!r}, this pass asked for {self.wanted!r}"
-        assert self.seen_bytes > 0 or not HAS_PROC_MAPS, (f"the run reported {reported!r} but /proc/<pid>/maps never showed an anonymous "
+        assert self.seen_bytes > 0 or not HAS_PROC_MAPS, (f"the run reported {reported!r} but /proc/<pid>/maps never "
+                                                          "showed an anonymous "
                                      "VMA inside the model's mapping: it streamed through the page cache")
         self.asserted = True
 
@@ -274,7 +274,8 @@ MEASURED_HEAVY = (
     "test_one_minimum.py::test_the_bundled_model", "test_optimal_cache.py::", "test_hash_prefetch.py::",
     "test_real_trace_policy.py::test_decay_beats_every_other_online_policy",
     "test_real_trace_policy.py::test_the_static_advice_figures_are_the_replayed_ones",
-    "test_foreign_traces.py::test_plan_reads_a_foreign_trace", "test_foreign_traces.py::test_replay_runs_on_the_fetched",
+    "test_foreign_traces.py::test_plan_reads_a_foreign_trace",
+    "test_foreign_traces.py::test_replay_runs_on_the_fetched",
     "test_cacheability_work.py::test_progress_reaches_one", "test_flash_model.py::test_size_prints_both_figures",
     "test_cli_interrupt.py::test_ctrl_c_exits_130", "test_engine_cost.py::test_mappings_stay_bounded",
     "test_phone_check.py::test_the_table_holds_all_three", "test_phone_check.py::test_leave_one_model_out",
@@ -343,8 +344,9 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("heavy") is None and _is_heavy(item):
             item.add_marker(pytest.mark.heavy)
         if not HAS_PROC_MAPS and _reads_proc(item):
-            item.add_marker(pytest.mark.skip(reason=f"reads /proc (Linux only) in the test itself; on {sys.platform} "
-                                                    "the engine's platform room (engine/base/platform_calls.py) answers"))
+            item.add_marker(pytest.mark.skip(
+                reason=f"reads /proc (Linux only) in the test itself; on {sys.platform} "
+                       "the engine's platform room (engine/base/platform_calls.py) answers"))
 
 
 def _reads_proc(item) -> bool:

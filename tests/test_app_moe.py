@@ -22,9 +22,9 @@ from PySide6.QtCore import QPointF
 
 from shardscope.app.experts.cacheability_curve import cache_sizes
 from shardscope.engine.knobs.settings import RunSettings
-from tests.conftest import make_window, run_ready, stop_and_wait, wait_drawn, wait_for
 from shardscope.widgets.expert_map import PICKED_COLOR
 from shardscope.widgets.shard_map import STATE_COLORS
+from tests.conftest import make_window, run_ready, stop_and_wait, wait_drawn, wait_for
 
 MIB = 1024 * 1024
 BUDGET_MB = 60  # dense 4 MB + 56 MB of experts: half of the model's 115 MB of experts
@@ -205,7 +205,8 @@ def test_expert_knobs_reach_the_running_engine_and_a_saved_profile(qtbot, tmp_pa
         saved = window.save_profile_as("MoE rig")
         assert saved is not None
         text = saved.path.read_text()
-        assert "expert_cache_mb = 43" in text and 'expert_policy = "lfu"' in text and "expert_speculation = true" in text
+        assert "expert_cache_mb = 43" in text and 'expert_policy = "lfu"' in text
+        assert "expert_speculation = true" in text
         stop_and_wait(qtbot, window)
 
         window.load_profile("Streaming demo")

@@ -13,15 +13,17 @@ import sys
 import textwrap
 
 from shardscope.app.runs.overbudget_watch import OverBudgetWatch
-from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.measure.metrics import MetricsSample
 
 
 def sample(t: float, weights: float, accounted: float = 190.0, budget: float = 200.0,
            phase: str = "generating") -> MetricsSample:
     return MetricsSample(t_s=t, rss_mb=weights + 100, resident_weights_mb=weights, other_rss_mb=100,
-                         ssd_mb_s=0.0, read_mb_total=0.0, cache_hit_rate=math.nan, on_time_rate=math.nan, tok_s=1.0, n_tokens=1,
-                         budget_mb=budget, accounted_weights_mb=accounted, cache_hits=0, cache_misses=0, on_time=0, stalls=0, phase=phase)
+                         ssd_mb_s=0.0, read_mb_total=0.0, cache_hit_rate=math.nan, on_time_rate=math.nan, tok_s=1.0,
+                         n_tokens=1,
+                         budget_mb=budget, accounted_weights_mb=accounted, cache_hits=0, cache_misses=0, on_time=0,
+                         stalls=0, phase=phase)
 
 
 def test_watch_reports_a_lasting_excess_once_and_ignores_blips():

@@ -17,11 +17,10 @@ import time
 import psutil
 import pytest
 
-from shardscope.app.window.main_window import MainWindow
 from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
 
 STREAMING = RunSettings(budget_mb=200, shard_mb=32, prefetch_depth=1, n_gen=16)
 

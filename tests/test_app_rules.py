@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from shardscope.app.files.export import base_from_chosen, export_paths
-from shardscope.app.window.main import main
 from shardscope.app.profiles.profile_store import ProfileStore
 from shardscope.app.profiles.settings_binding import describe_change
+from shardscope.app.window.main import main
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.settings import RunSettings
 

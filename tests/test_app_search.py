@@ -15,13 +15,13 @@ import math
 import pytest
 from PySide6.QtCore import QPoint, Qt
 
+from conftest import engine_ready, make_window, stop_and_wait, wait_for
 from shardscope.app.search.sweep_dialog import SweepDialog
 from shardscope.app.search.tune_dialog import TuneDialog
-from conftest import engine_ready, make_window, stop_and_wait, wait_for
-from shardscope.engine.output.csv_out import read_rows
-from shardscope.engine.knobs.profile_file import load_profile
 from shardscope.engine.devices.projection import BOUNDS
+from shardscope.engine.knobs.profile_file import load_profile
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.output.csv_out import read_rows
 from shardscope.widgets import format_number
 
 KNOBS = ("budget_mb", "shard_mb", "prefetch_depth", "threads", "policy", "ssd_mb_s")

@@ -18,11 +18,11 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent, QImage
 
-from shardscope.app.window.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from conftest import drawn_curve, engine_ready, make_window, stop_and_wait, wait_drawn, wait_for
-from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows, run_columns
-from shardscope.engine.knobs.settings import RunSettings
+from shardscope.app.window.main_window import LIVE_FIELDS, ROUND_FIELDS, MainWindow
 from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, read_rows, run_columns
 from shardscope.widgets import format_number
 
 CURVES = ("rss", "weights", "other", "ssd", "hit", "toks")

@@ -16,13 +16,12 @@ import os
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.base import memory_calls
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes, resident_dense_bytes
 from shardscope.engine.experts.expert_run import ExpertRun
-from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
 from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
@@ -145,7 +144,8 @@ def test_streams_only_routed_experts_with_identical_text(arch_model, io_path):
     reference = _reference(path)
     moe = read_moe_layout(read_layout(path))
     # the engine's floor (dense pages + every expert of one layer, which a prompt may pick) and half a layer more
-    budget = math.ceil((resident_dense_bytes(moe) + min_cache_bytes(moe, False) + 0.5 * moe.n_expert * moe.max_unit_bytes) / MIB)
+    floor = resident_dense_bytes(moe) + min_cache_bytes(moe, False)
+    budget = math.ceil((floor + 0.5 * moe.n_expert * moe.max_unit_bytes) / MIB)
     assert budget < 0.75 * moe.total_bytes / MIB  # it streams
     drop_from_page_cache(path)
     with ExpertRun(_settings(path, budget)) as run, io_path.watch(path):
@@ -254,7 +254,8 @@ def test_kimi_k3_at_its_real_counts_streams(tmp_path):
     # the layout's expert is the latent one: gate, up and down at latent x width, MXFP4 (17 bytes per 32)
     assert moe.n_expert == 896 and moe.unit_bytes(1) == 3 * latent * width * 17 // 32
     reference = _reference(str(path))
-    budget = math.ceil((resident_dense_bytes(moe) + min_cache_bytes(moe, False) + 0.5 * moe.n_expert * moe.max_unit_bytes) / MIB)
+    floor = resident_dense_bytes(moe) + min_cache_bytes(moe, False)
+    budget = math.ceil((floor + 0.5 * moe.n_expert * moe.max_unit_bytes) / MIB)
     assert budget < 0.75 * moe.total_bytes / MIB
     drop_from_page_cache(str(path))
     with ExpertRun(_settings(str(path), budget)) as run:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from shardscope.engine.experts.expert_io import resident_dense_bytes
-from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
 from shardscope.engine.runs.run_factory import open_run
@@ -46,7 +46,8 @@ def _tensors(path: str) -> dict[str, np.ndarray]:
 
     out = {}
     for t in gguf.GGUFReader(path).tensors:
-        if t.name == "token_embd.weight" or t.name.startswith(("blk.0.", "blk.3.attn")) or "ffn_gate_inp.weight" in t.name:
+        if (t.name == "token_embd.weight" or t.name.startswith(("blk.0.", "blk.3.attn"))
+                or "ffn_gate_inp.weight" in t.name):
             out[t.name] = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
     return out
 

@@ -12,11 +12,12 @@ import struct
 import gguf
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.stream.streaming_run import StreamingRun
 
 

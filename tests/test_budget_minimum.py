@@ -135,7 +135,8 @@ def qwen_like(tmp_path_factory) -> str:
     from shardscope.engine.synth.synth_moe import MoeSpec
 
     path = tmp_path_factory.mktemp("qwen") / "qwen-like.gguf"
-    write_synthetic_model(path, 120, n_layers=4, moe=MoeSpec(experts=128, experts_used=8, shared_experts=1, arch="qwen2moe"),
+    write_synthetic_model(path, 120, n_layers=4,
+                          moe=MoeSpec(experts=128, experts_used=8, shared_experts=1, arch="qwen2moe"),
                           seed=5)
     return str(path)
 
@@ -169,7 +170,8 @@ def test_plan_states_one_expert_cache_for_a_budget(capsys, qwen_like):
     budget = 60
     assert main(["plan", "--gguf", qwen_like, "--budget-mb", str(budget), "--expert-hit-rate", "0.3"]) == 0
     out = capsys.readouterr().out
-    caches = {float(x.replace(",", "")) for x in re.findall(r"([\d.,]+) MiB expert cache|expert cache ([\d.,]+) MiB", out)
+    caches = {float(x.replace(",", "")) for x in re.findall(r"([\d.,]+) MiB expert cache|expert cache ([\d.,]+) MiB",
+                                                            out)
               for x in x if x}
     settings = RunSettings(model_path=qwen_like, budget_mb=budget)
     run_cache = cache_bytes_for(moe_layout_for(settings), settings) / MIB

@@ -126,7 +126,6 @@ def test_the_curves_projection_keeps_the_rounds_compute_estimate() -> None:
     dataclasses.replace dropped the run's robust compute estimate (an attribute beside the fields),
     and the curve read 2 tok/s beside the round's 154 for the same device (seen under Xvfb)."""
     import copy
-
     import dataclasses
 
     from shardscope.engine.devices.projection import moe_ssd_bytes_per_token

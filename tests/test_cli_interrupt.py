@@ -22,7 +22,6 @@ import time
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.output.csv_out import run_columns
 
 ARGS = ["--budget-mb", "100", "--shard-mb", "16", "--prefetch-depth", "1", "--ssd-mb-s", "40", "--tokens", "64",

@@ -89,7 +89,8 @@ def test_bench_help_documents_every_run_flag(capsys):
     text = " ".join(capsys.readouterr().out.split("options:", 1)[1].split())
     for flag, words in [("--prefetch-depth PREFETCH_DEPTH", "(default: 2)"), ("--threads THREADS", "(default: 2)"),
                         ("--policy {pinned,lru}", "(default: pinned)"),
-                        ("--expert-cache-mb EXPERT_CACHE_MB", "MoE:"), ("--expert-policy {auto,decay,lru,lfu,hot}", "(default: auto)"),
+                        ("--expert-cache-mb EXPERT_CACHE_MB", "MoE:"),
+                        ("--expert-policy {auto,decay,lru,lfu,hot}", "(default: auto)"),
                         ("--no-expert-speculation", "(default: off)")]:
         after = text.split(flag, 1)[1].split(" --", 1)[0]
         assert words in after, (flag, after)

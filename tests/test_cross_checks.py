@@ -15,12 +15,19 @@ import os
 import pytest
 
 from conftest import verdict_line
-
-from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.verify import _above, _bracket, verified_run
-from shardscope.engine.runs.verify_report import (EXIT_DISAGREE, EXIT_UNCHECKED, TOLERANCE, Check, VerifyReport,
-                                                 exit_code, format_report, verdict_counts)
+from shardscope.engine.runs.verify_report import (
+    EXIT_DISAGREE,
+    EXIT_UNCHECKED,
+    TOLERANCE,
+    Check,
+    VerifyReport,
+    exit_code,
+    format_report,
+    verdict_counts,
+)
 
 PROMPT = "The history of the printing press begins"
 N_GEN = 25  # the first token is the prompt pass: 24 decoded tokens
@@ -166,8 +173,8 @@ def test_a_check_fails_on_one_bad_point_unless_it_is_a_level_within_its_allowanc
 def test_a_run_that_gave_nothing_to_compare_lists_every_pair_as_not_checked():
     """No outside reading, no generating sample, no llama.cpp counters: no pair is left out of
     the report and none passes; each says why."""
-    from tests.conftest import blank_summary
     from shardscope.engine.runs.verify import _compare
+    from tests.conftest import blank_summary
 
     checks = _compare(blank_summary(n_gen=1), [], {}, {}, {}, {}, 10, 60.0, False)
     report = VerifyReport("empty", None, checks)

@@ -12,10 +12,17 @@ import random
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.base import memory_calls
-from shardscope.engine.stream.direct_slots import (MAP_HEADROOM, MAP_SHARED, PROT_READ, DirectSlots, OwnRanges,
-                                                   SlotsFull, _libc, max_map_count)
+from shardscope.engine.stream.direct_slots import (
+    MAP_HEADROOM,
+    MAP_SHARED,
+    PROT_READ,
+    DirectSlots,
+    OwnRanges,
+    SlotsFull,
+    _libc,
+    max_map_count,
+)
 
 PAGE = memory_calls.PAGE
 

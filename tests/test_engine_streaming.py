@@ -8,8 +8,8 @@ import os
 import pytest
 
 from shardscope.engine.base import memory_calls
-from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import StreamingRun
 
 PROMPT = "The history of the printing press begins"

@@ -13,7 +13,6 @@ import os
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.base import memory_calls
 from shardscope.engine.experts.policy_advice import cache_advice
 from shardscope.engine.stream import lazy_mapping

@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import StreamingRun
 
 

@@ -30,11 +30,11 @@ def test_later_starts_keep_the_users_choice():
 
 def test_demo_profile_streams_the_bundled_model_and_projects_on_the_iphone(bundled_model):
     """Budget below the model's weights, above the engine's minimum; the device stays the iPhone."""
-    from shardscope.engine.layout.layout_cache import load_layout
-    from shardscope.engine.knobs.profile_file import builtin_profiles_dir, load_profile
-    from shardscope.engine.stream.residency import require_budget
-    from shardscope.engine.layout.shard_plan import plan_shards
     from shardscope.engine.base.units import MIB
+    from shardscope.engine.knobs.profile_file import builtin_profiles_dir, load_profile
+    from shardscope.engine.layout.layout_cache import load_layout
+    from shardscope.engine.layout.shard_plan import plan_shards
+    from shardscope.engine.stream.residency import require_budget
 
     profile = load_profile(builtin_profiles_dir() / "streaming-demo.toml")
     assert profile.name == FIRST_START_PROFILE and profile.device == PROJECTION_DEVICE
@@ -60,7 +60,8 @@ def test_demo_streams_headless(bundled_model):
 
 
 def test_help_names_the_window():
-    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "--help"], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0
     assert "shardscope gui [MODEL.gguf]" in proc.stdout and "workbench window" in proc.stdout
 

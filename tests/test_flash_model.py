@@ -140,10 +140,11 @@ def test_the_error_bar_is_read_from_what_the_check_wrote(tmp_path):
 
 
 def test_size_prints_both_figures_with_the_measured_error():
+    from pathlib import Path
+
     from shardscope.engine.devices.sizing_text import format_sizing
     from shardscope.engine.devices.sizing_trace import size_from_trace
     from shardscope.engine.experts.foreign_traces import load_trace
-    from pathlib import Path
 
     trace_path = Path(__file__).parent / "data" / "route-traces" / "qwen.route.csv"
     text = format_sizing(size_from_trace(load_trace(trace_path), str(trace_path), "oneplus-15r", budget_mb=5000,

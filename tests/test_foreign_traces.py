@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.engine.experts.trace_stats import trace_stats
-
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.foreign_traces import load_trace
 from shardscope.engine.experts.routing_trace import read_trace
+from shardscope.engine.experts.trace_stats import trace_stats
 
 TRACES = Path(__file__).parent / "data" / "route-traces"
 # trace → (layers, experts per token and layer, decoded tokens), from BigMoeOnEdge's findings
@@ -81,7 +80,8 @@ def test_plain_csv_is_read(tmp_path):
     assert decoded[0] == (2, 0, (3, 6), (0.7, 0.3)) and decoded[-1] == (3, 1, (1, 2), (0.5, 0.5))
     # the minimal form: three columns, one size for every layer, no prompt
     short = tmp_path / "short.csv"
-    short.write_text("token,layer,expert\n# expert_bytes=4096\n0,0,1\n0,0,2\n0,1,0\n0,1,3\n1,0,1\n1,0,2\n1,1,3\n1,1,0\n")
+    short.write_text("token,layer,expert\n# expert_bytes=4096\n"
+                     "0,0,1\n0,0,2\n0,1,0\n0,1,3\n1,0,1\n1,0,2\n1,1,3\n1,1,0\n")
     trace = load_trace(short)
     assert trace.n_decoded == 2 and not any(r.prompt for r in trace.records)
 
@@ -155,4 +155,5 @@ def test_plan_reads_a_foreign_trace(capsys):
     assert "bytes from  the trace header of" in out and "a token's picks 823 MB" in out
     assert main(["plan", "--total-params", "30.5e9", "--active-params", "3.3e9", "--bits", "4.8", "--layers", "48",
                  "--trace", str(TRACES / "qwen.route.csv")]) == 2
-    assert "header gives the model's bytes per layer; --total-params would describe another model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "header gives the model's bytes per layer; --total-params would describe another model" in err

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.experts.expert_run import ExpertRun
 from shardscope.engine.experts.hash_prefetch import hash_tables
 from shardscope.engine.experts.trace_stats import format_stats, trace_stats

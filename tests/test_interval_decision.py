@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 
 from conftest import blank_summary
-from shardscope.engine.measure import token_stalls
 from shardscope.engine.devices.run_projection import measurement_from_summary, round_stall
-from shardscope.engine.measure import host_steal
-from shardscope.engine.search.interval_decision import (Interval, choose, cost_key, enough_rounds, interval,
-                                                        no_effect)
+from shardscope.engine.measure import host_steal, token_stalls
+from shardscope.engine.search.interval_decision import choose, cost_key, enough_rounds, interval, no_effect
 
 
 def test_an_interval_is_the_mean_and_a_t_spread_never_narrower_than_the_floor():
@@ -72,7 +70,8 @@ def test_a_stalled_token_is_flagged_and_moves_neither_the_compute_nor_the_projec
     # Others holding the CPU: wall times double, the decode thread's CPU time does not.
     contended = tuple(2 * x for x in clean)
     cpu = tuple(x - 0.005 for x in clean)
-    assert math.isclose(token_stalls.robust_compute_s(contended, waits, cpu), token_stalls.robust_compute_s(clean, waits),
+    assert math.isclose(token_stalls.robust_compute_s(contended, waits, cpu),
+                        token_stalls.robust_compute_s(clean, waits),
                         rel_tol=0.05)
     assert "paused 5.0 s between tokens" in token_stalls.stall_text(clean, between_s=5.0)
     assert token_stalls.stall_text(clean, between_s=0.01) == ""

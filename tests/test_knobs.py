@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from shardscope.engine.cli.cli import build_parser
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.cli.cli import build_parser
 from shardscope.engine.knobs.knob_ranges import parse_knob
 from shardscope.engine.knobs.knobs import ENABLED, KNOBS, LIVE, SWEPT, RunSettings, describe
 from shardscope.engine.knobs.profile_file import SETTINGS_KEYS

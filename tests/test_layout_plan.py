@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
 import gguf
+import numpy as np
 import pytest
 
-from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.shard_plan import PAGE, plan_shards
-from shardscope.engine.base.units import MIB
 
 
 def _write_lexicographic_gguf(path, n_layers=12, rows=512):
@@ -108,8 +108,8 @@ def test_gpu_layers_leave_the_host_plan(synthetic_model):
 
 
 def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):
-    from shardscope.engine.stream.llama_session import gpu_offload_supported
     from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.stream.llama_session import gpu_offload_supported
     from shardscope.engine.stream.streaming_run import StreamingRun
 
     if gpu_offload_supported():
@@ -120,8 +120,8 @@ def test_n_gpu_layers_without_offload_runs_with_zero(bundled_model):
 
 
 def test_read_spans_bridge_small_gaps_but_never_another_shards_bytes():
-    from shardscope.engine.stream.residency import read_spans
     from shardscope.engine.layout.shard_plan import Shard, ShardPlan
+    from shardscope.engine.stream.residency import read_spans
 
     a = Shard(0, (0,), ((0, 4 * MIB), (4 * MIB + PAGE, 8 * MIB)))  # a norm's page between
     # shard 1's second range sits in shard 2's gap: shard 2 must not read across it

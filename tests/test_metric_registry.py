@@ -19,7 +19,6 @@ import sys
 import pytest
 
 from conftest import verdict_line
-
 from shardscope.engine.measure.metric_registry import METRICS, chart_curves, markdown_columns, timeline_columns
 from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.output.csv_out import read_rows, run_columns

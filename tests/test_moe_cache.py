@@ -6,10 +6,9 @@ import random
 
 import pytest
 
-from shardscope.engine.experts.decaying_frequency import DecayingFrequency
-
-from shardscope.engine.cli.cli import main
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.cli.cli import main
+from shardscope.engine.experts.decaying_frequency import DecayingFrequency
 from shardscope.engine.experts.expert_cache import ExpertCache
 from shardscope.engine.experts.replay import replay, replay_one
 from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
@@ -262,7 +261,8 @@ def test_decisions_equal_the_straightforward_reference(seed):
         roll = rng.random()
         if roll < 0.8:
             layer = rng.randrange(4)
-            picks = [rng.choice(range(12)) if rng.random() < 0.7 else rng.randrange(24) for _ in range(rng.randint(1, 5))]
+            picks = [rng.choice(range(12)) if rng.random() < 0.7 else rng.randrange(24) for _ in range(rng.randint(1,
+                                                                                                                   5))]
             weights = {e: rng.randint(1, 4) for e in picks} if rng.random() < 0.1 else None
             got = fast.access(layer, picks, weights)
             assert (got.hits, got.misses, got.evicted) == ref.access(layer, picks, weights), step

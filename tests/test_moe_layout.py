@@ -54,7 +54,8 @@ def test_units_and_dense_ranges(arch):
     ranges = moe.unit_ranges(1, 3)
     assert len(ranges) == 3
     assert (up.offset + 3 * up.n_bytes // 4, up.offset + up.n_bytes) in ranges
-    assert moe.unit_bytes(1) == sum(t.n_bytes for t in tensors if t.name.startswith("blk.1.") and "_exps" in t.name) // 4
+    layer_1_experts = sum(t.n_bytes for t in tensors if t.name.startswith("blk.1.") and "_exps" in t.name)
+    assert moe.unit_bytes(1) == layer_1_experts // 4
     # every byte is either dense or exactly one expert's
     assert moe.dense_bytes + moe.expert_bytes == sum(t.n_bytes for t in tensors)
     dense_names = {t.name for t in tensors if (t.offset, t.offset + t.n_bytes) in moe.dense_ranges}

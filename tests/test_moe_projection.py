@@ -13,12 +13,12 @@ import random
 import pytest
 
 from shardscope.engine.cli.cli import main
-from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
-from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
 from shardscope.engine.devices.sizing import SizingInput
-from shardscope.engine.devices.sizing_numbers import size_from_numbers
 from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
+from shardscope.engine.devices.sizing_numbers import size_from_numbers
+from shardscope.engine.experts.routing_trace import TraceHeader, TraceRecord, TraceWriter, read_trace
+from shardscope.engine.layout.gguf_layout import read_layout
 
 MIB = 1024 * 1024
 KIMI_LIKE = SizingInput(total_params=1.56e12, active_params=48e9, bits_per_weight=8, n_layers=61,
@@ -153,8 +153,8 @@ def test_bad_moe_plan_input_is_one_line_exit_2(args, words, capsys):
 
 
 def test_expert_run_summary_projects_its_touched_bytes(tmp_path):
-    from shardscope.engine.experts.expert_run import ExpertRunSummary
     from shardscope.engine.devices.run_projection import measurement_from_summary
+    from shardscope.engine.experts.expert_run import ExpertRunSummary
     from tests.conftest import blank_summary
 
     base = blank_summary(model_size_mb=400.0, globals_mb=40.0, read_mb_per_token=30.0, avg_ts=5.0,

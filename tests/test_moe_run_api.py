@@ -14,12 +14,12 @@ import os
 import numpy as np
 import pytest
 
-from shardscope.engine.cli.cli import main
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.expert_run import ExpertRun
 from shardscope.engine.experts.replay import cacheability
-from shardscope.engine.runs.run_factory import is_moe, open_run
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.runs.run_factory import is_moe, open_run
 from shardscope.engine.stream.streaming_run import StreamingRun
 
 MIB = 1024 * 1024

@@ -15,11 +15,11 @@ import pytest
 
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.expert_run import ExpertRun
-from shardscope.engine.layout.gguf_layout import read_layout
-from shardscope.engine.layout.moe_layout import read_moe_layout
 from shardscope.engine.experts.replay import replay_one
 from shardscope.engine.experts.routing_trace import read_trace
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.gguf_layout import read_layout
+from shardscope.engine.layout.moe_layout import read_moe_layout
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -199,4 +199,5 @@ def test_speculation_turns_misses_into_hits(moe_model):
     off, on = rates[False], rates[True]
     assert on.expert_hits + on.expert_misses == off.expert_hits + off.expert_misses
     assert on.expert_hit_rate > off.expert_hit_rate
-    assert on.expert_misses <= off.expert_misses * (1 - on.spec_hidden_share) + 8  # the hidden share is the misses it took away
+    # the hidden share is the misses it took away
+    assert on.expert_misses <= off.expert_misses * (1 - on.spec_hidden_share) + 8

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.engine.cli.cli import main
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.cli.cli import main
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
 from shardscope.engine.synth.synth import write_synthetic_model
@@ -44,8 +44,8 @@ def test_moe_model_loads_and_generates(tmp_path, spec, arch):
 
 
 def test_skew_scales_router_rows(tmp_path):
-    import numpy as np
     import gguf
+    import numpy as np
 
     flat = write_synthetic_model(tmp_path / "flat.gguf", 24, n_layers=2, moe=MoeSpec(16, 2))
     skewed = write_synthetic_model(tmp_path / "skew.gguf", 24, n_layers=2, moe=MoeSpec(16, 2, routing_skew=3.0))

@@ -69,6 +69,7 @@ def test_a_dense_synth(capsys, tmp_path):
 @pytest.mark.parametrize("arch", ARCHES)
 def test_every_synth_arch(capsys, tmp_path, arch):
     path = str(tmp_path / f"{arch}.gguf")
-    assert main(["synth", "--moe", "--arch", arch, "--size-mb", "16", "--layers", "4", "--experts", "16", "--out", path, "--quiet"]) == 0
+    assert main(["synth", "--moe", "--arch", arch, "--size-mb", "16", "--layers", "4", "--experts", "16",
+                 "--out", path, "--quiet"]) == 0
     capsys.readouterr()
     _one_minimum(capsys, path, "--shard-mb", "1")

@@ -118,7 +118,8 @@ def test_replay_with_no_policy_prints_every_policy_and_the_optimum(capsys):
     assert main(["replay", str(TRACES / "gemma.route.csv"), "--cache-mb", "677,1354"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("| google")]
-    assert [line.split("|")[2].strip() for line in lines] == [p for p in ("auto", "decay", "lru", "lfu", "hot", "optimal")
+    assert [line.split("|")[2].strip() for line in lines] == [p for p in ("auto", "decay", "lru", "lfu", "hot",
+                                                                          "optimal")
                                                              for _ in range(2)]
     # under the table, per size: the best online policy, the trace replayed and the margin (or a tie)
     rates = {(line.split("|")[2].strip(), line.split("|")[3].strip()): float(line.split("|")[4].split("%")[0])

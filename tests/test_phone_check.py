@@ -15,8 +15,15 @@ from pathlib import Path
 import pytest
 
 from shardscope.engine.devices.devices import get_device
-from shardscope.engine.devices.published_runs import (ADDED_COLUMNS, COLUMNS, OPTIONAL_COLUMNS, PUBLISHED_RUNS,
-                                                       leave_one_model_out, project_runs, read_runs)
+from shardscope.engine.devices.published_runs import (
+    ADDED_COLUMNS,
+    COLUMNS,
+    OPTIONAL_COLUMNS,
+    PUBLISHED_RUNS,
+    leave_one_model_out,
+    project_runs,
+    read_runs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.base import platform_calls as pc
 
 MIB = 1024 * 1024
@@ -141,7 +140,8 @@ def test_find_mapping_rss_and_anonymous_spans_see_a_mapping_the_test_made(tmp_pa
         # mincore is POSIX, so the macOS twin runs here too: it also counts the file's cached pages
         # (the copy's read pulled the file in), so it reads at least what smaps maps
         assert pc.linux_mapping_rss_bytes(found) <= pc.macos_mapping_rss_bytes(found) <= len(data)
-        own = _libc.mmap(addr + 4 * MIB, MIB, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+        own = _libc.mmap(addr + 4 * MIB, MIB, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                         0)
         assert own == addr + 4 * MIB
         assert pc.linux_anonymous_spans(found) == [(addr + 4 * MIB, addr + 5 * MIB)]
         assert pc.macos_anonymous_spans(found) is None

@@ -15,7 +15,6 @@ import threading
 import pytest
 
 from conftest import drop_from_page_cache
-
 from shardscope.engine.base import memory_calls, platform_calls
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.stream import io_path

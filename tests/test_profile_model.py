@@ -10,7 +10,7 @@ import pytest
 
 from conftest import make_window, wait_for
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.profile_file import Profile, ProfileModel, load_profile, model_of_file, save_profile
+from shardscope.engine.knobs.profile_file import Profile, load_profile, model_of_file, save_profile
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.budget_minimum import minimum_for
 from shardscope.engine.runs.run_factory import check_run

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.profile_file import (

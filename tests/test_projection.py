@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from shardscope.engine.devices.devices import Device, get_device
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.devices import Device, get_device
 from shardscope.engine.devices.projection import (
     RunMeasurement,
     compute_factor_for,
@@ -122,9 +122,11 @@ def test_project_onto_builtin_iphone():
         (dict(ssd_bytes_per_token=-1, resident_bytes_per_token=0, compute_s_per_token=0.1), "ssd_bytes_per_token"),
         (dict(ssd_bytes_per_token=0, resident_bytes_per_token=-5, compute_s_per_token=0.1), "resident_bytes_per_token"),
         (dict(ssd_bytes_per_token=0, resident_bytes_per_token=0, compute_s_per_token=-0.1), "compute_s_per_token"),
-        (dict(ssd_bytes_per_token=math.nan, resident_bytes_per_token=0, compute_s_per_token=0.1), "ssd_bytes_per_token"),
+        (dict(ssd_bytes_per_token=math.nan, resident_bytes_per_token=0, compute_s_per_token=0.1),
+         "ssd_bytes_per_token"),
         (dict(ssd_bytes_per_token="1", resident_bytes_per_token=0, compute_s_per_token=0.1), "ssd_bytes_per_token"),
-        (dict(ssd_bytes_per_token=1, resident_bytes_per_token=0, compute_s_per_token=0.1, host_threads=0), "host_threads"),
+        (dict(ssd_bytes_per_token=1, resident_bytes_per_token=0, compute_s_per_token=0.1, host_threads=0),
+         "host_threads"),
         (dict(ssd_bytes_per_token=1, resident_bytes_per_token=0, compute_s_per_token=0.1, prefetch=2), "prefetch"),
     ],
 )

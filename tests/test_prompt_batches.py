@@ -15,7 +15,6 @@ import os
 import pytest
 
 from conftest import verdict_line
-
 from shardscope.engine.cli.cli import main
 from shardscope.engine.experts.expert_run import ExpertRun
 from shardscope.engine.knobs.settings import RunSettings

@@ -98,10 +98,9 @@ def test_auto_is_the_default_expert_policy():
 
 
 def test_the_static_advice_figures_are_the_replayed_ones():
-    from shardscope.engine.experts.policy_advice import QWEN_AT_ONE_TOKEN
-
     import re
 
+    from shardscope.engine.experts.policy_advice import QWEN_AT_ONE_TOKEN
     from tests.test_trace_sizing import lru_hit_rate
 
     # lru's figure from an LRU simulated in the tests, apart from the engine's replay

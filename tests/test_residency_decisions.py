@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from shardscope.engine.stream.residency_decisions import (
-    LOADING, RESIDENT, ResidencyBook, choose_pinned, require_budget, wanted,
-)
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.layout.shard_plan import Shard, ShardPlan
 from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.shard_plan import Shard, ShardPlan
+from shardscope.engine.stream.residency_decisions import (
+    LOADING,
+    RESIDENT,
+    ResidencyBook,
+    choose_pinned,
+    require_budget,
+    wanted,
+)
 
 
 def fake_plan(layer_mb: list[float], globals_mb: float, per_shard: int = 1) -> ShardPlan:

@@ -12,8 +12,8 @@ import pyqtgraph as pg
 import pytest
 
 from conftest import stop_and_wait, wait_for
-from shardscope.app.run_view.phase_bands import PhaseBands
 from shardscope.app.rounds.rounds import FIGURES, round_columns
+from shardscope.app.run_view.phase_bands import PhaseBands
 from shardscope.engine.knobs.knobs import SWEPT
 from shardscope.engine.measure.metric_registry import METRICS
 from shardscope.widgets import RoundsTable, TableColumn
@@ -234,7 +234,8 @@ def test_a_round_that_spans_a_live_change_is_recorded_mixed(qtbot, window, tmp_p
     assert first.mixed_knobs() == ["budget_mb"] and second.mixed_knobs() == []
     cell = w.rounds_table.value(1, "budget_mb")
     assert isinstance(cell, MixedValue) and (cell.old, cell.new) == (1024, 900)
-    assert "1024" in w.rounds_table.text(1, "budget_mb").replace(",", "") and "\u2192" in w.rounds_table.text(1, "budget_mb")
+    assert "1024" in w.rounds_table.text(1, "budget_mb").replace(",", "") and "\u2192" in w.rounds_table.text(1,
+                                                                                                              "budget_mb")
     assert w.rounds_table.value(2, "budget_mb") == 900
     assert "budget" in w.rounds_table.text(1, "mixed") and w.rounds_table.text(2, "mixed") == ""
     assert "mixed" not in w.rounds_table.hidden()

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from conftest import blank_summary
-from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.devices.projection import project_from_bandwidth
 from shardscope.engine.devices.run_projection import MIN_COMPUTE_S, measurement_from_summary, project_summary
 from shardscope.engine.stream.streaming_run import RunSummary
@@ -92,7 +92,8 @@ def test_refuses_a_run_without_decoded_tokens():
 
 
 def _plan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "plan", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "plan", *args], capture_output=True,
+                          text=True,
                           timeout=120, cwd=REPO)
 
 

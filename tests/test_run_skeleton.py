@@ -229,7 +229,8 @@ def test_the_cli_ends_an_expert_run_whose_model_is_replaced_with_exit_2(moe_copy
     proc = subprocess.Popen([sys.executable, "-m", "shardscope.engine.cli.cli", "bench", "--quiet", "--model", moe_copy,
                              "--budget-mb", "60", "--expert-cache-mb", "34", "--tokens", "200", "--n-ctx", "256",
                              # an emulated 50 MB/s disk keeps the run going past the replacement
-                             "--ssd-mb-s", "50", "--csv", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--ssd-mb-s", "50", "--csv", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
     def replace_once_streaming() -> None:
         """Replace the model once the run is streaming it — the child maps the file and has read

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.devices.devices import (
     DEVICES_DIR,
     MIB,
@@ -16,11 +17,10 @@ from shardscope.engine.devices.devices import (
     load_device,
     weight_budget_mb,
 )
-from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.devices.sizing import SizingInput
+from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
 from shardscope.engine.devices.sizing_numbers import size_from_numbers
 from shardscope.engine.devices.sizing_text import format_sizing
-from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
 
 IPHONE_TOML = DEVICES_DIR / "iphone-16-pro.toml"
 
@@ -90,12 +90,15 @@ def _drop_table(name: str):
         (lambda t: t.replace("value = 860\n", 'value = "fast"\n'), "'ssd_read_mb_s.value' must be a number"),
         (lambda t: t.replace("value = 860\n", "value = -860\n"), "'ssd_read_mb_s.value' must be a positive number"),
         (lambda t: t.replace("value = 60000\n", "value = 0\n"), "'dram_mb_s.value' must be a positive number"),
-        (lambda t: t.replace("performance_cores = 2", "performance_cores = 2.5"), "'cpu.performance_cores' must be a whole number"),
-        (lambda t: t.replace("performance_cores = 2", "performance_cores = 0"), "'cpu.performance_cores' must be at least 1"),
+        (lambda t: t.replace("performance_cores = 2", "performance_cores = 2.5"),
+         "'cpu.performance_cores' must be a whole number"),
+        (lambda t: t.replace("performance_cores = 2", "performance_cores = 0"),
+         "'cpu.performance_cores' must be at least 1"),
         (lambda t: t.replace('id = "iphone-16-pro"\n', ""), "missing key 'id'"),
         (lambda t: t.replace("verified = true", 'verified = "yes"', 1), "'ram_mb.verified' must be true or false"),
         (lambda t: "ssd_speed = 5\n" + t, "unknown key 'ssd_speed'"),
-        (lambda t: t.replace("value = 3072\n", "value = 3072\nconfidence = 3\n"), "unknown key 'app_memory_limit_mb.confidence'"),
+        (lambda t: t.replace("value = 3072\n", "value = 3072\nconfidence = 3\n"),
+         "unknown key 'app_memory_limit_mb.confidence'"),
         (lambda t: t + "\n[this is not toml\n", "not valid TOML"),
     ],
 )
@@ -401,7 +404,8 @@ def test_plan_stays_an_alias_of_size():
 
     args = ["--device", "iphone-16-pro", "--total-params", "8e9", "--bits", "4", "--layers", "32",
             "--globals-bytes", "0.5e9", "--budget-mb", "2048"]
-    out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", name, *args], capture_output=True, text=True,
+    out = [subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", name, *args], capture_output=True,
+                          text=True,
                           check=True).stdout for name in ("size", "plan")]
     assert out[0] == out[1] and out[0].startswith("Plan: ")
 

@@ -77,7 +77,8 @@ def test_route_trace_header_gives_each_layers_dense_bytes():
 @pytest.mark.parametrize("name", ["qwen", "gemma", "gptoss"])
 def test_size_trace_alone_streams_the_missed_share_of_the_headers_picks(name, capsys):
     path = TRACES / f"{name}.route.csv"
-    assert main(["size", "--trace", str(path), "--expert-policy", "lru"]) == 0  # lru: the phone's policy, fast to replay
+    # lru: the phone's policy, fast to replay
+    assert main(["size", "--trace", str(path), "--expert-policy", "lru"]) == 0
     out = capsys.readouterr().out
     assert f"bytes from  the trace header of {path}" in out
     # the header's picks a token, added up here from the '# layer=' lines themselves

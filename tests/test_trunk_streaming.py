@@ -20,8 +20,8 @@ import pytest
 
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.base.units import MIB
-from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.experts.budget_split import split_budget
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout import budget_minimum as bm
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout

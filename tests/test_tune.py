@@ -13,8 +13,8 @@ from conftest import blank_summary
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.knobs.profile_file import load_profile
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.stream.streaming_run import RunSummary
 from shardscope.engine.search.tune import auto_tune, save_tuned_profile, user_profiles_dir
+from shardscope.engine.stream.streaming_run import RunSummary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,7 +108,8 @@ def test_tune_cli_saves_the_profile_and_csv(synthetic_model, tmp_path):
     env = {**os.environ, "SHARDSCOPE_CONFIG_DIR": str(tmp_path / "cfg")}
     out = tmp_path / "tune.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "shardscope.engine.cli.cli", "tune", "--device", "iphone-16-pro", "--model", synthetic_model,
+        [sys.executable, "-m", "shardscope.engine.cli.cli", "tune", "--device", "iphone-16-pro", "--model",
+         synthetic_model,
          "--budget-cap-mb", "160", "--policy", "pinned", "--shard-mb", "32", "--prefetch-depth", "0-1",
          "--threads", "2", "--ssd-mb-s", "0", "--tokens", "3", "--csv", str(out), "--save-profile", "cli tuned",
          "--quiet"], capture_output=True, text=True, timeout=240, cwd=REPO, env=env)

@@ -16,7 +16,6 @@ import sys
 import pytest
 
 from conftest import verdict_line
-
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.settings import RunSettings

@@ -14,7 +14,6 @@ from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QGridLayout, QLabel, QWidget
 
-from shardscope.widgets.live_chart import GAP_S
 from shardscope.widgets import (
     EVICTED,
     GLOBAL,
@@ -28,6 +27,8 @@ from shardscope.widgets import (
     ShardMap,
     format_number,
 )
+from shardscope.widgets.live_chart import GAP_S
+
 
 def make_chart(qtbot, capacity: int = 6000, refresh_hz: float = 50.0) -> LiveChart:
     chart = LiveChart(capacity=capacity, refresh_hz=refresh_hz)

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QApplication
 
 
 def test_chart_legends_never_cover_the_titles(qtbot):
-    from shardscope.app.run_view.charts import PLOTS, build_run_chart
     from shardscope.app.experts.expert_charts import add_expert_curves, show_expert_row
+    from shardscope.app.run_view.charts import PLOTS, build_run_chart
 
     chart = build_run_chart()
     add_expert_curves(chart)  # an MoE run: four entries under "Cache hits, on time"
@@ -82,8 +82,8 @@ def test_shard_panel_shows_no_zero_counts_while_experts_stream(qtbot):
 
 
 def test_dense_hit_legend_names_no_expert_curves(qtbot):
-    from shardscope.app.run_view.charts import build_run_chart
     from shardscope.app.experts.expert_charts import add_expert_curves, show_expert_row
+    from shardscope.app.run_view.charts import build_run_chart
 
     chart = build_run_chart()
     qtbot.addWidget(chart)

@@ -12,8 +12,8 @@ from shardscope.widgets.live_chart import LiveChart
 from shardscope.widgets.number_format import format_number
 from shardscope.widgets.numbers_panel import NumbersPanel
 from shardscope.widgets.rounds_table import RoundsTable, TableColumn
-from shardscope.widgets.sort_item import SortItem
 from shardscope.widgets.shard_map import EVICTED, GLOBAL, LOADING, PINNED, RESIDENT, STATE_COLORS, STATE_NAMES, ShardMap
+from shardscope.widgets.sort_item import SortItem
 
 __all__ = [
     "EVICTED",

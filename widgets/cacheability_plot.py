@@ -30,7 +30,8 @@ from shardscope.widgets.live_chart import _title_never_widens, elide_words
 
 __all__ = ["CacheabilityPlot", "POLICY_COLORS"]
 
-POLICY_COLORS = {"auto": "#e07b00", "decay": "#8d5cc9", "lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728", "optimal": "#222222"}
+POLICY_COLORS = {"auto": "#e07b00", "decay": "#8d5cc9", "lru": "#2f6fdb", "lfu": "#3a9d5d", "hot": "#d62728",
+                 "optimal": "#222222"}
 _OTHER_COLOR = "#b07c2a"
 PROJECTED_COLOR = "#f2a93b"  # the dotted orange projected tok/s curve
 LIMIT = "optimal"  # the curve drawn as the limit (engine.experts.replay.OPTIMAL)
@@ -178,7 +179,8 @@ class CacheabilityPlot(pg.PlotWidget):
             name = "optimal (limit)" if policy == LIMIT else policy
             parts.append(f'<span style="color:{color}">{mark}</span>&nbsp;{name.replace(" ", "&nbsp;")}')
         if self._projected:
-            parts.append(f'<span style="color:{PROJECTED_COLOR}">\u2508\u2508</span>&nbsp;projected&nbsp;tok/s&nbsp;(right)')
+            parts.append('<span '
+                         f'style="color:{PROJECTED_COLOR}">\u2508\u2508</span>&nbsp;projected&nbsp;tok/s&nbsp;(right)')
         self.legend_label.setText(" &nbsp; ".join(parts))
         self.legend_label.setVisible(bool(parts))
         self._fit_legend_label()

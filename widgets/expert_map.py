@@ -14,8 +14,9 @@ from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QHelpEvent, QImage, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from shardscope.widgets.swatch_legend import MARGIN as _MARGIN, legend_height, paint_legend
 from shardscope.widgets.shard_map import EVICTED, LOADING, PINNED, RESIDENT, STATE_COLORS, STATE_NAMES
+from shardscope.widgets.swatch_legend import MARGIN as _MARGIN
+from shardscope.widgets.swatch_legend import legend_height, paint_legend
 
 __all__ = ["ExpertMap", "PICKED_COLOR", "VIEWS"]
 
@@ -186,7 +187,8 @@ class ExpertMap(QWidget):
     def sizeHint(self) -> QSize:
         n_layers, n_experts = self._states.shape
         cell = 12 if n_experts <= 32 else 2 if n_experts <= 200 else 1
-        return QSize(max(240, 2 * _MARGIN + n_experts * cell), self._grid_top() + max(40, n_layers * max(cell, 4)) + _MARGIN)
+        return QSize(max(240, 2 * _MARGIN + n_experts * cell),
+                     self._grid_top() + max(40, n_layers * max(cell, 4)) + _MARGIN)
 
     def minimumSizeHint(self) -> QSize:
         return QSize(120, self._grid_top() + 40)

@@ -38,8 +38,8 @@ from PySide6.QtCore import QEvent, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QWidget
 
-from shardscope.widgets.number_format import format_number
 from shardscope.widgets.draw_budget import DrawBudget
+from shardscope.widgets.number_format import format_number
 from shardscope.widgets.time_marks import TimeMarks
 
 __all__ = ["LiveChart", "elide_words"]
@@ -113,7 +113,8 @@ def _escape_format(text: str) -> str:
 
 class LiveChart(pg.GraphicsLayoutWidget):
     follow_seconds: float = 60.0
-    draw_duty: float = 0.02  # the share of one core the charts may take to draw (5 % cost an MoE run 25 %: docs/decisions.md)
+    # the share of one core the charts may take to draw (5 % cost an MoE run 25 %: docs/decisions.md)
+    draw_duty: float = 0.02
     max_markers: int = 200  # history kept for export and panning back
     max_markers_in_view: int = 24  # drawn at once: a slider dragged for a minute must not fill the scene
 

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from shardscope.widgets.sort_item import cell_text, is_missing, is_number, order_key
 
@@ -173,7 +182,8 @@ class _RoundsModel(QAbstractTableModel):
 
     def resort(self) -> None:
         if self.sort_column is not None:
-            self.sort(self.sort_column, Qt.SortOrder.DescendingOrder if self.descending else Qt.SortOrder.AscendingOrder)
+            self.sort(self.sort_column,
+                      Qt.SortOrder.DescendingOrder if self.descending else Qt.SortOrder.AscendingOrder)
 
 
 class RoundsTable(QWidget):

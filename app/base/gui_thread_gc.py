@@ -21,7 +21,6 @@ import time
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer
 
-
 FULL_DUTY = 0.01  # the share of the GUI thread full collections may take
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QWidget
 
-from shardscope.engine.devices.devices import Device, builtin_devices
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.devices import Device, builtin_devices
 
 NONE_TEXT = "none"
 

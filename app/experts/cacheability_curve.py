@@ -20,15 +20,15 @@ import math
 import multiprocessing
 import os
 from dataclasses import dataclass
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
+from shardscope.engine.base.units import MIB
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token
+from shardscope.engine.devices.run_projection import projection_for
 from shardscope.engine.experts.foreign_traces import load_trace as read_any_trace
 from shardscope.engine.experts.replay import REPLAY_POLICIES, min_cache_bytes, replay
 from shardscope.engine.experts.routing_trace import RoutingTrace
-from shardscope.engine.devices.run_projection import projection_for
-from shardscope.engine.base.units import MIB
 
 N_SIZES = 8
 

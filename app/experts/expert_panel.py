@@ -17,15 +17,14 @@ import time
 from typing import Callable
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import (QComboBox, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from shardscope.app.base.background import BackgroundTask
 from shardscope.app.experts.cacheability_curve import CacheabilityResult, compute_in_process, eta_text, projected_points
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.knobs import KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout
-from shardscope.engine.base.units import MIB
 from shardscope.widgets import ExpertMap
 from shardscope.widgets.cacheability_plot import CacheabilityPlot
 from shardscope.widgets.draw_budget import DrawBudget

@@ -14,10 +14,11 @@ from PySide6.QtWidgets import QFileDialog
 from shardscope.app.experts.expert_charts import show_expert_row
 from shardscope.app.experts.expert_panel import ExpertPanel
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_run import cache_bytes_for
 from shardscope.engine.knobs.knobs import ENABLED, KNOBS, LAYER_KNOBS
 from shardscope.engine.layout.moe_layout import MoeLayout, streams_experts
-from shardscope.engine.base.units import MIB
+
 # The knobs only an expert-streaming run reads (engine/knobs: streams="experts").
 EXPERT_KNOBS = tuple(k for k in ENABLED if KNOBS[k].streams == "experts")
 

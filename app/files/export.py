@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, run_columns, run_row, timeline_rows, write_rows
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.output.csv_out import TIMELINE_COLUMNS, run_columns, run_row, timeline_rows, write_rows
 from shardscope.engine.stream.streaming_run import RunSummary
 
 

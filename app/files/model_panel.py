@@ -6,10 +6,10 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from shardscope.engine.base.quantity_text import bytes_text, plural
-from shardscope.engine.base.units import MIB
 from shardscope.app.base.background import BackgroundTask
 from shardscope.app.files.model_probe import ModelInfo, probe_model
+from shardscope.engine.base.quantity_text import bytes_text, plural
+from shardscope.engine.base.units import MIB
 
 
 class ModelPanel(QGroupBox):

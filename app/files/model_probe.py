@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass
 
 from shardscope.engine.base.bundled_model import resolve_model_path
+from shardscope.engine.base.units import MIB
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
 from shardscope.engine.layout.shard_plan import ShardPlan, plan_shards
-from shardscope.engine.base.units import MIB
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QFileDialog
 
 from shardscope.app.base.background import BackgroundTask
 from shardscope.app.files.export import ExportPaths, base_from_chosen, expert_cache_as_ran, export_session
-from shardscope.app.rounds.rounds import rounds_csv_rows
 from shardscope.app.files.synth_dialog import SynthDialog
+from shardscope.app.rounds.rounds import rounds_csv_rows
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.user_dirs import cache_dir
 
@@ -80,7 +80,8 @@ class WindowFiles:
         if not self.summaries and not self.timeline:
             self.show_error("nothing to export yet: press Run first")
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export session (base name)", str(Path.home() / "shardscope-run.csv"),
+        path, _ = QFileDialog.getSaveFileName(self, "Export session (base name)",
+                                              str(Path.home() / "shardscope-run.csv"),
                                               "CSV (*.csv)")
         if path:
             self.export_to(path)

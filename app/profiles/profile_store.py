@@ -12,8 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.profile_file import (Profile, ProfileModel, list_profiles, load_profile, profile_filename,
-                                                  save_profile)
+from shardscope.engine.knobs.profile_file import (
+    Profile,
+    ProfileModel,
+    list_profiles,
+    load_profile,
+    profile_filename,
+    save_profile,
+)
 from shardscope.engine.knobs.settings import RunSettings
 
 

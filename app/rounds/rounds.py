@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardscope.app.run_view.charts import sample_values
-from shardscope.app.experts.expert_charts import expert_values
 from shardscope.app.devices.round_projection import RoundProjection
+from shardscope.app.experts.expert_charts import expert_values
+from shardscope.app.run_view.charts import sample_values
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.measure.metric_registry import METRICS

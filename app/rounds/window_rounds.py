@@ -17,8 +17,8 @@ from shardscope.app.devices.round_projection import RoundProjection
 from shardscope.app.rounds.rounds import Round, baseline_values, round_columns, round_curves, round_tips, round_values
 from shardscope.engine.devices.run_projection import round_stall
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, describe
-from shardscope.engine.measure import host_steal
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.measure import host_steal
 from shardscope.widgets import ChartGhosts, RoundsTable, format_number
 
 

@@ -48,7 +48,8 @@ def build_run_chart() -> LiveChart:
     # (profiled; docs/decisions.md), and every frame is time taken from the run under it.
     chart.add_curve("memory", "weights", "weights", COLORS["weights"])
     chart.add_curve("memory", "other", CURVES["other"].label, COLORS["other"])
-    chart.add_curve("memory", "gpu", CURVES["gpu"].label, "#bcbd22", short="GPU")  # GPU memory in use (n_gpu_layers), issue #35
+    chart.add_curve("memory", "gpu", CURVES["gpu"].label, "#bcbd22",
+                    short="GPU")  # GPU memory in use (n_gpu_layers), issue #35
     chart.add_level_line("memory", "budget", "budget", COLORS["budget"])
     chart.add_plot("ssd", "SSD reads (read_bytes; 1 MB = 10⁶ B, as the emulated SSD)", "MB/s")
     chart.add_curve("ssd", "ssd", "read MB/s", COLORS["ssd"], short="read")
@@ -104,5 +105,6 @@ def sample_values(s: MetricsSample) -> dict[str, float]:
 
 def set_projection(chart: LiveChart, tok_s: float | None, label: str) -> None:
     """Show (or hide, with None) the projected tok/s line with a device's name on it."""
-    text = f"{label} {format_number(float(tok_s))} tok/s".strip() if tok_s is not None and math.isfinite(tok_s) else None
+    shown = tok_s is not None and math.isfinite(tok_s)
+    text = f"{label} {format_number(float(tok_s))} tok/s".strip() if shown else None
     chart.set_level("projected", tok_s, text)  # braces in a device name survive (set_level escapes them)

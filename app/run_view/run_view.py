@@ -8,11 +8,11 @@ from PySide6.QtWidgets import QGroupBox, QLabel, QPlainTextEdit, QSizePolicy, QV
 
 from shardscope.app.devices.round_projection import RoundProjection
 from shardscope.app.run_view.charts import ON_TIME
-from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
-from shardscope.engine.measure.metrics import MetricsSample
+from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.shard_plan import ShardPlan
-from shardscope.engine.base.units import MIB
+from shardscope.engine.measure.metric_registry import FROM_MEMORY, panel_rows
+from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.stream.streaming_run import RunSummary, min_budget_mb
 from shardscope.widgets import NumbersPanel, ShardMap
 

@@ -16,10 +16,10 @@ from PySide6.QtCore import QObject, Signal
 
 from shardscope.app.runs.run_worker import RunProcess, RunWorker
 from shardscope.app.runs.sample_history import SampleHistory
-from shardscope.widgets.coalesced_calls import CoalescedCalls
-from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.stream.streaming_run import RunSummary
+from shardscope.widgets.coalesced_calls import CoalescedCalls
 
 CLOSE_WAIT_MS = 15_000  # a run stops within ~1-2 s; this only bounds a wedged llama.cpp load (then killed)
 TIMELINE_MAX = 36_000  # one hour at 10 Hz: export what the session saw, bounded

@@ -49,8 +49,10 @@ def idle_knobs(settings: RunSettings) -> tuple[str, ...]:
 def idle_reason(settings: RunSettings) -> str:
     """Why ``idle_knobs`` are idle, as a field's tooltip."""
     if idle_knobs(settings) == LAYER_KNOBS:
-        return "The model's experts stream (it is larger than the budget): there are no shards, so this knob changes nothing."
-    return "A layer-streaming run (a dense model, or an MoE that fits the budget) has no expert cache: this knob changes nothing."
+        return ("The model's experts stream (it is larger than the budget): there are no shards, "
+                "so this knob changes nothing.")
+    return ("A layer-streaming run (a dense model, or an MoE that fits the budget) has no expert cache: "
+            "this knob changes nothing.")
 
 
 def combinations(base: RunSettings, grid: dict[str, list]) -> list[RunSettings]:
@@ -128,7 +130,8 @@ def cost_text(runs: int, n_gen: int, last_round, what: str = "runs", warm_rounds
     and the time is for all of them."""
     rounds = 1 + max(0, warm_rounds)
     head = f"{runs} {what} of {n_gen} tokens" + (
-        f" (each a cold round and up to {warm_rounds} warm ones: {runs * rounds} rounds at most)" if warm_rounds else "")
+        f" (each a cold round and up to {warm_rounds} warm ones: {runs * rounds} rounds at most)"
+        if warm_rounds else "")
     per_run = seconds_per_run(n_gen, last_round)
     if per_run is None:
         return f"{head}; press Run once for a time estimate (it is taken from the last complete round)"

@@ -21,14 +21,25 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QInputDialog, QLabel,
-                               QProgressBar, QSpinBox, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QProgressBar,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
-from shardscope.app.devices.device_combo import DeviceCombo
-from shardscope.app.search.search_dialog import DialogHost, SearchDialog
-from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.base.progress_text import eta_text
+from shardscope.app.devices.device_combo import DeviceCombo
+from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.search.runnable_lists import cost_text, engine_refusal, idle_knobs, idle_reason, runnable_grid
+from shardscope.app.search.search_dialog import DialogHost, SearchDialog
 from shardscope.app.search.search_runner import SearchRunner
 from shardscope.app.search.sweep_plot import Y_METRICS, SweepPlot
 from shardscope.app.search.sweep_table import SweepTable
@@ -266,7 +277,8 @@ class SweepDialog(SearchDialog):
         from shardscope.engine.search.search_noise import ranking_line
 
         groups = {r.settings: list(r.rounds or [r.summary]) for r in self.results if r.ok}
-        key, what = ("projected_ts", f"best on {self.device} (projected)") if self.device else ("avg_ts", "fastest here")
+        key, what = ("projected_ts", f"best on {self.device} (projected)") if self.device else ("avg_ts",
+                                                                                                "fastest here")
         line = ranking_line(groups, lambda s: describe_settings(s, self.knobs), what, key)
         return f"{line}." if line else ""
 

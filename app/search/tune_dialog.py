@@ -28,24 +28,41 @@ import math
 import os
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QFormLayout, QGroupBox, QInputDialog, QLabel,
-                               QPlainTextEdit, QProgressBar, QSpinBox, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QGroupBox,
+    QInputDialog,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QSpinBox,
+    QVBoxLayout,
+)
 
 from shardscope.app.devices.device_combo import DeviceCombo
-from shardscope.app.search.search_dialog import DialogHost, SearchDialog
-from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.devices.round_projection import unverified_inputs
+from shardscope.app.search.knob_fields import KnobField, KnobFields, knob_field
 from shardscope.app.search.runnable_lists import cost_text, idle_knobs, idle_reason, runnable_grid
+from shardscope.app.search.search_dialog import DialogHost, SearchDialog
 from shardscope.app.search.search_runner import SearchRunner
-from shardscope.engine.devices.devices import get_device
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.devices.devices import get_device
+from shardscope.engine.devices.run_projection import compute_basis
 from shardscope.engine.knobs.knob_ranges import format_values, parse_knob
 from shardscope.engine.knobs.knobs import KNOBS, describe
 from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.devices.run_projection import compute_basis
-from shardscope.engine.search.tune import (DEFAULT_CANDIDATES, MAX_ROUNDS, MIN_ROUNDS, TUNE_KNOBS, Evaluation,
-                                          TuneResult, auto_tune, device_weight_budget_mb, searched_candidates,
-                                          verdict_text)
+from shardscope.engine.search.tune import (
+    DEFAULT_CANDIDATES,
+    MAX_ROUNDS,
+    MIN_ROUNDS,
+    TUNE_KNOBS,
+    Evaluation,
+    TuneResult,
+    auto_tune,
+    device_weight_budget_mb,
+    searched_candidates,
+    verdict_text,
+)
 from shardscope.widgets import format_number
 
 DEFAULT_TOKENS = 6  # as `shardscope tune`

@@ -66,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: shardscope [gui [MODEL.gguf]] | shardscope COMMAND ... (see shardscope --help)",
                   file=sys.stderr)
             return 2
-        return run_gui(rest[0] if rest else None)
+        try:
+            return run_gui(rest[0] if rest else None)
+        except KeyboardInterrupt:  # Ctrl-C while Qt and the window are still starting: no window to close yet
+            print("shardscope: interrupted before the window opened", file=sys.stderr)
+            return 130
     from shardscope.engine.cli.cli import main as cli_main
 
     return cli_main(args)

@@ -17,44 +17,44 @@ from PySide6.QtCore import QByteArray, Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QSplitter
 
-from shardscope.app.run_view.charts import build_run_chart, sample_values, set_projection
 from shardscope.app.base.config_paths import default_config_dir, profiles_dir, window_settings
-from shardscope.app.window.control_column import ControlColumn
-from shardscope.app.experts.expert_charts import add_expert_curves, expert_values
 from shardscope.app.base.first_start import startup_profile
 from shardscope.app.base.gui_thread_gc import collect_garbage_on_gui_thread, freeze_built_window
-from shardscope.app.files.model_probe import ModelInfo
-from shardscope.app.runs.overbudget_watch import OverBudgetWatch
-from shardscope.app.run_view.phase_bands import PhaseBands
-from shardscope.app.run_view.phase_progress_bar import PhaseProgressBar
-from shardscope.app.profiles.profile_store import ProfileStore
 from shardscope.app.devices.round_projection import RoundProjection
-from shardscope.app.runs.run_worker import describe_exception
-from shardscope.app.runs.window_runs import CLOSE_WAIT_MS, WindowRuns
-from shardscope.app.run_view.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
-from shardscope.app.profiles.settings_binding import describe_change
-from shardscope.app.search.sweep_dialog import SweepDialog
-from shardscope.app.files.synth_dialog import SynthDialog
-from shardscope.app.search.tune_dialog import TuneDialog
-from shardscope.app.window.window_actions import build_actions, build_menus
+from shardscope.app.experts.expert_charts import add_expert_curves, expert_values
 from shardscope.app.experts.window_experts import WindowExperts
+from shardscope.app.files.model_probe import ModelInfo
+from shardscope.app.files.synth_dialog import SynthDialog
 from shardscope.app.files.window_files import WindowFiles
+from shardscope.app.profiles.profile_store import ProfileStore
+from shardscope.app.profiles.settings_binding import describe_change
 from shardscope.app.profiles.window_profiles import WindowProfiles
 from shardscope.app.rounds.window_rounds import WindowRounds
+from shardscope.app.run_view.charts import build_run_chart, sample_values, set_projection
+from shardscope.app.run_view.phase_bands import PhaseBands
+from shardscope.app.run_view.phase_progress_bar import PhaseProgressBar
+from shardscope.app.run_view.run_view import LIVE_FIELDS, ROUND_FIELDS, RunView
+from shardscope.app.runs.overbudget_watch import OverBudgetWatch
+from shardscope.app.runs.run_worker import describe_exception
+from shardscope.app.runs.window_runs import CLOSE_WAIT_MS, WindowRuns
+from shardscope.app.search.sweep_dialog import SweepDialog
+from shardscope.app.search.tune_dialog import TuneDialog
+from shardscope.app.window.control_column import ControlColumn
 from shardscope.app.window.idle_panels import WindowIdlePanels
 from shardscope.app.window.scroll_column import ScrollColumn
+from shardscope.app.window.window_actions import build_actions, build_menus
 from shardscope.app.window.window_limits import WindowLimits, moved_text
-from shardscope.widgets.coalesced_calls import CoalescedCalls
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knobs import changed
-from shardscope.engine.measure.metrics import MetricsSample
-from shardscope.engine.layout.moe_layout import MoeLayout
-from shardscope.engine.knobs.profile_file import Profile
-from shardscope.engine.knobs.settings import RunSettings
-from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.units import MIB
+from shardscope.engine.knobs.knobs import changed
+from shardscope.engine.knobs.profile_file import Profile
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.moe_layout import MoeLayout
+from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.measure.metrics import MetricsSample
 from shardscope.engine.stream.streaming_run import RunSummary
+from shardscope.widgets.coalesced_calls import CoalescedCalls
 
 __all__ = ["MainWindow", "LIVE_FIELDS", "ROUND_FIELDS"]
 
@@ -146,13 +146,15 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
     # ================================================================== building
     def _build_ui(self) -> None:
         left = ControlColumn(self.store, self.synth_action.toolTip(), self.save_profile_action.toolTip())
-        self.model_panel, self.profile_panel, self.device_panel = left.model_panel, left.profile_panel, left.device_panel
+        self.model_panel, self.profile_panel = left.model_panel, left.profile_panel
+        self.device_panel = left.device_panel
         self.controls, self.run_button, self.stop_button = left.controls, left.run_button, left.stop_button
         self.profile_combo, self.device_combo = self.profile_panel.combo, self.device_panel.combo
         self.chart = build_run_chart()
         add_expert_curves(self.chart)
         self.run_view = v = RunView()
-        self.live_numbers, self.round_numbers, self.projection_label = v.live_numbers, v.round_numbers, v.projection_label
+        self.live_numbers, self.round_numbers = v.live_numbers, v.round_numbers
+        self.projection_label = v.projection_label
         self.shard_map, self.text_view = v.shard_map, v.text_view
         # Deltas only against a baseline of the same model file (else the panel says so).
         self.round_numbers.set_context_key("model_filename", "model")
@@ -489,7 +491,8 @@ class MainWindow(WindowRounds, WindowProfiles, WindowFiles, WindowExperts, Windo
     def _show_message_box(self, message: str) -> None:
         # One box, reused: a burst of refusals must not stack up a pile of dialogs.
         if self._error_box is None:
-            self._error_box = QMessageBox(QMessageBox.Icon.Warning, "shardscope", "", QMessageBox.StandardButton.Ok, self)
+            self._error_box = QMessageBox(QMessageBox.Icon.Warning, "shardscope", "", QMessageBox.StandardButton.Ok,
+                                          self)
         self._error_box.setText(message)
         self._error_box.open()  # window-modal, returns at once (no nested event loop)
 

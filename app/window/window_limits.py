@@ -43,7 +43,8 @@ class WindowLimits:
         why = limit.low_why if new == limit.low else limit.high_why if new == limit.high else ""
         if limit.off_below and not new:
             why = "no set size fits what the budget leaves: the cache takes what is left (auto)"
-        self.controls.set_note(key, f"{describe_change(key, old, new)}: {why}" if why else describe_change(key, old, new))
+        self.controls.set_note(key,
+                               f"{describe_change(key, old, new)}: {why}" if why else describe_change(key, old, new))
         moved.append((key, old, new))
 
     def _note_at_end(self, key: str) -> None:

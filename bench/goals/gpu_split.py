@@ -37,7 +37,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.layout import budget_minimum as bm  # noqa: E402
 from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
@@ -131,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{_ratio(g['ttft_ms'], c['ttft_ms']):.3f}")
         for name, gr, cr in (("last round", g, c), ("round 1", g["first_round"], c["first_round"])):
             print(f"read MiB/token ({name}) gpu stream {gr['read_mb_per_token']:.3f} vs cpu stream "
-                  f"{cr['read_mb_per_token']:.3f}: {100 * (_ratio(gr['read_mb_per_token'], cr['read_mb_per_token']) - 1):+.1f} %"
+                  f"{cr['read_mb_per_token']:.3f}: "
+                  f"{100 * (_ratio(gr['read_mb_per_token'], cr['read_mb_per_token']) - 1):+.1f} %"
                   f" (goal within 5 %)")
         same = _same_prefix(g["tokens"], c["tokens"])
         print(f"greedy tokens gpu stream = cpu stream for the first {same} of {len(g['tokens'])} (GPU arithmetic: "

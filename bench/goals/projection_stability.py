@@ -4,14 +4,15 @@ One run of the window's engine loop (continuous rounds of ``--tokens`` tokens, R
 with continuous=True, as the window's Run drives it; headless here, so no window draws beside
 it) for ``--seconds``. Every round is projected onto ``--device`` twice: by the projection as it
 is (engine.devices.run_projection: compute from the median un-stalled token) and by the old mean
-rule (1 / avg_ts − wait per token) and by the round's own median token, and flagged where the host stalled (token_stalls, the host's
-steal over the round). With ``--stop-at T`` the process SIGSTOPs itself for ``--stop-s`` seconds
-in the first round that decodes past T s (a child sends STOP and CONT, so the pause falls inside
+rule (1 / avg_ts − wait per token) and by the round's own median token, and flagged where the host stalled
+(token_stalls, the host's steal over the round). With ``--stop-at T`` the process SIGSTOPs itself for ``--stop-s``
+seconds in the first round that decodes past T s (a child sends STOP and CONT, so the pause falls inside
 a token's decode).
 
 Goals (issue 48's must-show): projected tok/s of the counted rounds (those ending in the first
-``--warmup-s`` seconds — the cold round and the cache filling — and flagged ones left out) varies ≤ 15 % (max ÷ min) while this host's measured tok/s varies more;
-the stopped round is flagged and its projection stays within the counted rounds' range.
+``--warmup-s`` seconds — the cold round and the cache filling — and flagged ones left out) varies ≤ 15 % (max ÷ min)
+while this host's measured tok/s varies more; the stopped round is flagged and its projection stays within the counted
+rounds' range.
 
     .venv/bin/python -m bench.goals.projection_stability --model M.gguf --budget-mb 90 --seconds 600 \\
         [--stop-at 300 --stop-s 5] [--json rounds.jsonl]
@@ -31,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shardscope.engine.devices.projection import RunMeasurement, project
 from shardscope.engine.devices.devices import get_device
+from shardscope.engine.devices.projection import RunMeasurement, project
 from shardscope.engine.devices.run_projection import measurement_from_summary, round_stall
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.measure import host_steal
@@ -64,9 +65,10 @@ def round_median_ts(summary, device) -> float:
 
 
 def synth_model(folder: Path) -> str:
+    from dataclasses import replace
+
     from shardscope.engine.synth.synth import write_synthetic_model
     from shardscope.engine.synth.synth_moe import defaults_for
-    from dataclasses import replace
 
     path = folder / "qwen3moe-q4km-250.gguf"
     write_synthetic_model(path, 250, seed=0, moe=replace(defaults_for("qwen3moe"), quant="q4_k_m"))
@@ -104,8 +106,10 @@ def run(args) -> list[dict]:
             rows.append(dict(round=state["round"], t=round(time.perf_counter() - t0, 2), measured_ts=summary.avg_ts,
                              projected_ts=round(p.tokens_per_s, 3), bound=p.bound,
                              old_rule_ts=round(old_rule_ts(summary, device), 3),
-                             round_median_ts=round(round_median_ts(summary, device), 3), steal=steal, flag=flag, warming=warming,
-                             sigstop=state["round"] == state["stopped_round"], read_mb_per_token=summary.read_mb_per_token,
+                             round_median_ts=round(round_median_ts(summary, device), 3), steal=steal, flag=flag,
+                             warming=warming,
+                             sigstop=state["round"] == state["stopped_round"],
+                             read_mb_per_token=summary.read_mb_per_token,
                              hit=getattr(summary, "expert_hit_rate", summary.cache_hit_rate)))
             if args.json:
                 with open(args.json, "a") as f:
@@ -186,7 +190,8 @@ def report(rows: list[dict]) -> dict:
         old = [r["old_rule_ts"] for r in rows if not r["warming"]]
         own = [r["round_median_ts"] for r in counted]
         out.update(projected_spread=max(proj) / min(proj), measured_spread=max(meas) / min(meas),
-                   measured_spread_all=max(every) / min(every), old_rule_spread_all=max(old) / min(old), round_median_spread=max(own) / min(own),
+                   measured_spread_all=max(every) / min(every), old_rule_spread_all=max(old) / min(old),
+                   round_median_spread=max(own) / min(own),
                    projected_median=statistics.median(proj), measured_median=statistics.median(meas))
     stopped = [r for r in rows if r["sigstop"]]
     if stopped and len(counted) >= 2:
@@ -219,7 +224,8 @@ def main(argv=None) -> int:
             args.model = synth_model(Path(tmp))
         rows = run_window(args) if args.window else run(args)
     out = report(rows)
-    print(f"{'window session: ' if args.window else ''}{Path(args.model).name} at {args.budget_mb} MiB, {args.tokens} tokens a round, {args.threads} thread(s), "
+    print(f"{'window session: ' if args.window else ''}{Path(args.model).name} at {args.budget_mb} MiB, {args.tokens} "
+          f"tokens a round, {args.threads} thread(s), "
           f"emulated SSD {args.ssd_mb_s:g} MB/s, projected onto {args.device}: {out['rounds']} rounds, "
           f"{out['counted']} counted, {out['flagged']} flagged, {out['warming']} in the first {args.warmup_s:g} s "
           f"(the cache's warm-up) shown but not counted")
@@ -227,7 +233,8 @@ def main(argv=None) -> int:
         met = out["projected_spread"] <= GOAL_SPREAD and out["measured_spread"] > out["projected_spread"]
         print(f"projected max ÷ min {out['projected_spread']:.3f} (goal ≤ {GOAL_SPREAD}), measured here "
               f"{out['measured_spread']:.3f} (all rounds {out['measured_spread_all']:.3f}; the old mean rule's "
-              f"projection {out['old_rule_spread_all']:.3f}, a round's own median token {out['round_median_spread']:.3f}); medians projected {out['projected_median']:.3g}, "
+              f"projection {out['old_rule_spread_all']:.3f}, a round's own median token "
+              f"{out['round_median_spread']:.3f}); medians projected {out['projected_median']:.3g}, "
               f"measured {out['measured_median']:.3g} tok/s: {'met' if met else 'MISSED'}")
     if "stopped_round" in out:
         print(f"SIGSTOP {args.stop_s:g} s in round {out['stopped_round']}: flag {out['stopped_flag']!r}; projected "

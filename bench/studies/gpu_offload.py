@@ -36,8 +36,8 @@ from collections import deque
 from pathlib import Path
 
 from shardscope.engine.base.units import MIB
-from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.stream.streaming_run import prepare_plan
 

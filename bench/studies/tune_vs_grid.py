@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-
 from shardscope.engine.knobs.knobs import TUNED, describe  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.search.tune import (  # noqa: E402
@@ -113,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     print(row("descent replayed on the grid's measurements", rb.settings, rb.summary.projected_ts,
               rb.summary.avg_ts, replayed.runs, 0))
     print()
-    print(f"ratio auto-tune / grid best (projected tok/s): {tb.summary.projected_ts / grid_best.summary.projected_ts:.2f}"
+    ratio = tb.summary.projected_ts / grid_best.summary.projected_ts
+    print(f"ratio auto-tune / grid best (projected tok/s): {ratio:.2f}"
           f" with {tune.runs / grid_runs:.0%} of the runs ({tune.runs} vs {grid_runs})")
     print(f"ratio replayed descent / grid best: {rb.summary.projected_ts / grid_best.summary.projected_ts:.2f} "
           f"with {replayed.runs} runs")

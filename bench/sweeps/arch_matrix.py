@@ -33,7 +33,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def picked_mb_per_token(path: Path) -> tuple[float, int, int, str]:
-    """(MiB of one token's picks, the unit of the row's per-token figures; MoE layers, layers, expert type) by the gguf package's reader."""
+    """(MiB of one token's picks, the unit of the row's per-token figures; MoE layers, layers, expert type)
+    by the gguf package's reader."""
     from gguf import GGUFReader
 
     reader = GGUFReader(str(path))
@@ -106,7 +107,8 @@ def main() -> int:
     cells = [(a, q) for a in args.archs.split(",") for q in args.quants.split(",")]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda c: one(*c, args), cells))
-    print(f"| --arch | --quant | MoE layers | expert types | file MB | streams at {args.budget_mb} MiB | text identical "
+    print(f"| --arch | --quant | MoE layers | expert types | file MB | streams at {args.budget_mb} "
+          "MiB | text identical "
           "| read MiB/token | expert MiB/token | picked MiB/token | expert hit rate | --verify |")
     print("|---|---|---|---|---:|---|---|---:|---:|---:|---:|---|")
     refused = []

@@ -43,17 +43,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-
-from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes  # noqa: E402
-from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
-from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
+from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
 from shardscope.engine.devices.projection import moe_ssd_bytes_per_token  # noqa: E402
 from shardscope.engine.experts.replay import replay_one  # noqa: E402
 from shardscope.engine.experts.routing_trace import read_trace  # noqa: E402
 from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
-from shardscope.engine.base.user_dirs import cache_dir  # noqa: E402
-from shardscope.engine.stream.ssd_rate_limiter import SsdModel, configure_emulation, split_requests  # noqa: E402
+from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes  # noqa: E402
+from shardscope.engine.layout.gguf_layout import read_layout  # noqa: E402
+from shardscope.engine.layout.moe_layout import read_moe_layout  # noqa: E402
 from shardscope.engine.runs.run_factory import open_run  # noqa: E402
+from shardscope.engine.stream.ssd_rate_limiter import SsdModel, configure_emulation, split_requests  # noqa: E402
 
 MIB = 1024 * 1024
 PROMPT = "The history of the printing press begins"
@@ -108,7 +107,8 @@ def main(argv=None) -> int:
     budget_mb = (moe.dense_bytes + cache) / MIB
     base = RunSettings(model_path=path, budget_mb=int(budget_mb) + 1, n_gen=args.tokens, n_ctx=128,
                        threads=args.threads, prompt=PROMPT)
-    print(f"model: {Path(path).name}: {moe.total_bytes / MIB:.0f} MiB, {moe.architecture}, {len(moe.layers)} MoE layers, "
+    print(f"model: {Path(path).name}: {moe.total_bytes / MIB:.0f} MiB, {moe.architecture}, "
+          f"{len(moe.layers)} MoE layers, "
           f"{moe.n_expert} experts ({n_used} picked), expert slice {moe.unit_bytes(moe.layers[0]) / MIB:.2f} MiB, "
           f"dense {moe.dense_bytes / moe.total_bytes:.1%}; budget "
           f"{base.budget_mb} MB = dense + {cache / moe.expert_bytes:.0%} of the experts; picked experts "
@@ -131,7 +131,8 @@ def main(argv=None) -> int:
           f"waited {ref.expert_wait_ms_per_token:.1f} ms/token for experts (this host's own reads), "
           f"replayed hit rate {hit:.1%} (run: {ref.expert_hit_rate:.1%}) → {ssd_bytes / 1e6:.2f} MB/token from SSD")
     print()
-    print("| emulated SSD MB/s | compute ms/token | ssd ms/token model (bandwidth + latency) | waited ms/token | bound | "
+    print("| emulated SSD MB/s | compute ms/token | ssd ms/token model (bandwidth + latency) | waited "
+          "ms/token | bound | "
           "projected tok/s | measured tok/s | error | projected from reference | error | bandwidth-only projection | "
           "error | with this host's reads as a floor | error | measured hit rate | expert MB/token (measured) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -154,9 +155,12 @@ def main(argv=None) -> int:
         error, error_ref, error_bw, error_floor = ((x - s.avg_ts) / s.avg_ts * 100
                                                    for x in (projected, from_ref, bw_only, floored))
         errors.append(abs(error))
-        print(f"| {rate:g} | {s.compute_ms_per_token:.1f} | {bandwidth_s * 1e3:.1f} + {(ssd_s - bandwidth_s) * 1e3:.1f} | "
-              f"{s.expert_wait_ms_per_token:.1f} | {bound} | {projected:.2f} | {s.avg_ts:.2f} | {error:+.1f} % | {from_ref:.2f} | {error_ref:+.1f} % | "
-              f"{bw_only:.2f} | {error_bw:+.1f} % | {floored:.2f} | {error_floor:+.1f} % | {s.expert_hit_rate:.1%} | {s.expert_mb_per_token * MIB / 1e6:.2f} |")
+        print(f"| {rate:g} | {s.compute_ms_per_token:.1f} | "
+              f"{bandwidth_s * 1e3:.1f} + {(ssd_s - bandwidth_s) * 1e3:.1f} | "
+              f"{s.expert_wait_ms_per_token:.1f} | {bound} | {projected:.2f} | {s.avg_ts:.2f} | {error:+.1f} % | "
+              f"{from_ref:.2f} | {error_ref:+.1f} % | "
+              f"{bw_only:.2f} | {error_bw:+.1f} % | {floored:.2f} | {error_floor:+.1f} % | {s.expert_hit_rate:.1%} | "
+              f"{s.expert_mb_per_token * MIB / 1e6:.2f} |")
     print()
     print(f"worst error {max(errors):.1f} % with each run's compute (goal ≤ 15 %)")
     return 0

@@ -76,11 +76,13 @@ def table(projected) -> str:
     head = ["model", "run", "k", "cache MiB", "lanes", "engine", "MiB/token proj.", "publ.", "error", "hit proj.",
             "publ.", "flash s proj.", "publ.", "error", "compute s proj.", "publ.", "tok/s serial", "overlapped",
             "publ.", "publ. vs the two"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---"] + ["---:"] * 4 + ["---:"] * (len(head) - 6)) + "|"]
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join(["---", "---"] + ["---:"] * 4 + ["---:"] * (len(head) - 6)) + "|"]
     for p in projected:
         r = p.run
         hit = "–" if r.cache_mib == 0 else f"{100 * p.hit:.1f} % ({p.hit_note})"
-        cells = [r.model + (" (calibration)" if p.calibration else ""), run_name(r.source), str(r.k), f"{r.cache_mib:g}",
+        cells = [r.model + (" (calibration)" if p.calibration else ""), run_name(r.source), str(r.k),
+                 f"{r.cache_mib:g}",
                  "–" if r.lanes is None else str(r.lanes), r.engine,
                  f"{p.mib_per_token:.1f}", _num(r.mib_per_token, ".1f"), _pct(p.error("mib_per_token")),
                  hit, "–" if r.decode_hit is None else f"{100 * r.decode_hit:.1f} %",
@@ -190,9 +192,17 @@ def solve_first_touch(device, runs, policy: str) -> tuple[object, float] | None:
 
 def main(argv: list[str] | None = None) -> int:
     from shardscope.engine.devices.devices import get_device
-    from shardscope.engine.devices.published_runs import (ADDED_COLUMNS, COLUMNS, OPTIONAL_COLUMNS, PUBLISHED_RUNS,
-                                                           REPLAY_POLICY, leave_one_model_out, project_runs,
-                                                           read_runs, rows_with_projection)
+    from shardscope.engine.devices.published_runs import (
+        ADDED_COLUMNS,
+        COLUMNS,
+        OPTIONAL_COLUMNS,
+        PUBLISHED_RUNS,
+        REPLAY_POLICY,
+        leave_one_model_out,
+        project_runs,
+        read_runs,
+        rows_with_projection,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=None, help=f"runs CSV with the columns {','.join(COLUMNS)} "

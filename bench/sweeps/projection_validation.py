@@ -12,10 +12,9 @@ import math
 import sys
 from dataclasses import dataclass
 
-
-from shardscope.engine.devices.devices import MIB  # noqa: E402
 from shardscope.engine.base.errors import ShardscopeError  # noqa: E402
 from shardscope.engine.base.finite import is_finite_number  # noqa: E402
+from shardscope.engine.devices.devices import MIB  # noqa: E402
 from shardscope.engine.devices.projection import project_from_bandwidth  # noqa: E402
 from shardscope.engine.devices.run_projection import measurement_from_summary  # noqa: E402
 from shardscope.engine.runs.run_factory import open_run  # noqa: E402
@@ -77,7 +76,7 @@ def _run_once(settings):
     import os
     import time
 
-    
+
     marks = {}
     holder = {}
 
@@ -195,7 +194,8 @@ def format_median_table(rows: list[ValidationRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.sweeps.projection_validation MODEL --budget-mb N [--rates 150,300,600]``: the validation table."""
+    """``python -m bench.sweeps.projection_validation MODEL --budget-mb N [--rates 150,300,600]``:
+    the validation table."""
     import argparse
     import os
 

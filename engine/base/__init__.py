@@ -3,4 +3,5 @@ and the kernel's memory calls (madvise/mincore/fadvise), with the calls that dif
 Linux and macOS in one room (platform_calls). Imports nothing else of the engine.
 """
 
-__all__ = ['errors', 'units', 'finite', 'atomic_write', 'toml_file', 'user_dirs', 'bundled_model', 'file_mapping', 'platform_calls', 'memory_calls']
+__all__ = ['errors', 'units', 'finite', 'atomic_write', 'toml_file', 'user_dirs', 'bundled_model', 'file_mapping',
+           'platform_calls', 'memory_calls']

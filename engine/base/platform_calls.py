@@ -4,9 +4,9 @@ and a macOS twin with the same signature, and the exported name is the twin of t
 | interface | Linux | macOS (Apple silicon) |
 |---|---|---|
 | ``open_uncached(path)`` | ``open(O_DIRECT)`` | ``open`` + ``fcntl(F_NOCACHE, 1)`` |
-| ``process_read_bytes(pid)`` | ``/proc/<pid>/io`` ``read_bytes`` | ``proc_pid_rusage(RUSAGE_INFO_V2)`` ``ri_diskio_bytesread`` |
-| ``footprint_bytes()`` | ``/proc/self/smaps_rollup`` Anonymous + Swap | ``task_info(TASK_VM_INFO)`` ``phys_footprint`` |
-| ``peak_rss_bytes()`` / ``reset_peak_rss()`` | ``VmHWM`` / ``/proc/self/clear_refs`` | ``resident_size_peak`` / cannot reset |
+| ``process_read_bytes(pid)`` | ``/proc/<pid>/io`` ``read_bytes`` | ``proc_pid_rusage(V2)`` ``ri_diskio_bytesread`` |
+| ``footprint_bytes()`` | ``/proc/self/smaps_rollup`` Anonymous + Swap | ``task_info(TASK_VM_INFO)`` footprint |
+| ``peak_rss_bytes()`` / ``reset_peak_rss()`` | ``VmHWM`` / ``clear_refs`` | ``resident_size_peak`` / cannot reset |
 | ``cached_file_bytes(fd, off, len)`` | ``cachestat(2)`` | None: residency by ``mincore`` only |
 | ``find_mapping(path)`` | ``/proc/self/maps`` | ``mach_vm_region`` + ``proc_regionfilename`` |
 | ``mapping_rss_bytes(m)`` | ``/proc/self/smaps`` Rss | ``mincore`` over the range |

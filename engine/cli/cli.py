@@ -11,10 +11,17 @@ import contextlib
 import math
 import sys
 
-from shardscope.engine.cli.cli_args import (add_output_arguments, add_run_arguments, non_negative_float, non_negative_int, positive_float,
-                             positive_int, settings_from_args)
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.quantity_text import bytes_text, plural
+from shardscope.engine.cli.cli_args import (
+    add_output_arguments,
+    add_run_arguments,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    settings_from_args,
+)
 from shardscope.engine.knobs.knobs import describe
 from shardscope.engine.measure.metric_registry import from_memory_line
 
@@ -82,17 +89,20 @@ def _print_experts(s) -> None:
     # parts add up to the total (they did not: "6.29 read (dense 0.00 + experts 3.34)").
     other = s.read_mb_per_token - s.dense_mb_per_token - s.expert_mb_per_token
     print(f"per token  {s.read_mb_per_token:.2f} MiB read = experts {s.expert_mb_per_token:.2f} + dense "
-          f"{s.dense_mb_per_token:.2f} + other {other:.2f} (read, not loaded by the streamer); waiting for experts {s.expert_wait_ms_per_token:.1f} ms, computing "
+          f"{s.dense_mb_per_token:.2f} + other {other:.2f} (read, not loaded by the streamer); waiting for experts "
+          f"{s.expert_wait_ms_per_token:.1f} ms, computing "
           f"{s.compute_ms_per_token:.1f} ms")
     if s.expert_advice:
         print(f"note       {s.expert_advice}")  # names the policy, the trace replayed and the margin
     if s.expert_speculation:
         print(f"guesses    accuracy {pct(s.spec_accuracy)}, misses hidden {pct(s.spec_hidden_share)}")
     if s.hash_picks_ahead:  # deepseek4's hash-routed layers (engine/experts/hash_prefetch.py)
-        print(f"hash       {s.hash_picks_ahead} picks known ahead of their layer, {s.hash_misses_hidden} misses hidden, "
+        print(f"hash       {s.hash_picks_ahead} picks known ahead of their layer, "
+              f"{s.hash_misses_hidden} misses hidden, "
               f"{pct(s.hash_ready_share)} of tokens with every hash pick loaded before its layer")
     if s.llama_kv_mb or s.llama_state_mb:  # llama.cpp's own figures: the RSS beyond the weights
-        print(f"context    llama.cpp's KV cache {s.llama_kv_mb:.2f} + recurrent/compressed state {s.llama_state_mb:.2f} "
+        print(f"context    llama.cpp's KV cache {s.llama_kv_mb:.2f} + recurrent/compressed state "
+              f"{s.llama_state_mb:.2f} "
               f"+ buffers {s.llama_buffers_mb:.2f} MiB (its log, at context creation)")
     if s.trace_path:
         print(f"trace      {s.trace_path}")
@@ -115,11 +125,10 @@ def _check_emulation_flags(args, settings) -> None:
 
 
 def cmd_bench(args) -> int:
-    from shardscope.engine.runs.bench_command import run_repetitions
-    from shardscope.engine.output.llama_bench_output import print_rows, utc_now
-
     from shardscope.engine.cli.interrupt import run_interruptibly
     from shardscope.engine.cli.progress_line import ProgressLine
+    from shardscope.engine.output.llama_bench_output import print_rows, utc_now
+    from shardscope.engine.runs.bench_command import run_repetitions
     from shardscope.engine.runs.stop_signal import StopSignal
 
     settings = settings_from_args(args)
@@ -128,7 +137,8 @@ def cmd_bench(args) -> int:
     _check_emulation_flags(args, settings)
     if args.accept_unchecked and not args.verify:
         raise ShardscopeError("--accept-unchecked: only applies with --verify; add --verify or leave it out")
-    configure_emulation(args.ssd_latency_us, args.ssd_queue_depth or DEFAULT_SSD_QUEUE_DEPTH)  # the emulated SSD beyond its bandwidth
+    configure_emulation(args.ssd_latency_us,
+                        args.ssd_queue_depth or DEFAULT_SSD_QUEUE_DEPTH)  # the emulated SSD beyond its bandwidth
     started = utc_now()
     reports = []
     stop, line = StopSignal(), ProgressLine(quiet=args.quiet)  # Ctrl-C stops the run; one progress line
@@ -313,7 +323,7 @@ def cmd_calibrate(args) -> int:
     error = "n/a (one observation)" if math.isnan(fit.held_out_error_pct) else f"{fit.held_out_error_pct:.1f} %"
     print(f"compute_scale {fit.compute_scale:.4g} ({fit.basis} rate per core: {fit.device_rate_per_core:.4g} "
           f"tok/s on {args.device} vs {fit.host_rate_per_core:.4g} here); held-out error {error}")
-    print(f"dram_mb_s     " + (f"{fit.dram_mb_s:.6g} ({fit.dram_note})" if fit.dram_mb_s is not None
+    print("dram_mb_s     " + (f"{fit.dram_mb_s:.6g} ({fit.dram_note})" if fit.dram_mb_s is not None
                                else fit.dram_note))
     print(f"saved to {path}")
     return 0
@@ -362,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--experts", type=positive_int, default=None, help="experts per layer (default 64)")
     synth.add_argument("--experts-used", type=positive_int, default=None, help="experts per token (default 8)")
     synth.add_argument("--shared-experts", type=non_negative_int, default=None,
-                       help="always-used experts per layer (default: the arch's own, e.g. 0 for llama, 1 for qwen2moe and kimi-k2)")
+                       help="always-used experts per layer (default: the arch's own, e.g. 0 for llama, 1 for "
+                            "qwen2moe and kimi-k2)")
     synth.add_argument("--routing-skew", type=non_negative_float, default=None,
                        help="make some experts win more often (0: uniform router)")
     synth.add_argument("--routing", choices=("real", "uniform", "flat"), default=None,
@@ -376,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--quant", choices=("q8_0", "q4_k_m", "mxfp4"), default=None,
                        help="experts' format: q8_0, q4_k_m (gate/up Q4_K, down Q6_K) or mxfp4 (gpt-oss's default)")
     synth.add_argument("--like", choices=("kimi-k2",), default=None,
-                       help="a real model's expert ratios at --size-mb: kimi-k2 = deepseek2, 384 experts, top-8, 1 shared")
+                       help="a real model's expert ratios at --size-mb: kimi-k2 = deepseek2, 384 "
+                            "experts, top-8, 1 shared")
     synth.set_defaults(func=cmd_synth)
     cal = sub.add_parser("calibrate", help="fit a device's speed from llama-bench rows measured on it",
                          description="Reads llama-bench -o json|jsonl|csv rows of a known model measured on the "

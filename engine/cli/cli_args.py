@@ -64,7 +64,8 @@ def flag_help(key: str) -> str:
     """A knob's help line: its own help, else the first line of its tooltip, with the default
     (so ``bench --help`` says what every flag does and what it is when left out)."""
     spec = KNOBS[key]
-    tip = "; ".join(line.strip().rstrip(";") for line in spec.tip.splitlines()) if spec.choices else spec.tip.split("\n")[0]
+    tip = ("; ".join(line.strip().rstrip(";") for line in spec.tip.splitlines()) if spec.choices
+           else spec.tip.split("\n")[0])
     text = spec.help or (tip.rstrip(".;") if tip else spec.label)
     if spec.unit and spec.unit not in text:
         text += f" ({spec.unit})"

@@ -23,9 +23,9 @@ import sys
 import threading
 import types
 
-from shardscope.engine.cli import cli_args
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.quantity_text import plural
+from shardscope.engine.cli import cli_args
 from shardscope.engine.knobs.knobs import KNOBS, SWEPT, TUNED, RunSettings, describe
 
 # flag → RunSettings field, in the order the sweep varies them (last fastest)
@@ -326,7 +326,7 @@ def cmd_tune(args) -> int:
     if args.csv:  # outputs are refused now, not after the search
         check_csv_columns(args.csv)
     if args.save_profile:
-        from shardscope.engine.search.tune import tuned_profile_path
+        from shardscope.engine.search.tune_verdict import tuned_profile_path
 
         tuned_profile_path(args.save_profile, args.profile_dir, force=args.force)
     if args.min_rounds > args.max_rounds:
@@ -341,13 +341,14 @@ def cmd_tune(args) -> int:
     print(f"tune for {device.name}: {SEARCH_DESCRIPTION.format(rounds=rounds)}", file=sys.stderr)
     from shardscope.engine.knobs.knob_ranges import format_values
 
-    print(f"  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
+    print("  candidates: " + "; ".join(f"{k} {format_values(v)}" for k, v in cands.items())
           + f" ({grid} combinations in the full grid)", file=sys.stderr)
     from shardscope.engine.search.search_noise import fits_note
     from shardscope.engine.search.tune import device_weight_budget_mb
 
     budget = device_weight_budget_mb(device)
-    note = fits_note(args.model_path, [min(budget, args.budget_cap_mb or budget)], "shard size, prefetch depth and policy")
+    note = fits_note(args.model_path, [min(budget, args.budget_cap_mb or budget)],
+                     "shard size, prefetch depth and policy")
     if note:
         print(note, file=sys.stderr)
     bar = _progress(None, args.quiet, "tune")

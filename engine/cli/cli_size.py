@@ -55,7 +55,8 @@ def _register_sizing(sub) -> None:
                    help="with --trace as the model: run K experts a token instead of the trace's k "
                         "(re-scales a token's picked bytes)")
     p.add_argument("--expert-policy", default=KNOBS["expert_policy"].default, choices=KNOBS["expert_policy"].choices,
-                   help=f"MoE: the expert cache policy the --trace replay uses (default {KNOBS['expert_policy'].default})")
+                   help="MoE: the expert cache policy the --trace replay uses (default "
+                        f"{KNOBS['expert_policy'].default})")
     # The knobs the run's minimum and split depend on, as bench takes them (engine/knobs/knobs.py)
     for key in ("shard_mb", "prefetch_depth", "trunk_share"):
         spec = KNOBS[key]
@@ -69,9 +70,9 @@ def cmd_size(args) -> int:
     """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
     from shardscope.engine.devices.devices import get_device
     from shardscope.engine.devices.sizing import POLICIES, SizingInput
+    from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
     from shardscope.engine.devices.sizing_numbers import size_from_numbers
     from shardscope.engine.devices.sizing_text import format_sizing
-    from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
 
     numbers = {"--total-params": args.total_params, "--active-params": args.active_params, "--bits": args.bits,
                "--layers": args.layers, "--globals-fraction": args.globals_fraction,
@@ -117,7 +118,8 @@ def cmd_size(args) -> int:
         from shardscope.engine.devices.sizing_like import shape_like
 
         common.pop("expert_trace")
-        result = size_shape(shape_like(args.like, args.shard_mb, args.prefetch_depth), device, trunk_share=args.trunk_share,
+        result = size_shape(shape_like(args.like, args.shard_mb, args.prefetch_depth), device,
+                            trunk_share=args.trunk_share,
                             expert_trace=None, **common)
     elif args.gguf:
         result = size_from_gguf_header(args.gguf, device, trunk_share=args.trunk_share, settings=knobs, **common)

@@ -7,9 +7,9 @@ The rule (docs/calibration.md has it with its error on held-out rows):
   here when the device ran it too). A model is the same when llama.cpp describes it
   the same: ``model_type``, ``model_size`` and ``model_n_params``.
 * **compute_scale** (the device's per-core speed relative to this machine, as
-  engine.projection uses it) = device rate per core ÷ host rate per core, where a device row's cores are ``min(n_threads, performance cores)`` — the
-  projection's own thread rule — and a host row's are its ``n_threads``. The rates are
-  prompt processing (pp) when both sides have pp rows, since pp is compute-bound;
+  engine.projection uses it) = device rate per core ÷ host rate per core, where a device row's cores are
+  ``min(n_threads, performance cores)`` — the projection's own thread rule — and a host row's are its ``n_threads``. The
+  rates are prompt processing (pp) when both sides have pp rows, since pp is compute-bound;
   otherwise text generation (tg). Every repetition (``samples_ts``) is one observation;
   rates are averaged as time per token is (harmonic mean: tokens over total time), so
   one slow repetition weighs as the seconds it took, as it would in a projection.
@@ -249,7 +249,6 @@ def save_calibration(device_id: str, quantities: dict[str, dict]) -> Path:
     import tomli_w
 
     from shardscope.engine.base.atomic_write import write_text_atomic
-
     from shardscope.engine.devices.devices import apply_calibration, calibration_path, get_device
 
     device = get_device(device_id)

@@ -45,11 +45,16 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import ZERO_OR_MORE, finite_number
 from shardscope.engine.base.toml_file import read_toml
 from shardscope.engine.base.units import MIB
-from shardscope.engine.devices.device_fields import (QUANTITY_KEYS as _QUANTITY_KEYS, check_positive_number,
-                                                    read_quantity, read_string, read_table, type_name)
+from shardscope.engine.devices.device_fields import QUANTITY_KEYS as _QUANTITY_KEYS
+from shardscope.engine.devices.device_fields import (
+    check_positive_number,
+    read_quantity,
+    read_string,
+    read_table,
+    type_name,
+)
 from shardscope.engine.devices.device_flash_fields import flash_fields
 from shardscope.engine.devices.flash_model import FlashModel, plain_flash_model
-
 
 __all__ = [
     "Device",
@@ -283,7 +288,8 @@ def _read_device(path: str | Path) -> Device:
             ssd[key], table = read_quantity(data, key, where)
             note(key, table)
     if ssd["ssd_queue_depth"] != int(ssd["ssd_queue_depth"]):
-        raise ShardscopeError(f"{where}: 'ssd_queue_depth.value' must be a whole number, got {ssd['ssd_queue_depth']:g}")
+        raise ShardscopeError(f"{where}: 'ssd_queue_depth.value' must be a whole number, "
+                              f"got {ssd['ssd_queue_depth']:g}")
 
     flash = flash_fields(data, where, int(ssd["ssd_queue_depth"]), note)
 

@@ -15,8 +15,8 @@ Two figures, named for what they are, and the projection carries both:
   waits only for the longer, at best: the one figure that is a best case.
 
 ``s_per_token`` is the one the deployment's engine does: overlapped with prefetch (depth > 0),
-serial without; a real overlapping engine lands between the two (its reads are not all hidden). DRAM and compute stay under one max even then: the
-kernels stream weights from memory while they multiply (that is the roofline), and
+serial without; a real overlapping engine lands between the two (its reads are not all hidden). DRAM and compute stay
+under one max even then: the kernels stream weights from memory while they multiply (that is the roofline), and
 the measured compute time already contains the host's own memory time, so adding
 the two would count memory twice.
 
@@ -60,10 +60,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardscope.engine.devices.devices import Device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import POSITIVE, ZERO_OR_MORE, finite_number
 from shardscope.engine.base.units import MB_S
+from shardscope.engine.devices.devices import Device
 from shardscope.engine.stream.ssd_rate_limiter import SsdModel
 
 __all__ = [
@@ -288,7 +288,8 @@ def project(
 
 
 # The device numbers the roofline reads, in words (the memory limit only matters to the sizing).
-_INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "ssd_latency_us": "SSD latency", "ssd_queue_depth": "SSD queue depth",
+_INPUT_NAMES = {"ssd_read_mb_s": "SSD read speed", "ssd_latency_us": "SSD latency",
+                "ssd_queue_depth": "SSD queue depth",
                 "dram_mb_s": "DRAM bandwidth", "compute_scale": "per-core speed", "gpu_compute_scale": "GPU speed"}
 
 

@@ -73,7 +73,8 @@ def replay_picks(trace, policy: str, cache_bytes: int, k: int) -> ReplayAtK:
         accesses.append((record.layer, float(len(got.misses))))
         tokens.add(record.token)
     n = max(len(tokens), 1)
-    note = "replayed" if k == header.n_expert_used else f"replayed, the top {k} of the trace's {header.n_expert_used} picks"
+    note = ("replayed" if k == header.n_expert_used
+            else f"replayed, the top {k} of the trace's {header.n_expert_used} picks")
     return ReplayAtK(k, hits / (hits + misses) if hits + misses else 0.0, missed / MIB / n, tuple(accesses), n, note)
 
 

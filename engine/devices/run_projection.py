@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import math
 
-from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.finite import finite_number
+from shardscope.engine.devices.devices import MIB, get_device
 from shardscope.engine.devices.projection import Projection, RunMeasurement, project
 from shardscope.engine.measure.token_stalls import robust_compute_s, stall_text
 from shardscope.engine.stream.residency import CHUNK_BYTES
@@ -197,7 +197,8 @@ def differs_note(summary, projection: Projection, device_id: str) -> str:
     host_compute = m.compute_s_per_token
     dev_read, dev_compute = projection.terms["ssd"], projection.terms["compute"]
     faster = "above" if ratio > 1 else "below"
-    head = f"projected {projection.tokens_per_s:.3g} tok/s is {max(ratio, 1 / ratio):.1f}× {faster} the {avg_ts:.3g} measured here"
+    head = (f"projected {projection.tokens_per_s:.3g} tok/s is {max(ratio, 1 / ratio):.1f}× {faster} "
+            f"the {avg_ts:.3g} measured here")
     read_gap, compute_gap = abs(host_wait - dev_read), abs(host_compute - dev_compute)
     if read_gap >= compute_gap:
         mb = m.ssd_bytes_per_token / MIB

@@ -57,13 +57,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardscope.engine.devices.devices import MIB, Device, get_device, weight_budget_mb
-from shardscope.engine.stream.ssd_rate_limiter import REQUEST_BYTES
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.base.quantity_text import bytes_text, mib_text, seconds_text, plural
 from shardscope.engine.base.finite import ANY, POSITIVE, ZERO_OR_MORE, finite_number
+from shardscope.engine.base.quantity_text import bytes_text, mib_text, plural, seconds_text
+from shardscope.engine.devices.devices import MIB, Device, get_device, weight_budget_mb
+from shardscope.engine.devices.projection import (
+    Projection,
+    RunMeasurement,
+    moe_ssd_bytes_per_token,
+    project_from_bandwidth,
+)
 from shardscope.engine.layout.budget_minimum import STEP_LAYERS, min_cache_for, whole_mb
-from shardscope.engine.devices.projection import Projection, RunMeasurement, moe_ssd_bytes_per_token, project_from_bandwidth
+from shardscope.engine.stream.ssd_rate_limiter import REQUEST_BYTES
 
 __all__ = [
     "SizingInput",
@@ -289,7 +294,8 @@ def size_shape(
         staging = min_cache_for(picks, speculation=False)
         minimum = shape.minimum_bytes or resident_dense - T + window + staging
         parts = shape.minimum_parts or (
-            f"globals {mib_text(resident_dense - T)} + trunk window {mib_text(window)} + {n_units} x {mib_text(picks)}: "
+            f"globals {mib_text(resident_dense - T)} + trunk window {mib_text(window)} + {n_units} x "
+            f"{mib_text(picks)}: "
             "one layer's picked experts")
     else:
         staging = n_units * shape.unit_bytes
@@ -518,4 +524,5 @@ def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[
             f"{cache / MIB:.2f} MiB, below the {floor / MIB:.2f} MiB one layer's picks need there (trace a "
             "model with smaller experts, or pass --expert-hit-rate)")
     row = replay_one(trace, policy, cache)
-    return row.expert_hit_rate, f"replayed from the trace of {header.model or 'a run'}, {policy}, {plural(row.n_tokens, 'token')}"
+    return row.expert_hit_rate, (f"replayed from the trace of {header.model or 'a run'}, {policy}, "
+                                 f"{plural(row.n_tokens, 'token')}")

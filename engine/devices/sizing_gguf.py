@@ -11,7 +11,6 @@ from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.devices.devices import Device
 from shardscope.engine.devices.sizing import ModelShape, SizingResult, bytes_text, size_shape
 
-
 # ---------------------------------------------------------------- from GGUF
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
 

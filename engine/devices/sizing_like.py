@@ -20,7 +20,6 @@ resident. The minimum is engine/layout/budget_minimum.py's: globals + the larges
 
 from __future__ import annotations
 
-
 from shardscope.engine.base.units import MIB
 from shardscope.engine.devices.sizing import ModelShape
 from shardscope.engine.layout.budget_minimum import Minimum

@@ -6,9 +6,16 @@ from __future__ import annotations
 import math
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.devices.devices import Device
 from shardscope.engine.base.quantity_text import bytes_text
-from shardscope.engine.devices.sizing import DEFAULT_VOCAB, ModelShape, SizingInput, SizingResult, size_number, size_shape
+from shardscope.engine.devices.devices import Device
+from shardscope.engine.devices.sizing import (
+    DEFAULT_VOCAB,
+    ModelShape,
+    SizingInput,
+    SizingResult,
+    size_number,
+    size_shape,
+)
 
 
 def _shape_from_numbers(inp: SizingInput) -> ModelShape:

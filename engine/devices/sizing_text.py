@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from shardscope.engine.base.quantity_text import (bytes_text, mib_text, params_text, plural, rate_text,
-                                                    seconds_text)
+from shardscope.engine.base.quantity_text import bytes_text, mib_text, params_text, plural, rate_text, seconds_text
 from shardscope.engine.devices.sizing import SizingResult
 from shardscope.engine.layout.budget_minimum import STEP_LAYERS, whole_mb
 
@@ -124,7 +123,8 @@ def format_sizing(result: SizingResult) -> str:
         lines.append("  assumptions")
         lines.extend(f"    - {a}" for a in r.assumptions)
     lines.append(f"  summary     {r.summary}")
-    lines.append("  units       memory in MiB (2^20 bytes, the unit of --budget-mb); sizes and rates in decimal MB/GB/TB")
+    lines.append("  units       memory in MiB (2^20 bytes, the unit of --budget-mb); sizes and rates "
+                 "in decimal MB/GB/TB")
     return "\n".join(lines)
 
 

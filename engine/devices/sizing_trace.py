@@ -60,7 +60,8 @@ def shape_from_trace(trace, where: str, *, experts_used: int | None = None,
             "give --gguf or the model's numbers as well")
     k = header.n_expert_used
     if experts_used is not None:
-        if isinstance(experts_used, bool) or not isinstance(experts_used, int) or not 1 <= experts_used <= header.n_expert:
+        whole = isinstance(experts_used, int) and not isinstance(experts_used, bool)
+        if not whole or not 1 <= experts_used <= header.n_expert:
             raise ShardscopeError(f"--experts-used: must be a whole number from 1 to the trace's "
                                   f"n_expert ({header.n_expert}), got {experts_used!r}")
         k = experts_used

@@ -129,7 +129,5 @@ def choose_trunk_share(moe: MoeLayout, trunk: ShardPlan, settings, expert_mib_at
     return best[1]
 
 
-__all__ = ["CANDIDATE_SHARES", "trunk_read_bytes", "choose_trunk_share", "Minimum", "BudgetSplit", "minimum_for", "minimum_of_layout", "dense_minimum", "moe_minimum",
-           "layer_window_bytes", "split_budget", "pages_without", "default_trunk_share", "expert_gain", "trunk_plan_for", "edge_bytes", "dense_pages", "resident_dense_bytes", "booked_unit_bytes", "min_cache_for",
-           "min_expert_cache_bytes", "min_budget_bytes", "min_budget_mb", "whole_mb", "expert_cache_bytes",
-           "prompt_batch_tokens", "STEP_LAYERS", "SPECULATION_LAYERS"]
+__all__ = ["CANDIDATE_SHARES", "trunk_read_bytes", "choose_trunk_share", "Minimum", "BudgetSplit", "moe_minimum",
+           "split_budget", "default_trunk_share", "expert_gain", "whole_mb"]

@@ -23,8 +23,8 @@ Ties left by a key go to the unit that came in first.
 
 Why heaps: a 61-layer model with 384 experts a layer keeps ~22k units resident, and every
 layer of every token with a miss needs the next victim; sorting all resident units per miss
-cost ~5 ms a layer (issue #24). A lazy heap per class (streamed, pinned; decay: one per layer, since a layer's units keep
-their order between its passes and only the L heads are compared) gives the same order
+cost ~5 ms a layer (issue #24). A lazy heap per class (streamed, pinned; decay: one per layer, since a layer's units
+keep their order between its passes and only the L heads are compared) gives the same order
 in O(log n): a unit's entry is pushed again whenever its key changes, stale entries are
 skipped when they surface and the heap is rebuilt once stale ones outnumber live ones.
 """
@@ -385,7 +385,8 @@ class ExpertCache:
             cached = self._ranked_pick.get(layer)
             if cached is not None and cached[0] == self.ranks.passes[layer] and cached[1] in self.resident:
                 unit = cached[1]  # the pick chosen this pass; any other last pick waits less
-                lower = 0.5 * (self.decaying.chance(unit) + self.ranks.repeat_by_slot[layer][self.ranks.rank[layer][unit[1]]])
+                slot = self.ranks.rank[layer][unit[1]]
+                lower = 0.5 * (self.decaying.chance(unit) + self.ranks.repeat_by_slot[layer][slot])
             else:
                 lower = self.ranks.lowest[layer]
             chance = min(chance, lower)

@@ -28,8 +28,12 @@ from collections import Counter
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
-from shardscope.engine.layout.budget_minimum import (dense_pages, edge_bytes, pages_without,  # noqa: F401
-                                                     resident_dense_bytes)  # one definition, re-exported
+from shardscope.engine.layout.budget_minimum import (  # noqa: F401
+    dense_pages,
+    edge_bytes,
+    pages_without,
+    resident_dense_bytes,  # one definition, re-exported
+)
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import DirectSlots, SlotsFull
 from shardscope.engine.stream.portable_slots import DROP as PORTABLE_DROP

@@ -7,8 +7,8 @@ module supplies only the streamer: the ExpertStreamer (engine/experts/expert_str
 with its expert cache, composed where the trunk streams with the dense run's layer streamer
 (a ResidencyController over the trunk's shards: pinned layers, a window in flight, prefetch
 depth) under the trunk's part of one budget (engine/experts/budget_split.py split_budget),
-its counters, the routing trace and the knobs it takes live. engine/runs/run_factory.py picks it for MoE models that do not
-fit their budget, or when a routing trace is asked for.
+its counters, the routing trace and the knobs it takes live. engine/runs/run_factory.py picks it for MoE models that do
+not fit their budget, or when a routing trace is asked for.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import psutil
 from shardscope.engine.base.bundled_model import resolve_model_path
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
-from shardscope.engine.experts.policy_advice import ADVICE_TOKENS, cache_advice
+from shardscope.engine.experts.budget_split import BudgetSplit, choose_trunk_share, split_budget
 from shardscope.engine.experts.expert_streaming import HEAT_WINDOW, ExpertStreamer
 from shardscope.engine.experts.expert_view import ExpertView
 from shardscope.engine.experts.hash_prefetch import HashPrefetch, hash_tables
+from shardscope.engine.experts.policy_advice import ADVICE_TOKENS, cache_advice
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceWriter
 from shardscope.engine.knobs.knobs import LAYER_KNOBS, LIVE
 from shardscope.engine.knobs.settings import RunSettings, validate
-from shardscope.engine.experts.budget_split import BudgetSplit, choose_trunk_share, split_budget
 from shardscope.engine.layout.budget_minimum import prompt_batch_tokens, trunk_plan_for
 from shardscope.engine.layout.layout_cache import load_layout
 from shardscope.engine.layout.moe_layout import MoeLayout, read_moe_layout
@@ -65,7 +65,8 @@ class ExpertRunSummary(RunSummary):
     prompt_mb_read: float = 0.0  # the kernel's read_bytes from the prompt's start to its first token
     trace_path: str = ""
     expert_advice: str = ""  # a better policy on the run's own routing, and by how much (policy_advice.py)
-    trunk_share: int = 0  # percent of the budget above the minimum given to the trunk (the knob, or the engine's choice)
+    # percent of the budget above the minimum given to the trunk (the knob, or the engine's choice)
+    trunk_share: int = 0
     trunk_mb: float = 0.0  # what the trunk's shards may keep resident (all of the trunk: it does not stream)
     trunk_streams: bool = False  # the trunk streamed by layer beside the experts
     # hash-routed layers (deepseek4): picks known ahead of their layer, the misses that hid, the share of
@@ -302,7 +303,8 @@ class ExpertRun(RunSkeleton):
             # The layer streamer over the trunk's shards, under the trunk's part of the budget, composed
             # into the expert streamer (one file, one set of own slots, one emulated disk).
             plan = self.trunk_plan
-            self.trunk = ResidencyController(plan, self.mapping, self._fd, (plan.globals_bytes + self.split.trunk_bytes) / MIB,
+            self.trunk = ResidencyController(plan, self.mapping, self._fd,
+                                             (plan.globals_bytes + self.split.trunk_bytes) / MIB,
                                              s.prefetch_depth, s.policy, s.ssd_mb_s, slots=self.slots, shared=True)
         return ExpertStreamer(self.moe, self.mapping, self._fd, budget_bytes=int(s.budget_mb * MIB),
                               cache_bytes=self.cache_bytes, policy=s.expert_policy,

@@ -32,14 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardscope.engine.base import memory_calls
-from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes, resident_dense_bytes
 from shardscope.engine.experts.expert_cache import ExpertCache, Unit, hot_reserve_bytes
+from shardscope.engine.experts.expert_io import ExpertIO, edge_bytes
+from shardscope.engine.experts.routing_trace import TraceRecord
 from shardscope.engine.layout.moe_layout import MoeLayout
 from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.residency import ResidencyCounters, ResidencySnapshot
-from shardscope.engine.experts.routing_trace import TraceRecord
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
-
 
 HEAT_WINDOW = 64  # decoded tokens the expert view's heat counts over
 # Routing records kept in memory: the window's "this session" cacheability replays the last of

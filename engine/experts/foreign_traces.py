@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.experts.routing_trace import (RoutingTrace, TraceHeader, TraceRecord, open_trace_file,
-                                                     read_trace)
+from shardscope.engine.experts.routing_trace import RoutingTrace, TraceHeader, TraceRecord, open_trace_file, read_trace
 
 ROUTE_TRACE_V1 = "# route_trace v1"
 ROUTE_TRACE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes")
@@ -233,7 +232,8 @@ class _PlainCsv(_CsvDialect):
 
     def row(self, cells, passes, where):
         if len(cells) != len(self.columns):
-            raise ShardscopeError(f"{where}: {len(cells)} fields, expected {len(self.columns)} ({','.join(self.columns)})")
+            raise ShardscopeError(f"{where}: {len(cells)} fields, expected {len(self.columns)} "
+                                  f"({','.join(self.columns)})")
         values = dict(zip(self.columns, (c.strip() for c in cells)))
         token, layer, expert = (_whole(values[n], n, where) for n in PLAIN_REQUIRED)
         weight = _number(values["weight"], "weight", where) if "weight" in values else None

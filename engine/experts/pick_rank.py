@@ -20,7 +20,8 @@ class PickRank:
     def __init__(self, layers: Sequence[int], n_expert_used: int | None):
         k = max(int(n_expert_used or 1), 1)
         self.rates = {layer: [[0.5, 1.0] for _ in range(k)] for layer in layers}  # slot → [came back, seen]
-        self.rank: dict[int, dict[int, int]] = {layer: {} for layer in layers}  # layer → {expert: slot} of its last pass
+        # layer → {expert: slot} of its last pass
+        self.rank: dict[int, dict[int, int]] = {layer: {} for layer in layers}
         self.repeat_by_slot = {layer: [0.5] * k for layer in layers}  # layer → each slot's rate
         self.passes = {layer: 0 for layer in layers}  # decoded passes of each layer so far
         self.lowest = {layer: 0.25 for layer in layers}  # layer → half its lowest slot rate: the floor of

@@ -30,7 +30,8 @@ def compare(rates: dict[str, float], policy: str, where: str, cache_mb: float) -
     if best == policy:
         return ""
     margin = 100 * (known[best] - known[policy])
-    head = f"replaying {where} at {cache_mb:,.0f} MiB: {best} {100 * known[best]:.1f} % vs {policy} {100 * known[policy]:.1f} %"
+    head = (f"replaying {where} at {cache_mb:,.0f} MiB: {best} {100 * known[best]:.1f} % "
+            f"vs {policy} {100 * known[policy]:.1f} %")
     if margin < TIE_POINTS:
         return f"{head}: the policies tie ({margin:.1f} points apart, under {TIE_POINTS:g})"
     return f"{head}: {best} by {margin:.1f} points (expert policy {best})"
@@ -98,7 +99,8 @@ def cache_advice(policy: str, cache_bytes: int, unit_bytes: Mapping[int, int], n
 
 
 # tests/test_real_trace_policy.py replays it and checks these figures
-QWEN_AT_ONE_TOKEN = "qwen.route.csv (Qwen3-30B-A3B, 128 tokens) at 783 MiB: auto 38.7 % vs lru 29.7 %: auto by 8.9 points (expert policy auto)"
+QWEN_AT_ONE_TOKEN = ("qwen.route.csv (Qwen3-30B-A3B, 128 tokens) at 783 MiB: auto 38.7 % vs lru 29.7 %: "
+                     "auto by 8.9 points (expert policy auto)")
 
 
 __all__ = ["advise", "compare", "best_lines", "cache_advice", "QWEN_AT_ONE_TOKEN", "TIE_POINTS", "ONLINE"]

@@ -13,12 +13,11 @@ import math
 from dataclasses import dataclass, replace
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.units import MIB
 from shardscope.engine.experts.expert_cache import POLICIES, ExpertCache, hot_reserve_bytes
 from shardscope.engine.experts.foreign_traces import load_trace
 from shardscope.engine.experts.optimal_cache import belady_hits
 from shardscope.engine.experts.routing_trace import RoutingTrace, TraceRecord
-from shardscope.engine.base.units import MIB
-
 
 OPTIMAL = "optimal"  # Belady's MIN (optimal_cache): the limit, not a policy a run can use
 REPLAY_POLICIES = tuple(POLICIES) + (OPTIMAL,)
@@ -166,4 +165,5 @@ def format_rows(rows: list[ReplayRow], model: str, hash_layers: tuple[int, ...] 
     return "\n".join(lines)
 
 
-__all__ = ["ReplayRow", "OPTIMAL", "REPLAY_POLICIES", "HOT_ORACLE", "fitted_prompt", "run_order", "replay", "replay_one", "cacheability", "format_rows", "min_cache_bytes"]
+__all__ = ["ReplayRow", "OPTIMAL", "REPLAY_POLICIES", "HOT_ORACLE", "fitted_prompt", "run_order", "replay",
+           "replay_one", "cacheability", "format_rows", "min_cache_bytes"]

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.experts.routing_trace import RoutingTrace
 
 HOTTEST = 8  # the "hottest-8 share" counts this many experts
@@ -123,7 +123,8 @@ def format_stats(stats: TraceStats, name: str) -> str:
              f"(random reuse {_pct(stats.random)})",
              "| " + " | ".join(head) + " |", "|" + "|".join("-" * (len(h) + 2) for h in head) + "|"]
     for r in stats.layers:
-        cells = [f"{r.layer} (hash)" if r.layer in stats.hash_layers else str(r.layer), str(r.tokens), _pct(r.lag1), _pct(r.lag8), _pct(r.static_topk),
+        cells = [f"{r.layer} (hash)" if r.layer in stats.hash_layers else str(r.layer), str(r.tokens), _pct(r.lag1),
+                 _pct(r.lag8), _pct(r.static_topk),
                  f"{r.distinct} of {stats.n_expert}", _pct(r.hottest8)]
         lines.append("| " + " | ".join(cells) + " |")
     cells = ["all", str(stats.tokens), _pct(stats.lag1), _pct(stats.lag8), _pct(stats.static_topk),

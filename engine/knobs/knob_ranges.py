@@ -114,7 +114,8 @@ def parse_knob(flag: str, text: str, key: str) -> list:
         low, high = spec.low, spec.high
         for value in values:
             if not low <= value <= high:
-                raise ShardscopeError(f"{flag}: {number_text(value)} is out of range ({number_text(low)} to {number_text(high)})")
+                raise ShardscopeError(f"{flag}: {number_text(value)} is out of range ({number_text(low)} to "
+                                      f"{number_text(high)})")
     return list(dict.fromkeys(values))
 
 

@@ -76,7 +76,8 @@ class RunSettings:
                                   help="GGUF file (default: the bundled gemma-3-270m)")
     budget_mb: int = knob(
         4096, label="Memory budget", short="budget", unit="MiB", low=1, high=1_048_576, flag="--budget-mb",
-        help="weight budget", sweep="num", sweep_rank=5, slider=(1, 4096, 1), live=True, setter="set_budget_mb", required=True,
+        help="weight budget", sweep="num", sweep_rank=5, slider=(1, 4096, 1), live=True, setter="set_budget_mb",
+        required=True,
         tip="Weights allowed in memory (globals + resident shards). "
             "KV cache and compute buffers are charted apart as 'other RSS'.")
     shard_mb: int = knob(
@@ -85,12 +86,15 @@ class RunSettings:
         propose="16,32,64", slider=(1, 512, 1), required=True, streams="layers",
         tip="Unit of loading and eviction. Changing it re-plans: the run restarts.")
     prefetch_depth: int = knob(
-        2, label="Prefetch depth", short="prefetch", column="depth", counts="shards", low=0, high=16, flag="--prefetch-depth",
-        sweep="int", sweep_rank=2, tune="0-4", tune_rank=3, propose="0-2", slider=(0, 16, 1), live=True, setter="set_prefetch_depth",
+        2, label="Prefetch depth", short="prefetch", column="depth", counts="shards", low=0, high=16,
+        flag="--prefetch-depth",
+        sweep="int", sweep_rank=2, tune="0-4", tune_rank=3, propose="0-2", slider=(0, 16, 1), live=True,
+        setter="set_prefetch_depth",
         required=True, streams="layers", tip="Streamed shards loaded ahead of the layer being computed.")
     threads: int = knob(
         2, label="Threads", short="threads", counts="threads", low=1, high=512, flag="--threads", sweep="int",
-        sweep_rank=3, tune="", tune_rank=4, slider=(1, max(2, _CORES), 1), live=True, setter="set_threads", required=True,
+        sweep_rank=3, tune="", tune_rank=4, slider=(1, max(2, _CORES), 1), live=True, setter="set_threads",
+        required=True,
         reported_as="n_threads", tip="llama.cpp compute threads (applies from the next token).")
     n_gpu_layers: int = knob(
         0, label="GPU layers", short="GPU layers", counts="layers", low=0, high=1024, flag="--n-gpu-layers",
@@ -119,7 +123,8 @@ class RunSettings:
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MiB", off="auto", low=0, high=1_048_576,
         flag="--expert-cache-mb",
-        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, setter="set_expert_cache_mb", slider=(0, 4096, 1),
+        sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, setter="set_expert_cache_mb",
+        slider=(0, 4096, 1),
         streams="experts",
         tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
     expert_policy: str = knob(

@@ -40,10 +40,9 @@ import tomli_w
 
 from shardscope.engine.base.atomic_write import write_text_atomic
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.knobs.knobs import ENABLED, KNOBS
 from shardscope.engine.base.toml_file import read_toml
+from shardscope.engine.knobs.knobs import ENABLED, KNOBS
 from shardscope.engine.knobs.settings import RunSettings, validate
-
 
 __all__ = [
     "Profile",

@@ -17,8 +17,8 @@ floor all read (``minimum_for``), for dense and MoE models alike.
 
 Above the minimum an MoE budget has room to give: to the trunk (pinned layers, read again every
 token when they are not resident) or to the expert cache (an expert kept is read again only when
-picked again). engine/experts/budget_split.py's ``split_budget`` gives the trunk ``trunk_share`` % of that room (the knob; 0 = the
-engine's choice, ``default_trunk_share``), the rest to the cache. A trunk given all its bytes is
+picked again). engine/experts/budget_split.py's ``split_budget`` gives the trunk ``trunk_share`` % of that room (the
+knob; 0 = the engine's choice, ``default_trunk_share``), the rest to the cache. A trunk given all its bytes is
 resident and does not stream: the run is the expert run of old.
 
 The prompt does not set the minimum: it is decoded in micro-batches of ``prompt_batch_tokens``

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from shardscope.engine.base.atomic_write import write_text_atomic
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo, read_layout
 from shardscope.engine.base.user_dirs import cache_dir
+from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo, read_layout
 
 _FORMAT = 1
 MAX_ENTRIES = 64  # models a user keeps switching between; parsing a header again costs well under a second

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass, field
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo
 from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.gguf_layout import ModelLayout, TensorInfo
 
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS (1024 in this llama.cpp, for Kimi K3): more aborts llama.cpp
 # The graph node whose data holds a layer's picked expert ids, per arch, as "<name>-<layer>".

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.layout.gguf_layout import ModelLayout
-from shardscope.engine.layout.moe_layout import EXPERT_TENSORS
 from shardscope.engine.base.memory_calls import PAGE, page_inward
 from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.gguf_layout import ModelLayout
+from shardscope.engine.layout.moe_layout import EXPERT_TENSORS
 
 # Tensors smaller than this stay resident with the globals (norms, biases, scales).
 SMALL_TENSOR_BYTES = 256 * 1024

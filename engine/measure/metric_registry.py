@@ -148,5 +148,6 @@ def verify_label(name: str, where: str) -> str:
     return f"{BY_NAME[name].name} ({where})"
 
 
-__all__ = ["Metric", "METRICS", "BY_NAME", "FROM_MEMORY", "from_memory_line", "metric", "timeline_columns", "chart_curves",
+__all__ = ["Metric", "METRICS", "BY_NAME", "FROM_MEMORY", "from_memory_line", "metric", "timeline_columns",
+           "chart_curves",
            "panel_rows", "markdown_columns", "verify_label"]

@@ -23,10 +23,10 @@ from typing import Callable
 import psutil
 
 from shardscope.engine.base import memory_calls, platform_calls
+from shardscope.engine.base.units import MIB, mb_per_s
 from shardscope.engine.measure.gpu_memory import gpu_memory_used_mb
 from shardscope.engine.measure.phase_progress import PhaseProgress, Progress
 from shardscope.engine.measure.token_rate import Tally, tokens_per_second, windowed_fraction
-from shardscope.engine.base.units import MIB, mb_per_s
 
 WEIGHTS_DUTY = 0.02  # the share of one core the resident-weights reading may take
 MAX_HOLD_S = 2.0  # a held reading is never older than this (a 30 GB mincore at load time: ~0.2 s)
@@ -151,8 +151,8 @@ class MetricsSampler:
     def _resident_weights(self, now: float) -> int | None:
         """The streamer's own books where it keeps them exactly (own slots: every byte it swapped
         in, plus the file's page cache by cachestat) — a scan per sample took 39 % of a core at
-        Kimi's 70k expert slices (issue #24). Else mincore over the whole mapping, at most WEIGHTS_DUTY of one core: mincore looks every
-        unmapped page up in the page cache, 57 ms of kernel time per call for a 28 GB model
+        Kimi's 70k expert slices (issue #24). Else mincore over the whole mapping, at most WEIGHTS_DUTY of one core:
+        mincore looks every unmapped page up in the page cache, 57 ms of kernel time per call for a 28 GB model
         (measured: the sampler alone took 67 % of a core at 10 Hz and slowed compute 3x). A
         model that size is read every few samples and the last reading held in between."""
         weights = self._weights_from_books()

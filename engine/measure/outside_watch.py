@@ -66,7 +66,8 @@ def _smaps_rss(pid: int, start: int, end: int) -> tuple[int, int]:
     return sum(rss for _, rss in inside), sum(rss for anon, rss in inside if anon)
 
 
-_PRESENT, _FILE_OR_SHARED = 1 << 63, 1 << 61  # /proc/<pid>/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst)
+# /proc/<pid>/pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst)
+_PRESENT, _FILE_OR_SHARED = 1 << 63, 1 << 61
 
 
 def _own_pages(pid: int, spans: list[tuple[int, int]]) -> list[bytes]:

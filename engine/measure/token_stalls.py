@@ -15,8 +15,8 @@ compute (issue 48: an 18-s host stall took a round's projection from 16.5 to 1.5
   time instead: a thread woken from a wait for a load queues for the CPU inside that wait, so
   both would count it.) Where no CPU times were read (not Linux): wall time − wait.
 * A round is **flagged** when a token stalled, the time between its tokens' decodes (callbacks,
-  a pause that fell there) exceeds ``STALL_MIN_S`` and half its decode time, its prompt pass took ``STALL_RATIO`` × the usual
-  and ``STALL_MIN_S`` more, or the host's steal over the round reached ``STEAL_LIMIT``.
+  a pause that fell there) exceeds ``STALL_MIN_S`` and half its decode time, its prompt pass took ``STALL_RATIO`` × the
+  usual and ``STALL_MIN_S`` more, or the host's steal over the round reached ``STEAL_LIMIT``.
 """
 
 from __future__ import annotations

@@ -61,10 +61,10 @@ def append_rows(path: str | os.PathLike, columns: Sequence[str], rows: Iterable[
     if Path(path).exists() and Path(path).stat().st_size > 0:
         header, existing = read_rows(path)
         if header != list(columns):
+            first = next((h for h, c in zip(header, columns) if h != c), header[len(columns):] or columns[len(header):])
             raise ShardscopeError(
                 f"{path}: has other columns than a shardscope run CSV; "
-                f"write to a new file (first differing column: "
-                f"{next((h for h, c in zip(header, columns) if h != c), header[len(columns):] or columns[len(header):])})"
+                f"write to a new file (first differing column: {first})"
             )
     write_rows(path, columns, [*existing, *rows])
 

@@ -26,15 +26,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import math
+import re
 import statistics
 from typing import Iterable, Sequence
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.stream.gpu_split import EXPERT_TENSOR_PATTERN
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS
 from shardscope.engine.measure.metric_registry import markdown_columns
+from shardscope.engine.stream.gpu_split import EXPERT_TENSOR_PATTERN
 
 FORMATS = ("md", "csv", "json", "jsonl")
 

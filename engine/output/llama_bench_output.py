@@ -12,9 +12,9 @@ import time
 from typing import Iterable, Sequence
 
 from shardscope.engine.base.bundled_model import resolve_model_path
-from shardscope.engine.stream.build_info import llama_facts
-from shardscope.engine.output.llama_bench_format import bench_row, render
 from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.output.llama_bench_format import bench_row, render
+from shardscope.engine.stream.build_info import llama_facts
 
 
 def utc_now() -> str:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from shardscope.engine.base.errors import RunStopped
-from shardscope.engine.output.csv_out import (TIMELINE_COLUMNS, append_rows, run_columns, run_row, timeline_rows,
-                                              write_rows)
+from shardscope.engine.knobs.settings import RunSettings
+from shardscope.engine.output.csv_out import (
+    TIMELINE_COLUMNS,
+    append_rows,
+    run_columns,
+    run_row,
+    timeline_rows,
+    write_rows,
+)
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.runs.stop_signal import StopSignal
-from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.stream.streaming_run import RunSummary
-
 
 MIN_TOKENS = 2  # the first token comes out of the prompt pass; speed is timed over the tokens after it
 

@@ -9,11 +9,11 @@ from shardscope.engine.devices.calibrate import Observation, model_text, observa
 
 def measure_here(model: tuple[str, int, int], where: str, *, threads: int = 2, tokens: int = 16) -> list[Observation]:
     """This machine's rows for the bundled model: a bench run that fits its budget, 3 repetitions."""
+    from shardscope.engine.base.bundled_model import bundled_model_path
+    from shardscope.engine.knobs.settings import RunSettings
+    from shardscope.engine.output.llama_bench_output import rows_for, utc_now
     from shardscope.engine.runs.bench_command import run_repetitions
     from shardscope.engine.stream.build_info import model_info
-    from shardscope.engine.base.bundled_model import bundled_model_path
-    from shardscope.engine.output.llama_bench_output import rows_for, utc_now
-    from shardscope.engine.knobs.settings import RunSettings
 
     bundled = str(bundled_model_path())
     info = model_info(bundled)

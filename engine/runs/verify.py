@@ -25,17 +25,17 @@ from typing import Callable
 
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.platform_calls import linux_only
+from shardscope.engine.base.quantity_text import plural
+from shardscope.engine.base.units import MB_S, MIB
 from shardscope.engine.knobs.knobs import EXPERT_KNOBS, LAYER_KNOBS, describe
+from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.measure.metric_registry import BY_NAME, verify_label
 from shardscope.engine.measure.metrics import MetricsSample
-from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.runs.verify_experts import expert_checks, residency_reading
 from shardscope.engine.runs.verify_report import Check, VerifyReport, relative_difference
 from shardscope.engine.runs.verify_timing import token_time_note, token_time_rel, ttft_note, ttft_rel
 from shardscope.engine.stream.run_summary import RunSummary
-from shardscope.engine.base.quantity_text import plural
-from shardscope.engine.base.units import MB_S, MIB
 
 READAHEAD_BYTES = 8 * MIB  # what a read may pull in past its end (read_ahead_kb on this VM's disk)
 SMAPS_EVERY = 5  # smaps walks every page of the mapping: read it at 2 Hz, not 10
@@ -168,7 +168,8 @@ def verified_run(settings: RunSettings, *, cut_budget_mb: float | None = None, c
         run.load()
         m = run.mapping
         if m is None or linux_only("outside_watch"):  # macOS: one line, no traceback (docs/macos.md)
-            raise ShardscopeError(f"--verify needs Linux: {linux_only('outside_watch') or 'no /proc mapping of the model to check against'}")
+            why = linux_only("outside_watch") or "no /proc mapping of the model to check against"
+            raise ShardscopeError(f"--verify needs Linux: {why}")
         watcher = OutsideWatcher(os.getpid(), run.model_path)
         try:
             watcher.set_mapping(m.start, m.end, m.file_offset)

@@ -168,9 +168,8 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
     iteration ends. A bad model file raises ShardscopeError before any run. Each run's warm
     rounds (module doc) are measured on the projected figure with ``device``, else on tok/s.
     """
-    from shardscope.engine.search.interval_decision import enough_rounds
-
     from shardscope.engine.runs.run_factory import check_run
+    from shardscope.engine.search.interval_decision import enough_rounds
 
     combos = expand_grid(base, grid)
     _check_model(base)
@@ -185,7 +184,8 @@ def iter_sweep(base: RunSettings, grid: dict[str, list], *, device: str | None =
     def enough_for(against):
         if max_rounds <= 0:
             return None
-        return lambda rounds: enough_rounds([getattr(r, key) for r in rounds], against, min_n=min(min_rounds, max_rounds),
+        return lambda rounds: enough_rounds([getattr(r, key) for r in rounds], against,
+                                            min_n=min(min_rounds, max_rounds),
                                             max_n=max_rounds)
 
     for index, settings in enumerate(combos):

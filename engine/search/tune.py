@@ -64,8 +64,12 @@ from shardscope.engine.knobs.knobs import EXPERT_KNOBS, KNOBS, LAYER_KNOBS, TUNE
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.search.interval_decision import Interval, choose, cost_key, enough_rounds, interval, no_effect
 from shardscope.engine.search.tune_rounds import MAX_ROUNDS, MIN_ROUNDS, TARGET_REL, measure_rounds, round_terms
-from shardscope.engine.search.tune_verdict import (KnobDecision, save_tuned_profile, tuned_profile_path,
-                                                   user_profiles_dir, verdict_text)
+from shardscope.engine.search.tune_verdict import (
+    KnobDecision,
+    save_tuned_profile,
+    user_profiles_dir,
+    verdict_text,
+)
 from shardscope.engine.stream.streaming_run import RunSummary
 
 __all__ = [
@@ -321,7 +325,8 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
                     result.runs += 1
                     result.rounds += len(rounds)
                     if not rounds:
-                        why = "stopped before a warm round" if stalled == 0 else f"the host stalled all {stalled} rounds"
+                        why = ("stopped before a warm round" if stalled == 0
+                               else f"the host stalled all {stalled} rounds")
                         ev = Evaluation(settings, None, why, order=result.runs, stalled=stalled)
                     else:
                         mid = statistics.fmean(r.projected_ts for r in rounds) if all(

@@ -50,7 +50,8 @@ def measure_rounds(settings: RunSettings, device_id: str, enough: Callable[[list
             now = host_steal.reading()
             steal, state["mark"] = host_steal.share(state["mark"], now), now
             state["rounds"] += 1
-            if state["rounds"] > 1 and not summary.stopped and settled(summary, state["rounds"]):  # the cold round, then until
+            if state["rounds"] > 1 and not summary.stopped and settled(summary,
+                                                                       state["rounds"]):  # the cold round, then until
                 # the compute estimate stands on enough tokens, are the warm-up
                 ttft = state["ttft"]
                 usual = statistics.median(ttft) if len(ttft) >= 2 else math.nan

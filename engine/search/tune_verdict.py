@@ -34,7 +34,8 @@ class KnobDecision:
         spec = KNOBS[self.knob]
         if self.no_effect:
             return (f"pass {self.pass_number}: {self.knob}: no effect on the projected figure (with the compute "
-                    f"held, its {len(self.choice.intervals)} values project alike: the device's time is not its reads); "
+                    f"held, its {len(self.choice.intervals)} values project alike: the device's time "
+                    "is not its reads); "
                     f"kept {spec.text(self.choice.pick)}")
         c = self.choice
         head = f"pass {self.pass_number}: {self.knob} → {spec.text(c.pick)}"

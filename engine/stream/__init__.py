@@ -4,4 +4,5 @@ the model-file guard, the run skeleton both run kinds share (run_skeleton, its r
 run_summary) and the dense StreamingRun.
 """
 
-__all__ = ['llama_session', 'residency', 'residency_decisions', 'file_guard', 'ssd_rate_limiter', 'run_skeleton', 'run_summary', 'streaming_run', 'build_info']
+__all__ = ['llama_session', 'residency', 'residency_decisions', 'file_guard', 'ssd_rate_limiter', 'run_skeleton',
+           'run_summary', 'streaming_run', 'build_info']

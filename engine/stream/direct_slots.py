@@ -20,8 +20,8 @@ mapping, and the kernel refuses new ones past ``vm.max_map_count`` (65,530 here)
 Kimi-shaped model has ~70k expert slices. So the ranges held are counted (exactly, as disjoint
 pieces, which are also the books of own bytes the sampler reads) and a load past
 ``max_ranges`` (each piece costs at most itself and the file piece after it: half of what the
-limit leaves after MAP_HEADROOM for the rest of the process) raises ``SlotsFull``; the caller reads that range through the page cache instead,
-which adds no mapping. Dropped ranges are mapped back from the file with the same flags as
+limit leaves after MAP_HEADROOM for the rest of the process) raises ``SlotsFull``; the caller reads that range through
+the page cache instead, which adds no mapping. Dropped ranges are mapped back from the file with the same flags as
 the mapping around them (``adopt``), so the kernel merges them with their neighbours again.
 
 The ranges must be page-aligned (the loader passes page-outward ranges to load and

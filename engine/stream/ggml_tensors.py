@@ -12,9 +12,9 @@ from __future__ import annotations
 import ctypes
 import os
 
+import llama_cpp
 import numpy as np
 
-import llama_cpp
 from shardscope.engine.base.errors import ShardscopeError
 
 # struct ggml_tensor: enum type (4 B + 4 padding), buffer pointer, int64 ne[4], size_t nb[4]

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from shardscope.engine.base.units import MIB
 
 
-
 @dataclass(frozen=True)
 class LlamaMemory:
     kv_bytes: int = 0  # attention KV cache (deepseek4: its raw, compressed and indexer rows too)

@@ -35,9 +35,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import llama_cpp
 import numpy as np
 
-import llama_cpp
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.stream import lazy_mapping, llama_memory
 from shardscope.engine.stream.ggml_tensors import _load_ggml_base, read_last_row_f32, read_topk_ids
@@ -127,7 +127,8 @@ class LlamaSession:
         self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
         self.n_gpu_layers = n_gpu_layers if self.gpu_offload else 0
         self.gpu_note = "" if self.gpu_offload or n_gpu_layers == 0 else (
-            f"this llama.cpp build has no GPU offload: n_gpu_layers {n_gpu_layers} requested, the run computes on the CPU")
+            f"this llama.cpp build has no GPU offload: n_gpu_layers {n_gpu_layers} requested, the run "
+            "computes on the CPU")
         self.experts_on_cpu = experts_on_cpu and self.n_gpu_layers != 0  # routed experts kept in host memory
         self.n_ctx = n_ctx
         self.layer_hook = layer_hook

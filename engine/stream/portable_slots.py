@@ -28,7 +28,14 @@ import threading
 from shardscope.engine.base import platform_calls
 from shardscope.engine.base.memory_calls import FileMapping
 from shardscope.engine.stream.direct_slots import (
-    MAP_FIXED, PROT_READ, PROT_WRITE, DirectSlots, SlotsFull, _check, _libc, max_map_count,
+    MAP_FIXED,
+    PROT_READ,
+    PROT_WRITE,
+    DirectSlots,
+    SlotsFull,
+    _check,
+    _libc,
+    max_map_count,
 )
 
 MECHANISM = ("portable: pread (uncached: O_DIRECT / F_NOCACHE) into anonymous memory placed with "

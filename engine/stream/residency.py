@@ -21,14 +21,21 @@ import time
 from dataclasses import dataclass
 
 from shardscope.engine.base import memory_calls
-from shardscope.engine.stream.residency_decisions import (  # noqa: F401  (re-exported: the engine's one import)
-    EVICTED, LOADING, PINNED, RESIDENT, ResidencyBook, ResidencyCounters, read_spans, require_budget,
-)
-from shardscope.engine.measure.residency_reader import ExactReader
-from shardscope.engine.layout.shard_plan import ShardPlan
 from shardscope.engine.base.units import MIB
+from shardscope.engine.layout.shard_plan import ShardPlan
+from shardscope.engine.measure.residency_reader import ExactReader
 from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.portable_slots import DROP as PORTABLE_DROP
+from shardscope.engine.stream.residency_decisions import (  # noqa: F401  (re-exported: the engine's one import)
+    EVICTED,
+    LOADING,
+    PINNED,
+    RESIDENT,
+    ResidencyBook,
+    ResidencyCounters,
+    read_spans,
+    require_budget,
+)
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 
 CHUNK_BYTES = 2 * MIB  # read granularity while emulating a disk: fine enough for the rate limiter

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.knob_refusal import KnobRefusal
 from shardscope.engine.layout.budget_minimum import dense_minimum
 from shardscope.engine.layout.shard_plan import ShardPlan
-from shardscope.engine.base.units import MIB
 
 EVICTED, LOADING, RESIDENT, PINNED = 0, 1, 2, 3
 MAX_READ_GAP = 1 * MIB

@@ -65,9 +65,9 @@ class RunSummary:
     token_s = ()
     token_wait_s = ()
     between_tokens_s = 0.0  # wall time from the first token to the last outside the tokens' decodes
-    token_cpu_s = ()
+    token_cpu_s = ()  # the decode thread's time on a CPU during each token (CLOCK_THREAD_CPUTIME_ID)
     compute_s_estimate = None  # the run's recent tokens' low quantile (engine/measure/compute_window.py)
-    compute_tokens = 0  # the tokens it stands on  # the decode thread's time on a CPU during each token (CLOCK_THREAD_CPUTIME_ID)
+    compute_tokens = 0  # the tokens it stands on
 
     @staticmethod
     def columns() -> list[str]:

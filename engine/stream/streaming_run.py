@@ -23,6 +23,7 @@ from shardscope.engine.stream.residency import PINNED, RESIDENT, ResidencyContro
 from shardscope.engine.stream.run_skeleton import RunSkeleton
 from shardscope.engine.stream.run_summary import RunSummary
 
+
 def min_budget_mb(plan: ShardPlan, settings: RunSettings) -> float:
     """The smallest budget ``settings`` can run ``plan`` with (what apply and planning check)."""
     return dense_minimum(plan, settings.prefetch_depth).bytes / MIB

@@ -35,12 +35,28 @@ from __future__ import annotations
 
 import math
 
-from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.synth.synth_quant import SCHEMES
-from shardscope.engine.synth.synth_router_seam import attention_output, context_mla, edge_globals, router_bias, router_weight
+from shardscope.engine.synth.synth_router_seam import (
+    attention_output,
+    context_mla,
+    edge_globals,
+    router_bias,
+    router_weight,
+)
 from shardscope.engine.synth.synth_shapes import (
-    MIB, SIZE_TOLERANCE, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes, _header_bytes, _pad, _q8)
+    _Q8_BLOCK,
+    _Q8_BYTES,
+    MIB,
+    SIZE_TOLERANCE,
+    _global_bytes,
+    _header_bytes,
+    _pad,
+    _q8,
+    _Shape,
+    _Tensor,
+)
 
 ARCH = "deepseek2"
 GATING_SIGMOID = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
@@ -144,8 +160,8 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
                 best, best_key = _Shape(n_layers, e, f, h, 1), key
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB {row.name} model with {plural(n_layers, 'layer')} of {spec.experts} "
-            f"experts within {SIZE_TOLERANCE:.0%}; ask for a larger size or fewer layers")
+            f"{where}: cannot make a {size_mb:g} MB {row.name} model with {plural(n_layers, 'layer')} of "
+            f"{spec.experts} experts within {SIZE_TOLERANCE:.0%}; ask for a larger size or fewer layers")
     return best
 
 

@@ -124,7 +124,8 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
         ratio = compress_ratio(i)
         if ratio:
             coff = 2 if ratio == 4 else 1
-            layer += [mat("attn_compressor_kv.weight", coff * d, e, s_e), mat("attn_compressor_gate.weight", coff * d, e, s_e),
+            layer += [mat("attn_compressor_kv.weight", coff * d, e, s_e),
+                      mat("attn_compressor_gate.weight", coff * d, e, s_e),
                       f32(p + "attn_compressor_ape.weight", ratio, coff * d, 0.02),
                       f32(p + "attn_compressor_norm.weight", 1, d, ones=True)]
             if ratio == 4:
@@ -161,7 +162,7 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str)
 
 def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     """The keys src/models/deepseek4.cpp load_arch_hparams reads (names from src/llama-arch.cpp)."""
-    a, e, n = arch.gguf_arch, shape.n_embd, shape.n_layers
+    a, n = arch.gguf_arch, shape.n_layers
     writer.add_uint32(f"{a}.feed_forward_length", shape.n_ff)
     writer.add_uint32(f"{a}.expert_feed_forward_length", shape.n_ff)
     writer.add_uint32(f"{a}.attention.head_count", shape.n_head)

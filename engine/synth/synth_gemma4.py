@@ -19,7 +19,13 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, edge_globals, post_norm_gemma4, qk_norm_gemma4, router_weight)
+    attention_output,
+    context_attention,
+    edge_globals,
+    post_norm_gemma4,
+    qk_norm_gemma4,
+    router_weight,
+)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
 
 SWA_PERIOD = 6  # five sliding-window layers, then one full-attention layer
@@ -84,7 +90,8 @@ def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
     """gqa's keys plus those gemma4's loader requires (src/models/gemma4.cpp load_arch_hparams)."""
     gqa.add_metadata(writer, shape, spec, arch)
     a = arch.gguf_arch
-    writer.add_array(f"{a}.attention.sliding_window_pattern", [is_swa(i, shape.n_layers) for i in range(shape.n_layers)])
+    writer.add_array(f"{a}.attention.sliding_window_pattern",
+                     [is_swa(i, shape.n_layers) for i in range(shape.n_layers)])
     writer.add_uint32(f"{a}.attention.key_length_swa", HEAD_DIM)
     writer.add_uint32(f"{a}.attention.value_length_swa", HEAD_DIM)
     writer.add_uint32(f"{a}.embedding_length_per_layer_input", 0)  # no per-layer embeddings (E2B/E4B have them)

@@ -63,9 +63,11 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                               random_f32=True) for c in "qkv"]
             layer += [mat("attn_q.weight", d_inner, e, s_e), mat("attn_k.weight", d_inner, e, s_e),
                       mat("attn_v.weight", d_inner, e, s_e),
-                      mat("ssm_f_a.weight", KDA_HEAD, e, s_e), mat("ssm_f_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
+                      mat("ssm_f_a.weight", KDA_HEAD, e, s_e),
+                      mat("ssm_f_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
                       mat("ssm_beta.weight", h, e, s_e),
-                      mat("ssm_g_a.weight", KDA_HEAD, e, s_e), mat("ssm_g_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
+                      mat("ssm_g_a.weight", KDA_HEAD, e, s_e),
+                      mat("ssm_g_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
                       _Tensor(p + "ssm_a", 1, h, False, 0.0, random_f32=True), vec("ssm_dt.bias", d_inner, ones=False),
                       vec("ssm_norm.weight", KDA_HEAD),
                       attention_output(p + "attn_output.weight", e, d_inner, s_res / math.sqrt(d_inner))]
@@ -91,7 +93,8 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                       router_bias(p + "exp_probs_b.bias", spec, i, n),
                       _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
                       _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x, qtype=down_q),
+                      _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
+                              qtype=down_q),
                       mat("ffn_gate_shexp.weight", s, e, s_e), mat("ffn_up_shexp.weight", s, e, s_e),
                       mat("ffn_down_shexp.weight", e, s, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import math
 
-from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import FILE_TYPES, Q8_0, SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention, edge_globals, router_bias, router_weight)
-from shardscope.engine.synth.synth_shapes import (
-    HEAD_DIM, MIB, SIZE_TOLERANCE, _Shape, _Tensor, _header_bytes)
+    attention_output,
+    context_attention,
+    edge_globals,
+    router_bias,
+    router_weight,
+)
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, MIB, SIZE_TOLERANCE, _header_bytes, _Shape, _Tensor
 
 ALIGNMENT = 32  # GGUF's default, what real files use
 TENSORS_PER_LAYER = 24  # an upper bound, for the header estimate
@@ -138,8 +142,8 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str,
             best, best_key = shape, key
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB {arch.name} model with {plural(n_layers, 'layer')} of {spec.experts} "
-            f"experts within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
+            f"{where}: cannot make a {size_mb:g} MB {arch.name} model with {plural(n_layers, 'layer')} of "
+            f"{spec.experts} experts within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
     return best
 
 

@@ -108,7 +108,8 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                               random_f32=True) for c in "qkv"]
             layer += [mat("attn_q.weight", d_inner, e, s_e), mat("attn_k.weight", d_inner, e, s_e),
                       mat("attn_v.weight", d_inner, e, s_e),
-                      mat("ssm_f_a.weight", KDA_HEAD, e, s_e), mat("ssm_f_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
+                      mat("ssm_f_a.weight", KDA_HEAD, e, s_e),
+                      mat("ssm_f_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
                       mat("ssm_beta.weight", h, e, s_e), mat("ssm_g.weight", d_inner, e, s_e),
                       _Tensor(p + "ssm_a", 1, h, False, 0.0, random_f32=True), vec("ssm_dt.bias", d_inner, ones=False),
                       vec("ssm_norm.weight", KDA_HEAD),

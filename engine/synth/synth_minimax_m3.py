@@ -10,13 +10,12 @@ for the layer's attention; the blocks and indexer keys live in llama.cpp's own c
 per layer; the routed experts are picked at ``ffn_moe_topk-N`` as everywhere.
 
 synth_gqa_moe writes the attention, MoE and dense layers (its row in synth_arch_specs); this adds the
-indexer tensors and keys. The indexer has one head per KV head (llama.cpp asserts "one indexer head per GQA group") and keys of ``INDEXER_DIM`` (at least
-the rotary dims, which it ropes too), as llama.cpp's own test fixture (tests/test-llama-archs.cpp).
+indexer tensors and keys. The indexer has one head per KV head (llama.cpp asserts "one indexer head per GQA group") and
+keys of ``INDEXER_DIM`` (at least the rotary dims, which it ropes too), as llama.cpp's own test fixture
+(tests/test-llama-archs.cpp).
 """
 
 from __future__ import annotations
-
-import math
 
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec

@@ -34,23 +34,36 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.synth import synth_deepseek2 as deepseek2
+from shardscope.engine.synth import synth_deepseek4 as deepseek4
 from shardscope.engine.synth import synth_gemma4 as gemma4
+from shardscope.engine.synth import synth_glm5_next as glm5_next
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth import synth_kimi_k3 as kimi_k3
-from shardscope.engine.synth import synth_deepseek4 as deepseek4
-from shardscope.engine.synth import synth_qwen35moe as qwen35moe
 from shardscope.engine.synth import synth_minimax_m3 as minimax_m3
-from shardscope.engine.synth import synth_glm5_next as glm5_next
 from shardscope.engine.synth import synth_qwen3next as qwen3next
+from shardscope.engine.synth import synth_qwen35moe as qwen35moe
+from shardscope.engine.synth import synth_router
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import context_attention, edge_globals, router_scale, router_weight
-from shardscope.engine.synth import synth_router
-from shardscope.engine.synth.synth_shapes import (attention_tensors, HEAD_DIM, SIZE_TOLERANCE, MIB, _Q8_BLOCK, _Q8_BYTES, _Shape, _Tensor, _global_bytes,
-                          _header_bytes, _n_head_kv, _pad, _q8)
+from shardscope.engine.synth.synth_shapes import (
+    _Q8_BLOCK,
+    _Q8_BYTES,
+    HEAD_DIM,
+    MIB,
+    SIZE_TOLERANCE,
+    _global_bytes,
+    _header_bytes,
+    _n_head_kv,
+    _pad,
+    _q8,
+    _Shape,
+    _Tensor,
+    attention_tensors,
+)
 
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS (1024 since Kimi K3 in this llama.cpp)
 _PAGE = 4096
@@ -219,7 +232,8 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     best = aligned if aligned is not None and aligned_key <= loose_key + math.log(2) else loose
     if best is None:
         raise ShardscopeError(
-            f"{where}: cannot make a {size_mb:g} MB model with {plural(n_layers, 'layer')} of {plural(spec.experts, 'expert')} "
+            f"{where}: cannot make a {size_mb:g} MB model with {plural(n_layers, 'layer')} of "
+            f"{plural(spec.experts, 'expert')} "
             f"within {SIZE_TOLERANCE:.0%}; ask for a larger size, fewer layers or fewer experts")
     return best
 

@@ -47,7 +47,8 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str)
         from shardscope.engine.base.errors import ShardscopeError
 
         raise ShardscopeError(f"{where}: a qwen35moe model needs at least {qwen3next.FULL_ATTENTION_INTERVAL} layers "
-                              f"(every {qwen3next.FULL_ATTENTION_INTERVAL}th is the full-attention one), got {n_layers}")
+                              f"(every {qwen3next.FULL_ATTENTION_INTERVAL}th is the full-attention one), "
+                              f"got {n_layers}")
     from shardscope.engine.synth import synth_gqa_moe as gqa
 
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)

@@ -19,7 +19,11 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import (
-    attention_output, context_attention_gated, edge_globals, router_weight)
+    attention_output,
+    context_attention_gated,
+    edge_globals,
+    router_weight,
+)
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
 
 FULL_ATTENTION_INTERVAL = 4  # layers 3, 7, … attend fully (Qwen3-Next's full_attention_interval)

@@ -257,7 +257,8 @@ def router_weights(layer: int, n_layers: int, n_expert: int, n_embd: int, rng: n
     # A model narrower than the constant and context blocks (n_embd ≤ 80, tiny files of many
     # experts) has no token part, and one of n_embd ≤ 16 no context block: those parts are left out.
     if width > 0:
-        w[:, ctx] = rng.standard_normal((n_expert, width), dtype=np.float32) * (CONTEXT / (CONTEXT_GAIN * math.sqrt(width)))
+        scale = CONTEXT / (CONTEXT_GAIN * math.sqrt(width))
+        w[:, ctx] = rng.standard_normal((n_expert, width), dtype=np.float32) * scale
     if tok.any():
         w[:, tok] = rng.standard_normal((n_expert, int(tok.sum())), dtype=np.float32) * (TOKEN / math.sqrt(tok.sum()))
     return w
@@ -318,4 +319,6 @@ def real_router_bias(t: _Tensor, layer: int, n_layers: int, flat: bool = False) 
     return replace(t, fill=lambda rng: router_bias(layer, n_layers, t.cols, rng, t.sigma))
 
 
-__all__ = ["real_output", "output_head", "successors", "token_code", "code_dims", "real_embedding", "real_context_attention", "real_context_mla", "context_mla", "real_router", "real_router_bias", "MODES", "token_embedding", "context_attention", "router_weights", "router_bias", "popularity"]
+__all__ = ["real_output", "output_head", "successors", "token_code", "code_dims", "real_embedding",
+           "real_context_attention", "real_context_mla", "context_mla", "real_router", "real_router_bias", "MODES",
+           "token_embedding", "context_attention", "router_weights", "router_bias", "popularity"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from shardscope.engine.base.units import MIB
 from shardscope.engine.synth.synth_quant import Q8_0, QuantType
 from shardscope.engine.synth.synth_vocab import SynthVocab
-from shardscope.engine.base.units import MIB
 
 ALIGNMENT = 4096
 MIN_SIZE_MB = 8.0
