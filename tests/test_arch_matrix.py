@@ -24,7 +24,7 @@ from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout.budget_minimum import min_expert_cache_bytes as min_cache_bytes
 from shardscope.engine.layout.gguf_layout import read_layout
 from shardscope.engine.layout.moe_layout import read_moe_layout
-from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
+from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, libc
 from shardscope.engine.stream.ssd_rate_limiter import SsdRateLimiter
 from shardscope.engine.synth.synth import write_synthetic_model
 from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS
@@ -191,7 +191,7 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
     layer, a, b, shared = found
     size = os.path.getsize(path)
     fd = os.open(path, os.O_RDONLY)
-    addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+    addr = libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
     mapping = memory_calls.FileMapping(str(path), addr, addr + memory_calls.page_outward(0, size)[1], 0)
     slots = DirectSlots.probe(str(path), mapping) if own_slots else None
     if isinstance(slots, str):
@@ -213,7 +213,7 @@ def test_evicting_an_expert_keeps_the_page_it_shares_with_a_resident_neighbour(t
         assert memory_calls.resident_bytes(mapping.address(shared), mapping.address(shared) + 4096) == 0
     finally:
         io.close()
-        _libc.munmap(addr, size)
+        libc.munmap(addr, size)
         os.close(fd)
 
 

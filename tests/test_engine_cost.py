@@ -20,7 +20,7 @@ from shardscope.engine.stream.direct_slots import (
     DirectSlots,
     OwnRanges,
     SlotsFull,
-    _libc,
+    libc,
     max_map_count,
 )
 
@@ -70,7 +70,7 @@ def many_slices(tmp_path):
             f.seek(i)
             f.write(os.urandom(PAGE))
     fd = os.open(path, os.O_RDONLY)
-    addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+    addr = libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
     os.close(fd)
     drop_from_page_cache(str(path))
     mapping = memory_calls.FileMapping(str(path), addr, addr + size, 0)
@@ -79,7 +79,7 @@ def many_slices(tmp_path):
         pytest.skip(slots)
     yield str(path), mapping, slots, n_slices
     slots.close()
-    _libc.munmap(addr, size)
+    libc.munmap(addr, size)
 
 
 def test_mappings_stay_bounded_with_more_slices_than_max_map_count(many_slices):

@@ -16,7 +16,7 @@ from conftest import drop_from_page_cache
 from shardscope.engine.base import memory_calls
 from shardscope.engine.experts.policy_advice import cache_advice
 from shardscope.engine.stream import lazy_mapping
-from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
+from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, libc
 from shardscope.engine.stream.portable_slots import PortableSlots
 
 MIB = 1024 * 1024
@@ -34,7 +34,7 @@ def mapped_file(tmp_path, request):
     path.write_bytes(os.urandom(24 * MIB + 1234))  # a tail that is not a whole page
     size = path.stat().st_size
     fd = os.open(path, os.O_RDONLY)
-    addr = _libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+    addr = libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
     os.close(fd)
     drop_from_page_cache(str(path))
     mapping = memory_calls.FileMapping(str(path), addr, addr + memory_calls.page_outward(0, size)[1], 0)
@@ -43,7 +43,7 @@ def mapped_file(tmp_path, request):
         pytest.skip(slots)  # e.g. a tmpfs /tmp: the run falls back to the page cache and says so
     yield str(path), mapping, slots
     slots.close()
-    _libc.munmap(addr, size)
+    libc.munmap(addr, size)
 
 
 def test_own_slots_hold_the_files_bytes_and_leave_nothing_behind(mapped_file):

@@ -45,12 +45,12 @@ def _file(tmp_path, size=8 * MIB):
 
 def _map(path, prot=mmap.PROT_READ, flags=mmap.MAP_SHARED) -> tuple[int, int]:
     """(address, size) of a mapping of ``path`` made by the test itself with libc's mmap."""
-    from shardscope.engine.stream.direct_slots import _libc
+    from shardscope.engine.stream.direct_slots import libc
 
     size = os.path.getsize(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        addr = _libc.mmap(None, size, prot, flags, fd, 0)
+        addr = libc.mmap(None, size, prot, flags, fd, 0)
     finally:
         os.close(fd)
     assert addr not in (None, ctypes.c_void_p(-1).value)
@@ -58,9 +58,9 @@ def _map(path, prot=mmap.PROT_READ, flags=mmap.MAP_SHARED) -> tuple[int, int]:
 
 
 def _unmap(addr: int, size: int) -> None:
-    from shardscope.engine.stream.direct_slots import _libc
+    from shardscope.engine.stream.direct_slots import libc
 
-    _libc.munmap(addr, size)
+    libc.munmap(addr, size)
 
 
 def _cached_pages(path) -> int:
@@ -127,7 +127,7 @@ def test_footprint_and_peak_follow_memory_the_test_touches():
 
 @linux
 def test_find_mapping_rss_and_anonymous_spans_see_a_mapping_the_test_made(tmp_path):
-    from shardscope.engine.stream.direct_slots import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_WRITE, _libc
+    from shardscope.engine.stream.direct_slots import MAP_ANONYMOUS, MAP_FIXED, MAP_PRIVATE, PROT_WRITE, libc
 
     path, data = _file(tmp_path)
     addr, size = _map(path, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE)
@@ -140,7 +140,7 @@ def test_find_mapping_rss_and_anonymous_spans_see_a_mapping_the_test_made(tmp_pa
         # mincore is POSIX, so the macOS twin runs here too: it also counts the file's cached pages
         # (the copy's read pulled the file in), so it reads at least what smaps maps
         assert pc.linux_mapping_rss_bytes(found) <= pc.macos_mapping_rss_bytes(found) <= len(data)
-        own = _libc.mmap(addr + 4 * MIB, MIB, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+        own = libc.mmap(addr + 4 * MIB, MIB, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
                          0)
         assert own == addr + 4 * MIB
         assert pc.linux_anonymous_spans(found) == [(addr + 4 * MIB, addr + 5 * MIB)]
@@ -184,10 +184,10 @@ def test_linux_only_things_say_why_elsewhere(monkeypatch):
 
 @linux
 def test_huge_page_advice_lands_where_a_whole_block_fits():
-    from shardscope.engine.stream.direct_slots import MAP_ANONYMOUS, MAP_PRIVATE, PROT_WRITE, _libc
+    from shardscope.engine.stream.direct_slots import MAP_ANONYMOUS, MAP_PRIVATE, PROT_WRITE, libc
 
     size = 8 * MIB
-    addr = _libc.mmap(None, size, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    addr = libc.mmap(None, size, mmap.PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
     try:
         start = -(-addr // pc.HUGE) * pc.HUGE
         assert not pc.linux_advise_huge(start + pc.PAGE, pc.HUGE)  # no whole aligned block inside
@@ -199,4 +199,4 @@ def test_huge_page_advice_lands_where_a_whole_block_fits():
         assert " hg" in flags, flags
         assert pc.macos_advise_huge(start, 2 * pc.HUGE) is False
     finally:
-        _libc.munmap(addr, size)
+        libc.munmap(addr, size)

@@ -18,7 +18,7 @@ from conftest import drop_from_page_cache
 from shardscope.engine.base import memory_calls, platform_calls
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.stream import io_path
-from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, _libc
+from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, libc
 from shardscope.engine.stream.portable_slots import PortableSlots
 
 MIB = 1024 * 1024
@@ -44,7 +44,7 @@ def mapped(tmp_path):
     path.write_bytes(data)
     fd = os.open(path, os.O_RDONLY)
     os.fsync(fd)
-    addr = _libc.mmap(None, len(data), PROT_READ, MAP_SHARED, fd, 0)
+    addr = libc.mmap(None, len(data), PROT_READ, MAP_SHARED, fd, 0)
     os.close(fd)
     drop_from_page_cache(str(path))
     mapping = memory_calls.FileMapping(str(path), addr, addr + len(data), 0)
@@ -53,7 +53,7 @@ def mapped(tmp_path):
         pytest.skip(slots)  # a tmpfs /tmp takes no uncached reads: the run says so and uses the page cache
     yield str(path), data, mapping, slots
     slots.close()
-    _libc.munmap(addr, len(data))
+    libc.munmap(addr, len(data))
 
 
 @pytest.mark.skipif(not platform_calls.IS_LINUX, reason="reads /proc/self/maps")

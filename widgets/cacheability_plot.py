@@ -26,7 +26,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QLabel, QWidget
 
-from shardscope.widgets.live_chart import _title_never_widens, elide_words
+from shardscope.widgets.live_chart import elide_words, title_never_widens
 
 __all__ = ["CacheabilityPlot", "POLICY_COLORS"]
 
@@ -161,7 +161,7 @@ class CacheabilityPlot(pg.PlotWidget):
         self._gap_note = text
         label = self.item.titleLabel
         if not getattr(label, "never_widens", False):
-            _title_never_widens(label)  # a long note made the plot wider than its column: cut, not widened
+            title_never_widens(label)  # a long note made the plot wider than its column: cut, not widened
             label.never_widens = True
         font = QFont(self.font())
         font.setPointSizeF(8.0)

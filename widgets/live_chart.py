@@ -75,7 +75,7 @@ class _Level:
     shown: bool = False  # set_level gave it a value (the line may still be off-range, see level_within)
 
 
-def _title_never_widens(label: pg.LabelItem) -> None:
+def title_never_widens(label: pg.LabelItem) -> None:
     """A plot title that is cut at the plot's width instead of setting the chart's minimum
     width: pyqtgraph sizes a LabelItem to its text, so one long title (or a note added to
     it during a run) made the whole chart wider than its pane, and the legends and the
@@ -177,7 +177,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         if key in self._plots:
             raise ValueError(f"LiveChart already has a plot {key!r}")
         item: pg.PlotItem = self.ci.addPlot(row=len(self._plots), col=0)
-        _title_never_widens(item.titleLabel)
+        title_never_widens(item.titleLabel)
         item.setTitle(title, size="9pt", color=self._fg.name())
         item.setLabel("left", units)
         item.setLabel("bottom", "time", units="s")
@@ -691,7 +691,7 @@ class LiveChart(pg.GraphicsLayoutWidget):
         return rects
 
     def _set_title_note(self, plot: _Plot, note: str) -> None:
-        # The title is cut at the plot's width (_title_never_widens); a note that does not fit
+        # The title is cut at the plot's width (title_never_widens); a note that does not fit
         # ends in "…" rather than mid-number ("…(USB-C SSD): 19" read as 19 tok/s at 1280 × 800).
         width = int(plot.item.getViewBox().width()) - 8  # the title spans the view, not the axis
         if not self.paused_label.isHidden() and self._plots and plot is next(iter(self._plots.values())):

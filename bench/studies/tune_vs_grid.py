@@ -12,11 +12,11 @@ from shardscope.engine.knobs.settings import RunSettings  # noqa: E402
 from shardscope.engine.search.tune import (  # noqa: E402
     TUNE_KNOBS,
     _fits,
-    _knobs_text,
-    _score_text,
     auto_tune,
     default_candidates,
     device_weight_budget_mb,
+    knobs_text,
+    score_text,
     start_settings,
 )
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     tune = auto_tune(args.device, model_path=args.model, candidates=cands, budget_cap_mb=args.budget_cap_mb,
-                     n_gen=args.tokens, on_eval=lambda e: say(f"tune  {_knobs_text(e.settings)}: {_score_text(e)}"))
+                     n_gen=args.tokens, on_eval=lambda e: say(f"tune  {knobs_text(e.settings)}: {score_text(e)}"))
     tune_s = time.perf_counter() - t0
     if args.csv:
         append_rows(args.csv + ".tune.csv", run_columns(),
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         grid_results[r.settings] = r
         if r.summary is not None and args.csv:
             append_rows(args.csv + ".grid.csv", run_columns(), [run_row(r.summary)])
-        say(f"grid {r.index + 1}/{r.total} {_knobs_text(r.settings)}: "
+        say(f"grid {r.index + 1}/{r.total} {knobs_text(r.settings)}: "
             + (f"projected {r.summary.projected_ts:.3g} tok/s" if r.ok else f"{'skipped' if r.skipped else 'failed'}"))
     grid_s = time.perf_counter() - t0
     weight_budget = tune.weight_budget_mb
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the tune's pick as measured by the grid run: projected {tb_in_grid.summary.projected_ts:.3g} tok/s "
               f"(ratio to grid best {tb_in_grid.summary.projected_ts / grid_best.summary.projected_ts:.2f})")
     ranked = sorted(grid_ok, key=lambda r: -r.summary.projected_ts)
-    print("\ngrid top 5: " + "; ".join(f"{_knobs_text(r.settings)} → {r.summary.projected_ts:.3g}"
+    print("\ngrid top 5: " + "; ".join(f"{knobs_text(r.settings)} → {r.summary.projected_ts:.3g}"
                                         for r in ranked[:5]))
     return 0
 

@@ -95,7 +95,7 @@ class CacheReader:
             self._null = -1
 
 
-def _madvise(start: int, end: int, advice: int) -> int:
+def madvise(start: int, end: int, advice: int) -> int:
     """0 on success, else errno."""
     lo = start // PAGE * PAGE
     if _libc.madvise(ctypes.c_void_p(lo), end - lo, advice) != 0:
@@ -105,12 +105,12 @@ def _madvise(start: int, end: int, advice: int) -> int:
 
 def populate(start: int, end: int) -> str:
     """Fault a range in (blocking; call from an I/O thread). Returns the mechanism used."""
-    err = _madvise(start, end, MADV_POPULATE_READ)
+    err = madvise(start, end, MADV_POPULATE_READ)
     if err == 0:
         return "MADV_POPULATE_READ"
     if err in (errno.EINVAL, errno.ENOSYS):
         # Older kernels/macOS: ask for readahead, then touch one byte a page.
-        _madvise(start, end, MADV_WILLNEED)
+        madvise(start, end, MADV_WILLNEED)
         buf = (ctypes.c_char * (end - start)).from_address(start)
         for off in range(0, end - start, PAGE):
             _ = buf[off]
@@ -133,16 +133,16 @@ def evict(start: int, end: int, fd: int | None, file_start: int) -> str:
     folio — a few MB at a shard's edges instead of all of it.
     """
     if fd is None or not _HAS_FADVISE:
-        if _madvise(start, end, MADV_PAGEOUT):
-            _madvise(start, end, MADV_DONTNEED)
+        if madvise(start, end, MADV_PAGEOUT):
+            madvise(start, end, MADV_DONTNEED)
             return "MADV_DONTNEED (pages stay in the page cache)"
         return "MADV_PAGEOUT"
-    _madvise(start, end, MADV_DONTNEED)
+    madvise(start, end, MADV_DONTNEED)
     os.posix_fadvise(fd, file_start, end - start, POSIX_FADV_DONTNEED)
     mechanism = "MADV_DONTNEED+FADV_DONTNEED"
     for lo, hi in resident_runs(start, end):
         populate(lo, hi)
-        _madvise(lo, hi, MADV_PAGEOUT)
+        madvise(lo, hi, MADV_PAGEOUT)
         os.posix_fadvise(fd, file_start + (lo - start), hi - lo, POSIX_FADV_DONTNEED)
         mechanism = "MADV_DONTNEED+FADV_DONTNEED, MADV_PAGEOUT at folio edges"
     return mechanism

@@ -356,14 +356,14 @@ def cmd_tune(args) -> int:
 
 
     def on_eval(ev) -> None:
-        from shardscope.engine.search.tune import _knobs_text, _score_text
+        from shardscope.engine.search.tune import knobs_text, score_text
 
         if ev.summary is not None and args.csv:
             append_rows(args.csv, run_columns(), [run_row(ev.summary)])
         if ev.order:
             bar.update(1)
-        _note(bar, f"  {'run ' + str(ev.order) if ev.order else 'refused'}: {_knobs_text(ev.settings)} → "
-                   f"{_score_text(ev)}")
+        _note(bar, f"  {'run ' + str(ev.order) if ev.order else 'refused'}: {knobs_text(ev.settings)} → "
+                   f"{score_text(ev)}")
 
     try:
         with _Interrupt(lambda text: _note(bar, text)) as interrupted:

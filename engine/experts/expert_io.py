@@ -76,7 +76,7 @@ class ExpertIO:
         """Cold start: drop whatever the load left of the file, read the dense bytes (less the trunk's
         streamed shards); returns them."""
         m = self.mapping
-        memory_calls._madvise(m.start, m.end, MADV_RANDOM)
+        memory_calls.madvise(m.start, m.end, MADV_RANDOM)
         evicted = memory_calls.evict(m.start, m.end, self.fd, m.file_offset)
         if not self.slots:
             self.evict_mechanism = evicted

@@ -20,7 +20,7 @@ from shardscope.engine.experts.expert_run import ExpertRunSummary
 from shardscope.engine.measure.metric_registry import timeline_columns
 
 
-def _format(value) -> str:
+def format_cell(value) -> str:
     if value is None:  # a column this row's run kind does not have (a dense row's expert figures)
         return ""
     if isinstance(value, float):
@@ -35,7 +35,7 @@ def _render(columns: Sequence[str], rows: Iterable[dict]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:
-        writer.writerow([_format(row.get(c, "")) for c in columns])
+        writer.writerow([format_cell(row.get(c, "")) for c in columns])
     return out.getvalue()
 
 

@@ -186,9 +186,9 @@ def _json_value(name: str, value):
 def _csv_value(name: str, value) -> str:
     if name in LLAMA_BENCH_FIELDS or name in LEGACY_FIELDS:
         return _llama_text(name, value)
-    from shardscope.engine.output.csv_out import _format  # the run CSV's own formatting, NaN as empty
+    from shardscope.engine.output.csv_out import format_cell  # the run CSV's own formatting, NaN as empty
 
-    return _format(value)
+    return format_cell(value)
 
 
 def _render_csv(rows: Sequence[dict]) -> str:

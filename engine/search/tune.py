@@ -350,7 +350,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
         return result.stopped
 
     current = evaluate(start)
-    result.path.append(f"start {_knobs_text(start)}: {_score_text(current)}")
+    result.path.append(f"start {knobs_text(start)}: {score_text(current)}")
     while result.passes < max_passes and not stop():
         result.passes += 1
         moved = False
@@ -378,7 +378,7 @@ def auto_tune(device_id: str, *, model_path: str | None = None, candidates: dict
             result.decisions.append(KnobDecision(knob, result.passes, choice, moved=go))
             if go:
                 result.path.append(f"pass {result.passes}: {knob} {spec.text(held)} → {spec.text(choice.pick)}: "
-                                   f"{_score_text(pick)}")
+                                   f"{score_text(pick)}")
                 current = pick
                 moved = True
         if not moved:
@@ -404,11 +404,11 @@ def _beats(new: float, old: float, min_gain: float) -> bool:
     return new > old * (1 + min_gain)
 
 
-def _knobs_text(s: RunSettings) -> str:
+def knobs_text(s: RunSettings) -> str:
     return describe(s, (*TUNED, "budget_mb"))
 
 
-def _score_text(ev: Evaluation) -> str:
+def score_text(ev: Evaluation) -> str:
     if ev.summary is None:
         return f"refused ({ev.error})"
     fit = "" if ev.fits else ", does not fit"

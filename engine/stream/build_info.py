@@ -97,9 +97,9 @@ def build_info() -> BuildInfo:
 
 def _registry():
     """(devices as (type, description), backend names as (name, device count)) from libggml."""
-    from shardscope.engine.stream.llama_session import _ensure_backend  # registers the backends once
+    from shardscope.engine.stream.llama_session import ensure_backend  # registers the backends once
 
-    _ensure_backend()
+    ensure_backend()
     lib = _ggml_lib("ggml")
     if lib is None:
         return [], []
@@ -139,9 +139,9 @@ def machine_info() -> dict:
 def _model_facts(path: str, size: int, mtime_ns: int) -> tuple[str, int, int]:
     import llama_cpp
 
-    from shardscope.engine.stream.llama_session import _ensure_backend
+    from shardscope.engine.stream.llama_session import ensure_backend
 
-    _ensure_backend()
+    ensure_backend()
     params = llama_cpp.llama_model_default_params()
     params.no_alloc = True  # hyperparameters and tensor shapes only: no weight is read
     params.load_mode = 0  # LLAMA_LOAD_MODE_NONE: no mapping either

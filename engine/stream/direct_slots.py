@@ -58,14 +58,14 @@ MAP_FAILED = ctypes.c_void_p(-1).value
 MAP_HEADROOM = 8192
 MECHANISM = "O_DIRECT preadv into anonymous slots, mremap into llama.cpp's mapping"
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
-_libc.mmap.restype = ctypes.c_void_p
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+libc.mmap.restype = ctypes.c_void_p
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 if platform_calls.has_mremap():  # Linux only: macOS takes the portable path (portable_slots.py)
-    _libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-    _libc.mremap.restype = ctypes.c_void_p
+    libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    libc.mremap.restype = ctypes.c_void_p
 
 
 class SlotsFull(OSError):
@@ -115,7 +115,7 @@ class OwnRanges:
         self.bytes += hi - lo
 
 
-def _check(result, what: str):
+def check_mapped(result, what: str):
     if result is None or result == MAP_FAILED:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -193,9 +193,9 @@ class DirectSlots:
         with self._pool_lock:
             if len(self._own):
                 raise ValueError("adopt() after a load would map the file over loaded ranges")
-        _check(_libc.mmap(m.start, m.end - m.start, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, m.file_offset),
+        check_mapped(libc.mmap(m.start, m.end - m.start, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, m.file_offset),
                "mmap of the model range")
-        _libc.madvise(m.start, m.end - m.start, advice)
+        libc.madvise(m.start, m.end - m.start, advice)
         self._back_advice = advice
 
     def _span(self, file_lo: int, file_hi: int) -> tuple[int, int]:
@@ -216,9 +216,9 @@ class DirectSlots:
         slot = self._take_slot(length)
         try:
             done = self._read_into(slot, length, offset)
-            _check(_libc.mremap(slot, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, address), "mremap")
+            check_mapped(libc.mremap(slot, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, address), "mremap")
         except BaseException:
-            _libc.munmap(slot, length)
+            libc.munmap(slot, length)
             raise
         with self._pool_lock:
             self._own.add(address, end)
@@ -257,9 +257,9 @@ class DirectSlots:
             return self._fresh_slot(length)
         if size == length:
             return spare
-        moved = _libc.mremap(spare, size, length, MREMAP_MAYMOVE if size < length else 0, None)
+        moved = libc.mremap(spare, size, length, MREMAP_MAYMOVE if size < length else 0, None)
         if moved in (None, MAP_FAILED):
-            _libc.munmap(spare, size)
+            libc.munmap(spare, size)
             return self._fresh_slot(length)
         return moved
 
@@ -270,17 +270,17 @@ class DirectSlots:
         4 KiB (the dense 30 GB row: 0.35 → 0.21 kernel CPU-s/GB, docs/decisions.md); mremap splits
         them where the target is not aligned."""
         if length < HUGE:
-            return _check(_libc.mmap(None, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+            return check_mapped(libc.mmap(None, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
                           "mmap of a slot")
-        raw = _check(_libc.mmap(None, length + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+        raw = check_mapped(libc.mmap(None, length + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
                      "mmap of a slot")
         slot = (raw + HUGE - 1) // HUGE * HUGE
         if slot > raw:
-            _libc.munmap(raw, slot - raw)
+            libc.munmap(raw, slot - raw)
         tail = raw + length + HUGE - (slot + length)
         if tail > 0:
-            _libc.munmap(slot + length, tail)
-        _libc.madvise(slot, length, MADV_HUGEPAGE)
+            libc.munmap(slot + length, tail)
+        libc.madvise(slot, length, MADV_HUGEPAGE)
         return slot
 
     def _keep_pages(self, address: int, length: int) -> None:
@@ -291,14 +291,14 @@ class DirectSlots:
             if self._own.ends.get(address) != address + length or self._pooled + length > self.pool_bytes:
                 return
             self._pooled += length
-        spare = _check(_libc.mmap(None, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
+        spare = check_mapped(libc.mmap(None, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0),
                        "mmap of a spare slot")
-        moved = _libc.mremap(address, length, length, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, spare)
+        moved = libc.mremap(address, length, length, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, spare)
         with self._pool_lock:
             if moved in (None, MAP_FAILED):
                 self._can_keep = False  # an older kernel: free the pages instead, from now on
                 self._pooled -= length
-                _libc.munmap(spare, length)
+                libc.munmap(spare, length)
             else:
                 self._pool.setdefault(length, []).append(moved)
 
@@ -309,16 +309,16 @@ class DirectSlots:
         self._keep_pages(address, end - address)
         with self._pool_lock:
             self._own.cut(address, end)
-        _check(_libc.mmap(address, end - address, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, offset),
+        check_mapped(libc.mmap(address, end - address, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, offset),
                "mmap of the file back")
         if self._back_advice is not None:  # the flags its neighbours have: the kernel merges them
-            _libc.madvise(address, end - address, self._back_advice)
+            libc.madvise(address, end - address, self._back_advice)
 
     def close(self) -> None:
         with self._pool_lock:
             for length, spares in self._pool.items():
                 for spare in spares:
-                    _libc.munmap(spare, length)
+                    libc.munmap(spare, length)
             self._pool.clear()
             self._pooled = 0
         for fd in (self._direct, self._plain):

@@ -21,7 +21,7 @@ from shardscope.engine.base.errors import ShardscopeError
 _BUFFER_OFFSET, _NE_OFFSET, _NB_OFFSET = 8, 16, 48
 
 
-def _load_ggml_base():
+def load_ggml_base():
     lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
     for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
         path = os.path.join(lib_dir, name)
@@ -40,7 +40,7 @@ def _load_ggml_base():
 
 
 def _load_ggml_get_name():
-    return _load_ggml_base().ggml_get_name
+    return load_ggml_base().ggml_get_name
 
 
 def _on_host(lib, tensor) -> bool:

@@ -40,7 +40,7 @@ import numpy as np
 
 from shardscope.engine.base.errors import RunStopped, ShardscopeError
 from shardscope.engine.stream import lazy_mapping, llama_memory
-from shardscope.engine.stream.ggml_tensors import _load_ggml_base, read_last_row_f32, read_topk_ids
+from shardscope.engine.stream.ggml_tensors import load_ggml_base, read_last_row_f32, read_topk_ids
 from shardscope.engine.stream.gpu_split import ComputeClock, ExpertsOnCpu
 
 LOAD_MODE_MMAP = 1
@@ -68,7 +68,7 @@ def _log_to_tail(level, text, user_data):  # keeps llama.cpp quiet; errors quote
         _log_tail.append(text.decode("utf-8", "replace"))
 
 
-def _ensure_backend() -> None:
+def ensure_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
@@ -89,7 +89,7 @@ def _last_log_error() -> str:
 
 
 def gpu_offload_supported() -> bool:
-    _ensure_backend()
+    ensure_backend()
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
@@ -112,7 +112,7 @@ class LlamaSession:
                  load_progress: Callable[[float], bool] | None = None,
                  prompt_batch: Callable[[], int] | None = None,
                  on_prompt_batch: Callable[[int, int], None] | None = None, experts_on_cpu: bool = False):
-        _ensure_backend()
+        ensure_backend()
         # A streamed model is mapped without reading it (lazy_mapping.py says why and how);
         # load_note says why not where that is unavailable. A model that fits loads as before.
         self.lazy_load = False
@@ -203,7 +203,7 @@ class LlamaSession:
         if self.experts_on_cpu:  # a prompt must not copy whole expert banks to the GPU (gpu_split.py)
             params.op_offload = False
         if self.hook_active:
-            self._ggml = _load_ggml_base()
+            self._ggml = load_ggml_base()
             self._get_name = self._ggml.ggml_get_name
             on_node = self._on_topk_node if self.topk_hook is not None else self._on_node
             self._callback = llama_cpp.ggml_backend_sched_eval_callback(on_node)

@@ -33,8 +33,8 @@ from shardscope.engine.stream.direct_slots import (
     PROT_WRITE,
     DirectSlots,
     SlotsFull,
-    _check,
-    _libc,
+    check_mapped,
+    libc,
     max_map_count,
 )
 
@@ -105,7 +105,7 @@ class PortableSlots(DirectSlots):
                     if piece in self._filling:
                         self._filling.remove(piece)
                         # the file back over a half-read piece: its bytes are the file's again
-                        _libc.mmap(piece[0], piece[1] - piece[0], PROT_READ, mmap.MAP_SHARED | MAP_FIXED,
+                        libc.mmap(piece[0], piece[1] - piece[0], PROT_READ, mmap.MAP_SHARED | MAP_FIXED,
                                    self._plain, piece[0] - self.mapping.base)
                 self._filled.notify_all()
             raise
@@ -117,7 +117,7 @@ class PortableSlots(DirectSlots):
     def _fill(self, address: int, end: int) -> int:
         length = end - address
         offset = address - self.mapping.base
-        _check(_libc.mmap(address, length, PROT_READ | PROT_WRITE, _ANON, -1, 0), "mmap of anonymous memory")
+        check_mapped(libc.mmap(address, length, PROT_READ | PROT_WRITE, _ANON, -1, 0), "mmap of anonymous memory")
         platform_calls.advise_huge(address, length)  # Linux: 2 MiB faults where a whole block fits
         return self._read_into(address, length, offset)
 

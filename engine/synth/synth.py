@@ -42,28 +42,28 @@ from shardscope.engine.base.finite import is_finite_number
 from shardscope.engine.base.quantity_text import plural
 from shardscope.engine.synth.synth_quant import random_blocks
 from shardscope.engine.synth.synth_shapes import (
-    _CHUNK_BYTES,
-    _FILE_TYPE_MOSTLY_Q8_0,
-    _Q8_BLOCK,
-    _Q8_BYTES,
     ALIGNMENT,
+    CHUNK_BYTES,
     CONTEXT_LENGTH,
+    FILE_TYPE_MOSTLY_Q8_0,
     HEAD_DIM,
     MAX_LAYERS,
     MIB,
     MIN_SIZE_MB,
+    Q8_BLOCK,
+    Q8_BYTES,
     RMS_EPS,
     ROPE_FREQ_BASE,
     SIZE_TOLERANCE,
+    Shape,
     SynthInfo,
-    _global_bytes,
-    _header_bytes,
-    _layer_bytes,
-    _n_head_kv,
-    _Shape,
-    _Tensor,
+    Tensor,
     attention_tensors,
     edge_tensors,
+    global_bytes,
+    header_bytes,
+    kv_heads_for,
+    layer_bytes,
 )
 from shardscope.engine.synth.synth_vocab import SynthVocab, build_vocab
 
@@ -73,48 +73,48 @@ def default_n_layers(size_mb: float) -> int:
     return int(min(64, max(2, round(math.sqrt(size_mb)))))
 
 
-def _plan(size_mb: float, n_layers: int, vocab: SynthVocab, where: str) -> _Shape:
+def _plan(size_mb: float, n_layers: int, vocab: SynthVocab, where: str) -> Shape:
     target = int(size_mb * MIB)
-    fixed = _header_bytes(n_layers, vocab)
+    fixed = header_bytes(n_layers, vocab)
     # Per-layer bytes for n_ff = 2.75 n_embd and n_embd_kv = n_embd / 4, per n_embd².
-    per_e2 = (_Q8_BYTES / _Q8_BLOCK) * (2 + 2 * 0.25 + 3 * 2.75)
+    per_e2 = (Q8_BYTES / Q8_BLOCK) * (2 + 2 * 0.25 + 3 * 2.75)
     n_embd = 0
     for _ in range(3):  # the globals depend on n_embd: settle it
-        layer_budget = (target - fixed - _global_bytes(max(n_embd, 64), vocab.n_vocab)) / n_layers
+        layer_budget = (target - fixed - global_bytes(max(n_embd, 64), vocab.n_vocab)) / n_layers
         e0 = math.sqrt(max(layer_budget, 1.0) / per_e2)
         step = 256 if e0 >= 1024 else 128 if e0 >= 256 else 64  # n_head divisible by 4, 2, 1
         n_embd = max(64, int(round(e0 / step)) * step)
 
-    best: _Shape | None = None
+    best: Shape | None = None
     while True:
         n_head = n_embd // HEAD_DIM
-        n_head_kv = _n_head_kv(n_head)
+        n_head_kv = kv_heads_for(n_head)
         kv = n_head_kv * HEAD_DIM
-        layer_budget = (target - fixed - _global_bytes(n_embd, vocab.n_vocab)) / n_layers
-        per_ff = 3 * n_embd * _Q8_BYTES / _Q8_BLOCK
-        f_lin = (layer_budget - _layer_bytes(n_embd, 0, kv)) / per_ff
+        layer_budget = (target - fixed - global_bytes(n_embd, vocab.n_vocab)) / n_layers
+        per_ff = 3 * n_embd * Q8_BYTES / Q8_BLOCK
+        f_lin = (layer_budget - layer_bytes(n_embd, 0, kv)) / per_ff
         f0 = int(round(f_lin / 32)) * 32
         candidates = [f for f in range(f0 - 96, f0 + 97, 32) if f >= 32]
         if not candidates:
             candidates = [32]
         n_ff = min(candidates, key=lambda f: abs(
-            fixed + _global_bytes(n_embd, vocab.n_vocab) + n_layers * _layer_bytes(n_embd, f, kv) - target))
-        best = _Shape(n_layers, n_embd, n_ff, n_head, n_head_kv)
+            fixed + global_bytes(n_embd, vocab.n_vocab) + n_layers * layer_bytes(n_embd, f, kv) - target))
+        best = Shape(n_layers, n_embd, n_ff, n_head, n_head_kv)
         if n_ff >= n_embd or n_embd <= 64:
             break
         n_embd -= 64  # FFN thinner than the embedding: narrow it
 
-    total = fixed + _global_bytes(best.n_embd, vocab.n_vocab) + n_layers * _layer_bytes(
+    total = fixed + global_bytes(best.n_embd, vocab.n_vocab) + n_layers * layer_bytes(
         best.n_embd, best.n_ff, best.n_embd_kv)
     if abs(total - target) > SIZE_TOLERANCE * target:
-        smallest = (fixed + _global_bytes(64, vocab.n_vocab) + n_layers * _layer_bytes(64, 32, 64)) / MIB
+        smallest = (fixed + global_bytes(64, vocab.n_vocab) + n_layers * layer_bytes(64, 32, 64)) / MIB
         raise ShardscopeError(
             f"{where}: cannot make a {size_mb:g} MB model with {plural(n_layers, 'layer')} "
             f"(that many layers need at least {smallest:.1f} MB); ask for fewer layers or a larger size")
     return best
 
 
-def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
+def _tensors(shape: Shape, n_vocab: int) -> list[Tensor]:
     e, f, kv, n = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
@@ -123,26 +123,26 @@ def _tensors(shape: _Shape, n_vocab: int) -> list[_Tensor]:
     for i in range(n):
         p = f"blk.{i}."
         out += attention_tensors(p, e, kv, n) + [
-            _Tensor(p + "ffn_gate.weight", f, e, True, s_e),
-            _Tensor(p + "ffn_up.weight", f, e, True, s_e),
-            _Tensor(p + "ffn_down.weight", e, f, True, 2.0 * s_f * s_res),
+            Tensor(p + "ffn_gate.weight", f, e, True, s_e),
+            Tensor(p + "ffn_up.weight", f, e, True, s_e),
+            Tensor(p + "ffn_down.weight", e, f, True, 2.0 * s_f * s_res),
         ]
     return out + tail
 
 
 def _q8_0(weights: np.ndarray) -> bytes:
     """Q8_0 blocks of a float matrix: per 32 weights an f16 scale (max |w| / 127) and 32 int8."""
-    blocks = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1, _Q8_BLOCK)
+    blocks = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1, Q8_BLOCK)
     scale = (np.abs(blocks).max(axis=1) / 127.0).astype(np.float16)
     safe = np.where(scale == 0, 1.0, scale.astype(np.float32))
     quants = np.clip(np.rint(blocks / safe[:, None]), -127, 127).astype(np.int8)
-    out = np.empty((len(blocks), _Q8_BYTES), dtype=np.uint8)
+    out = np.empty((len(blocks), Q8_BYTES), dtype=np.uint8)
     out[:, :2] = scale.view(np.uint8).reshape(-1, 2)
     out[:, 2:] = quants.view(np.uint8)
     return out.tobytes()
 
 
-def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> None:
+def _write_tensor(fh: BinaryIO, t: Tensor, bitgen: np.random.BitGenerator) -> None:
     """Random weights of ``t`` in its format, a chunk (≤ 8 MiB) at a time; a ``fill`` (the
     router's structured tensors, all small) whole, as F32 or Q8_0."""
     if t.fill is not None:
@@ -166,7 +166,7 @@ def _write_tensor(fh: BinaryIO, t: _Tensor, bitgen: np.random.BitGenerator) -> N
         fh.write(np.ones(t.rows * t.cols, dtype="<f4").tobytes())
         return
     blocks_per_row = t.cols // t.qtype.block
-    rows_per_chunk = max(1, _CHUNK_BYTES // t.qtype.row_bytes(t.cols))
+    rows_per_chunk = max(1, CHUNK_BYTES // t.qtype.row_bytes(t.cols))
     total_rows = t.n_expert * t.rows  # experts are consecutive blocks of rows
     for start in range(0, total_rows, rows_per_chunk):
         n_blocks = min(rows_per_chunk, total_rows - start) * blocks_per_row
@@ -193,8 +193,8 @@ def _validate(size_mb: float, n_layers: int | None, where: str) -> tuple[float, 
     return float(size_mb), int(n_layers)
 
 
-def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, own_shape: bool = False,
-              alignment: int = ALIGNMENT, file_type: int = _FILE_TYPE_MOSTLY_Q8_0, name: str = "") -> None:
+def write_common_metadata(writer, shape: Shape, vocab: SynthVocab, size_mb: float, own_shape: bool = False,
+              alignment: int = ALIGNMENT, file_type: int = FILE_TYPE_MOSTLY_Q8_0, name: str = "") -> None:
     """``own_shape``: an arch writer (deepseek2, the GQA archs) adds FFN width, heads and rope dims."""
     writer.add_name(name or f"shardscope-synthetic-{size_mb:g}MB")
     writer.add_description("random weights written by shardscope for streaming tests; output is gibberish")
@@ -228,18 +228,18 @@ def _metadata(writer, shape: _Shape, vocab: SynthVocab, size_mb: float, own_shap
 NEAR_SIZE = 0.02  # a default-depth MoE shape further off than this tries its neighbours' depths
 
 
-def _nearest_moe_shape(size_mb: float, shape: _Shape, moe, vocab: SynthVocab, where: str) -> _Shape:
+def _nearest_moe_shape(size_mb: float, shape: Shape, moe, vocab: SynthVocab, where: str) -> Shape:
     """The shape of the size nearest ``size_mb`` among the default depth's and, when that is more
     than NEAR_SIZE off (coarse Q4_K widths: --size-mb 240 made 250 MiB), the depths ±4 around it."""
     from shardscope.engine.synth import synth_moe
 
-    def off(s: _Shape) -> float:
+    def off(s: Shape) -> float:
         tensors = synth_moe.tensors(s, moe, vocab.n_vocab)
         align = synth_moe.alignment(moe)
         data = sum(-(-t.nbytes // align) * align for t in tensors)
-        return abs(_header_bytes(s.n_layers, vocab, synth_moe.tensors_per_layer(moe)) + data - size_mb * MIB)
+        return abs(header_bytes(s.n_layers, vocab, synth_moe.tensors_per_layer(moe)) + data - size_mb * MIB)
 
-    def aligned(s: _Shape) -> bool:  # every expert's slice a whole number of pages (what streaming reads exactly)
+    def aligned(s: Shape) -> bool:  # every expert's slice a whole number of pages (what streaming reads exactly)
         return all(t.nbytes // t.n_expert % memory_calls.PAGE == 0 for t in synth_moe.tensors(s, moe, vocab.n_vocab)
                    if t.n_expert > 1 and "_exps" in t.name)
 
@@ -286,16 +286,16 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
                                        moe, vocab, str(target))
             n_layers = shape.n_layers
         tensors = synth_moe.tensors(shape, moe, vocab.n_vocab)
-        header = _header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
+        header = header_bytes(n_layers, vocab, synth_moe.tensors_per_layer(moe))
         arch = synth_moe.architecture(moe)
         alignment, file_type = synth_moe.alignment(moe), synth_moe.file_type(moe)
     else:
         size_mb, n_layers = _validate(size_mb, n_layers, str(target))
         shape = _plan(size_mb, n_layers, vocab, str(target))
         tensors = _tensors(shape, vocab.n_vocab)
-        header = _header_bytes(n_layers, vocab)
+        header = header_bytes(n_layers, vocab)
         arch = "llama"
-        alignment, file_type = ALIGNMENT, _FILE_TYPE_MOSTLY_Q8_0
+        alignment, file_type = ALIGNMENT, FILE_TYPE_MOSTLY_Q8_0
 
     def pad(n: int) -> int:
         return -(-n // alignment) * alignment
@@ -327,8 +327,9 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
         if progress is not None:
             progress(0.0)
         writer = gguf.GGUFWriter(partial, arch=arch)
-        _metadata(writer, shape, vocab, size_mb, own_shape=moe is not None and synth_moe.arch_spec(moe) is not None
-                  or arch == "deepseek2", alignment=alignment, file_type=file_type)
+        own_shape = moe is not None and synth_moe.arch_spec(moe) is not None or arch == "deepseek2"
+        write_common_metadata(writer, shape, vocab, size_mb, own_shape=own_shape, alignment=alignment,
+                              file_type=file_type)
         if moe is not None:
             synth_moe.add_metadata(writer, shape, moe)
         for t in tensors:

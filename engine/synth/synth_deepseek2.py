@@ -46,16 +46,16 @@ from shardscope.engine.synth.synth_router_seam import (
     router_weight,
 )
 from shardscope.engine.synth.synth_shapes import (
-    _Q8_BLOCK,
-    _Q8_BYTES,
     MIB,
+    Q8_BLOCK,
+    Q8_BYTES,
     SIZE_TOLERANCE,
-    _global_bytes,
-    _header_bytes,
-    _pad,
-    _q8,
-    _Shape,
-    _Tensor,
+    Shape,
+    Tensor,
+    align_up,
+    global_bytes,
+    header_bytes,
+    q8,
 )
 
 ARCH = "deepseek2"
@@ -90,8 +90,9 @@ def dense_ff(n_embd: int, row) -> int:
 
 def _attention_bytes(e: int) -> int:
     h, q, kv = mla_dims(e)
-    return (2 * _pad(4 * e) + _pad(4 * q) + _pad(4 * kv) + _pad(_q8(q, e)) + _pad(_q8(h * (NOPE + ROPE), q))
-            + _pad(_q8(kv + ROPE, e)) + _pad(4 * h * kv * NOPE) + _pad(4 * h * kv * V_HEAD) + _pad(_q8(e, h * V_HEAD)))
+    return (2 * align_up(4 * e) + align_up(4 * q) + align_up(4 * kv) + align_up(q8(q, e))
+            + align_up(q8(h * (NOPE + ROPE), q)) + align_up(q8(kv + ROPE, e)) + align_up(4 * h * kv * NOPE)
+            + align_up(4 * h * kv * V_HEAD) + align_up(q8(e, h * V_HEAD)))
 
 
 def _expert_types(spec):
@@ -102,18 +103,18 @@ def _expert_types(spec):
 def _moe_layer_bytes(e: int, f: int, spec) -> int:
     x, s = spec.experts, spec.shared_experts * f
     gate_q, down_q = _expert_types(spec)
-    shared = 3 * _pad(_q8(s, e)) if s else 0
-    routed = 2 * _pad(x * f * gate_q.row_bytes(e)) + _pad(x * e * down_q.row_bytes(f))
-    return _attention_bytes(e) + _pad(4 * x * e) + _pad(4 * x) + shared + routed
+    shared = 3 * align_up(q8(s, e)) if s else 0
+    routed = 2 * align_up(x * f * gate_q.row_bytes(e)) + align_up(x * e * down_q.row_bytes(f))
+    return _attention_bytes(e) + align_up(4 * x * e) + align_up(4 * x) + shared + routed
 
 
 def _dense_layer_bytes(e: int, row) -> int:
-    return _attention_bytes(e) + 3 * _pad(_q8(dense_ff(e, row), e))
+    return _attention_bytes(e) + 3 * align_up(q8(dense_ff(e, row), e))
 
 
 def _ff_base(spec) -> int:
     """n_ff steps every format takes: Q8_0's 32 (shared experts) and the down experts' block."""
-    return math.lcm(_Q8_BLOCK, _expert_types(spec)[1].block)
+    return math.lcm(Q8_BLOCK, _expert_types(spec)[1].block)
 
 
 def _ff_step(e: int, spec) -> int:
@@ -127,7 +128,7 @@ def _ff_step(e: int, spec) -> int:
     return base
 
 
-def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> Shape:
     """n_embd and the expert n_ff that hit the size, n_ff near the model's ratio (Kimi: 0.286 n_embd)."""
     lead = row.dense_lead
     if n_layers <= lead:
@@ -137,15 +138,15 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
         raise ShardscopeError(f"{where}: a {row.name} model of {n_layers} layers is read by llama.cpp as "
                               f"DeepSeek-V2-Lite (no q_lora) and does not load; ask for another layer count")
     target = int(size_mb * MIB)
-    fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
+    fixed = header_bytes(n_layers, vocab, tensors_per_layer(spec))
     best, best_key = None, None
     gate_q, down_q = _expert_types(spec)
     e_step = math.lcm(64, gate_q.block)  # gate/up blocks run along n_embd
     for aligned in (True, False):
         for e in range(max(128, e_step), 8192 + 1, e_step):
-            base = fixed + _global_bytes(e, vocab.n_vocab) + lead * _dense_layer_bytes(e, row)
+            base = fixed + global_bytes(e, vocab.n_vocab) + lead * _dense_layer_bytes(e, row)
             n_moe = n_layers - lead
-            per_f = (3 * spec.shared_experts * _Q8_BYTES / _Q8_BLOCK + spec.experts * (
+            per_f = (3 * spec.shared_experts * Q8_BYTES / Q8_BLOCK + spec.experts * (
                 2 * gate_q.bytes / gate_q.block + down_q.bytes / down_q.block)) * e
             f_lin = ((target - base) / n_moe - _moe_layer_bytes(e, 0, spec)) / per_f
             step = _ff_step(e, spec) if aligned else _ff_base(spec)
@@ -157,7 +158,7 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
             key = abs(math.log(f / (row.expert_ff_ratio * e))) + (0 if aligned else math.log(2))
             if best_key is None or key < best_key:
                 h, _, _ = mla_dims(e)
-                best, best_key = _Shape(n_layers, e, f, h, 1), key
+                best, best_key = Shape(n_layers, e, f, h, 1), key
     if best is None:
         raise ShardscopeError(
             f"{where}: cannot make a {size_mb:g} MB {row.name} model with {plural(n_layers, 'layer')} of "
@@ -165,7 +166,7 @@ def plan(size_mb: float, n_layers: int, spec, row, vocab, where: str) -> _Shape:
     return best
 
 
-def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, row, n_vocab: int) -> list[Tensor]:
     e, f, n, x = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts
     h, q, kv = mla_dims(e)
     fd = dense_ff(e, row)
@@ -174,24 +175,24 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
     for i in range(n):
         p = f"blk.{i}."
         attention = [
-            _Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
-            _Tensor(p + "attn_q_a.weight", q, e, True, s_e),
-            _Tensor(p + "attn_q_a_norm.weight", 1, q, False, 0.0),
-            _Tensor(p + "attn_q_b.weight", h * (NOPE + ROPE), q, True, 1.0 / math.sqrt(q)),
-            _Tensor(p + "attn_kv_a_mqa.weight", kv + ROPE, e, True, s_e),
-            _Tensor(p + "attn_kv_a_norm.weight", 1, kv, False, 0.0),
+            Tensor(p + "attn_norm.weight", 1, e, False, 0.0),
+            Tensor(p + "attn_q_a.weight", q, e, True, s_e),
+            Tensor(p + "attn_q_a_norm.weight", 1, q, False, 0.0),
+            Tensor(p + "attn_q_b.weight", h * (NOPE + ROPE), q, True, 1.0 / math.sqrt(q)),
+            Tensor(p + "attn_kv_a_mqa.weight", kv + ROPE, e, True, s_e),
+            Tensor(p + "attn_kv_a_norm.weight", 1, kv, False, 0.0),
             # ne [nope, kv_lora, n_head] and [kv_lora, v, n_head]: one matrix per head.
-            _Tensor(p + "attn_k_b.weight", kv, NOPE, False, 1.0 / math.sqrt(NOPE), n_expert=h, random_f32=True),
-            _Tensor(p + "attn_v_b.weight", V_HEAD, kv, False, 1.0 / math.sqrt(kv), n_expert=h, random_f32=True),
+            Tensor(p + "attn_k_b.weight", kv, NOPE, False, 1.0 / math.sqrt(NOPE), n_expert=h, random_f32=True),
+            Tensor(p + "attn_v_b.weight", V_HEAD, kv, False, 1.0 / math.sqrt(kv), n_expert=h, random_f32=True),
             attention_output(p + "attn_output.weight", e, h * V_HEAD, s_res / math.sqrt(h * V_HEAD)),
-            _Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
+            Tensor(p + "ffn_norm.weight", 1, e, False, 0.0),
         ]
         out += context_mla(attention, spec, (e, h, q, kv, NOPE, ROPE, V_HEAD, n), i)
         if i < row.dense_lead:
             out += [
-                _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
-                _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
-                _Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd)),
+                Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
+                Tensor(p + "ffn_up.weight", fd, e, True, s_e),
+                Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd)),
             ]
             continue
         out += [
@@ -201,22 +202,22 @@ def tensors(shape: _Shape, spec, row, n_vocab: int) -> list[_Tensor]:
         if spec.shared_experts:
             s = spec.shared_experts * f
             out += [
-                _Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
-                _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
-                _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s)),
+                Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
+                Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
+                Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s)),
             ]
         # The routed output is scaled by weights_scale after the normalised weights: undo it here.
         gate_q, down_q = _expert_types(spec)
         out += [
-            _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-            _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-            _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / row.weights_scale,
+            Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+            Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+            Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f) / row.weights_scale,
                     n_expert=x, qtype=down_q),
         ]
     return out + tail
 
 
-def add_metadata(writer, shape: _Shape, spec, row) -> None:
+def add_metadata(writer, shape: Shape, spec, row) -> None:
     """The deepseek2 hparams llama.cpp reads (names as convert_hf_to_gguf.py writes them)."""
     h, q, kv = mla_dims(shape.n_embd)
     writer.add_feed_forward_length(dense_ff(shape.n_embd, row))

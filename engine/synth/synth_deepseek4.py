@@ -36,7 +36,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import attention_output, edge_globals, router_bias, router_weight
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 HASH_LAYERS = 3  # hash_layer_count: DeepSeek V4 Flash's first three layers route by token id
 ROPE = HEAD_DIM // 8  # rotary dims of a head (V4 Flash: 64 of 512)
@@ -78,7 +78,7 @@ def tid2eid(n_vocab: int, n_expert: int, k: int, layer: int = 0) -> np.ndarray:
     return np.argsort(rng.random((n_vocab, n_expert)), axis=1)[:, :k].astype(np.int32)
 
 
-def dims(shape: _Shape) -> dict:
+def dims(shape: Shape) -> dict:
     """Widths besides the shape's: the published model's (``shape.dims``, engine/synth/synth_published.py),
     else V4 Flash's ratios at this n_embd with 64-wide heads."""
     own = getattr(shape, "dims", None)
@@ -89,7 +89,7 @@ def dims(shape: _Shape) -> dict:
                 o_lora=max(32, int(round(e * 1024 / 4096 / 32)) * 32))
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     e, f, n, x, h = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts, shape.n_head
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     dd = dims(shape)
@@ -101,13 +101,13 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     out, tail = edge_globals(n_vocab, e, spec)
 
     def f32(name, rows, cols, sigma=0.0, ones=False):
-        return _Tensor(name, rows, cols, False, sigma, random_f32=not ones)
+        return Tensor(name, rows, cols, False, sigma, random_f32=not ones)
 
     for i in range(n):
         p = f"blk.{i}."
 
         def mat(name, rows, cols, sigma):
-            return _Tensor(p + name, rows, cols, True, sigma)
+            return Tensor(p + name, rows, cols, True, sigma)
 
         layer = [f32(p + "attn_norm.weight", 1, e, ones=True), f32(p + "ffn_norm.weight", 1, e, ones=True),
                  f32(p + "attn_sinks.weight", 1, h, 0.5),
@@ -137,14 +137,14 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                           f32(p + "indexer_compressor_norm.weight", 1, INDEXER_DIM, ones=True)]
         layer.append(router_weight(p + "ffn_gate_inp.weight", spec, i, e, n))
         if i < n_hash:
-            table = _Tensor(p + "ffn_gate_tid2eid.weight", n_vocab, spec.experts_used, False, 0.0,
+            table = Tensor(p + "ffn_gate_tid2eid.weight", n_vocab, spec.experts_used, False, 0.0,
                             fill=lambda rng, i=i: tid2eid(n_vocab, x, spec.experts_used, i), int32=True)
             layer.append(table)
         else:
             layer.append(router_bias(p + "exp_probs_b.bias", spec, i, n))
-        layer += [_Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                  _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                  _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x, qtype=down_q),
+        layer += [Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                  Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                  Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x, qtype=down_q),
                   mat("ffn_gate_shexp.weight", s, e, s_e), mat("ffn_up_shexp.weight", s, e, s_e),
                   mat("ffn_down_shexp.weight", e, s, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
@@ -153,14 +153,14 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     return out + head + tail
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     if n_layers < arch.min_layers:
         raise ShardscopeError(f"{where}: a deepseek4 model needs at least {arch.min_layers} layers "
                               f"({arch.min_layers_why}), got {n_layers}")
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors, heads_of=heads)
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """The keys src/models/deepseek4.cpp load_arch_hparams reads (names from src/llama-arch.cpp)."""
     a, n = arch.gguf_arch, shape.n_layers
     writer.add_uint32(f"{a}.feed_forward_length", shape.n_ff)

@@ -26,7 +26,7 @@ from shardscope.engine.synth.synth_router_seam import (
     qk_norm_gemma4,
     router_weight,
 )
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 SWA_PERIOD = 6  # five sliding-window layers, then one full-attention layer
 
@@ -37,7 +37,7 @@ def is_swa(layer: int, n_layers: int) -> bool:
     return layer % SWA_PERIOD != SWA_PERIOD - 1 and layer != n_layers - 1
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     e, f, n, x = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     q, kv, fd = shape.n_head * HEAD_DIM, shape.n_head_kv * HEAD_DIM, gqa.dense_ff(arch, e)
@@ -45,34 +45,34 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     # the graph multiplies embeddings by sqrt(n_embd): written 1/sqrt(n_embd) smaller under real routing
     out, tail = edge_globals(n_vocab, e, spec, embed_scale=e ** -0.5)
     # one rope_freqs for all full-attention layers (llama.cpp duplicates the first one's)
-    out += [_Tensor("rope_freqs.weight", 1, HEAD_DIM // 2, False, 0.0)]
+    out += [Tensor("rope_freqs.weight", 1, HEAD_DIM // 2, False, 0.0)]
     for i in range(n):
         p = f"blk.{i}."
 
         def norm(name, size=e):
-            return _Tensor(p + name, 1, size, False, 0.0)
+            return Tensor(p + name, 1, size, False, 0.0)
 
         layer = [norm("attn_norm.weight"),
-                 _Tensor(p + "attn_q.weight", q, e, True, s_e),
-                 _Tensor(p + "attn_k.weight", kv, e, True, s_e),
-                 _Tensor(p + "attn_v.weight", kv, e, True, s_e),
+                 Tensor(p + "attn_q.weight", q, e, True, s_e),
+                 Tensor(p + "attn_k.weight", kv, e, True, s_e),
+                 Tensor(p + "attn_v.weight", kv, e, True, s_e),
                  attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
                  qk_norm_gemma4(norm("attn_q_norm.weight", HEAD_DIM), spec, i),
                  qk_norm_gemma4(norm("attn_k_norm.weight", HEAD_DIM), spec, i),
                  post_norm_gemma4(norm("post_attention_norm.weight"), spec, i, n),
                  norm("ffn_norm.weight"),
-                 _Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
-                 _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
-                 _Tensor(p + "ffn_down.weight", e, fd, True, s_res / math.sqrt(fd)),
+                 Tensor(p + "ffn_gate.weight", fd, e, True, s_e),
+                 Tensor(p + "ffn_up.weight", fd, e, True, s_e),
+                 Tensor(p + "ffn_down.weight", e, fd, True, s_res / math.sqrt(fd)),
                  post_norm_gemma4(norm("post_ffw_norm.weight"), spec, i, n),
                  router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
                  # the router's input is rms_norm(x) / sqrt(n_embd) · scale (ones): small logits, but
                  # top-k ranks them all the same, token by token
                  norm("ffn_gate_inp.scale"),
                  norm("pre_ffw_norm_2.weight"), norm("post_ffw_norm_1.weight"), norm("post_ffw_norm_2.weight"),
-                 _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                 _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                 _Tensor(p + "ffn_down_exps.weight", e, f, True, s_res / math.sqrt(f), n_expert=x, qtype=down_q),
+                 Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                 Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                 Tensor(p + "ffn_down_exps.weight", e, f, True, s_res / math.sqrt(f), n_expert=x, qtype=down_q),
                  norm("ffn_down_exps.scale", x)]
         out += sorted(context_attention(layer, spec, shape, i), key=lambda t: t.name)
     return out + tail
@@ -82,11 +82,11 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
     return gqa.default_n_layers(size_mb, arch)
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """gqa's keys plus those gemma4's loader requires (src/models/gemma4.cpp load_arch_hparams)."""
     gqa.add_metadata(writer, shape, spec, arch)
     a = arch.gguf_arch

@@ -21,7 +21,7 @@ from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_kimi_k3 import CONV_KERNEL, GATE_LOWER_BOUND, is_kda, mla_dims
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import attention_output, edge_globals, router_bias, router_weight
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 KDA_HEAD = HEAD_DIM
 NOPE, V_HEAD = 2 * HEAD_DIM, HEAD_DIM  # key_length_mla (all nope: the graph asserts n_rot 0), value_length_mla
@@ -37,7 +37,7 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
     return max(8, gqa.default_n_layers(size_mb, arch))
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     e, f, n, x, h = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts, shape.n_head
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     q_lora, kv_lora = mla_dims(e)
@@ -49,17 +49,17 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
         p = f"blk.{i}."
 
         def vec(name, size, ones=True, sigma=0.0):
-            return _Tensor(p + name, 1, size, False, sigma, random_f32=not ones)
+            return Tensor(p + name, 1, size, False, sigma, random_f32=not ones)
 
         def mat(name, rows, cols, sigma):
-            return _Tensor(p + name, rows, cols, True, sigma)
+            return Tensor(p + name, rows, cols, True, sigma)
 
         layer = [vec("attn_norm.weight", e), vec("ffn_norm.weight", e)]
         for part in ("attn", "ffn"):  # small mixes: the four streams stay close to an even average
-            layer += [_Tensor(p + f"hc_{part}_fn.weight", HC_MIX, hc_dim, False, 0.1 * hc_dim ** -0.5, random_f32=True),
+            layer += [Tensor(p + f"hc_{part}_fn.weight", HC_MIX, hc_dim, False, 0.1 * hc_dim ** -0.5, random_f32=True),
                       vec(f"hc_{part}_base.weight", HC_MIX, ones=False), vec(f"hc_{part}_scale.weight", 3)]
         if is_kda(i, n):
-            layer += [_Tensor(p + f"ssm_conv1d_{c}.weight", 1, CONV_KERNEL, False, 0.5, n_expert=d_inner,
+            layer += [Tensor(p + f"ssm_conv1d_{c}.weight", 1, CONV_KERNEL, False, 0.5, n_expert=d_inner,
                               random_f32=True) for c in "qkv"]
             layer += [mat("attn_q.weight", d_inner, e, s_e), mat("attn_k.weight", d_inner, e, s_e),
                       mat("attn_v.weight", d_inner, e, s_e),
@@ -68,15 +68,15 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                       mat("ssm_beta.weight", h, e, s_e),
                       mat("ssm_g_a.weight", KDA_HEAD, e, s_e),
                       mat("ssm_g_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
-                      _Tensor(p + "ssm_a", 1, h, False, 0.0, random_f32=True), vec("ssm_dt.bias", d_inner, ones=False),
+                      Tensor(p + "ssm_a", 1, h, False, 0.0, random_f32=True), vec("ssm_dt.bias", d_inner, ones=False),
                       vec("ssm_norm.weight", KDA_HEAD),
                       attention_output(p + "attn_output.weight", e, d_inner, s_res / math.sqrt(d_inner))]
         else:
             layer += [mat("attn_q_a.weight", q_lora, e, s_e), vec("attn_q_a_norm.weight", q_lora),
                       mat("attn_q_b.weight", h * NOPE, q_lora, q_lora ** -0.5),
                       mat("attn_kv_a_mqa.weight", kv_lora, e, s_e), vec("attn_kv_a_norm.weight", kv_lora),
-                      _Tensor(p + "attn_k_b.weight", kv_lora, NOPE, False, NOPE ** -0.5, n_expert=h, random_f32=True),
-                      _Tensor(p + "attn_v_b.weight", V_HEAD, kv_lora, False, kv_lora ** -0.5, n_expert=h,
+                      Tensor(p + "attn_k_b.weight", kv_lora, NOPE, False, NOPE ** -0.5, n_expert=h, random_f32=True),
+                      Tensor(p + "attn_v_b.weight", V_HEAD, kv_lora, False, kv_lora ** -0.5, n_expert=h,
                               random_f32=True),
                       attention_output(p + "attn_output.weight", e, h * V_HEAD, 2.0 * s_res / math.sqrt(h * V_HEAD)),
                       vec("indexer.k_norm.weight", INDEXER_DIM), vec("indexer.k_norm.bias", INDEXER_DIM, ones=False),
@@ -84,16 +84,16 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                       mat("indexer.attn_k.weight", INDEXER_DIM, e, s_e),
                       mat("indexer.attn_q_b.weight", INDEXER_HEADS * INDEXER_DIM, q_lora, q_lora ** -0.5),
                       mat("indexer_compressor_gate.weight", INDEXER_DIM, e, s_e),
-                      _Tensor(p + "indexer_compressor_ape.weight", KPOOL, INDEXER_DIM, False, 0.02, random_f32=True)]
+                      Tensor(p + "indexer_compressor_ape.weight", KPOOL, INDEXER_DIM, False, 0.02, random_f32=True)]
         if i < arch.dense_lead:
             layer += [mat("ffn_gate.weight", fd, e, s_e), mat("ffn_up.weight", fd, e, s_e),
                       mat("ffn_down.weight", e, fd, 2.0 * s_res / math.sqrt(fd))]
         else:
             layer += [router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
                       router_bias(p + "exp_probs_b.bias", spec, i, n),
-                      _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
+                      Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                      Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                      Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
                               qtype=down_q),
                       mat("ffn_gate_shexp.weight", s, e, s_e), mat("ffn_up_shexp.weight", s, e, s_e),
                       mat("ffn_down_shexp.weight", e, s, 2.0 * s_res / math.sqrt(s))]
@@ -101,11 +101,11 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     return out + tail
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """The keys src/models/glm5-next.cpp load_arch_hparams reads."""
     a, e, n = arch.gguf_arch, shape.n_embd, shape.n_layers
     q_lora, kv_lora = mla_dims(e)

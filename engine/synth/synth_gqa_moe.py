@@ -23,7 +23,7 @@ from shardscope.engine.synth.synth_router_seam import (
     router_bias,
     router_weight,
 )
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, MIB, SIZE_TOLERANCE, _header_bytes, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, MIB, SIZE_TOLERANCE, Shape, Tensor, header_bytes
 
 ALIGNMENT = 32  # GGUF's default, what real files use
 TENSORS_PER_LAYER = 24  # an upper bound, for the header estimate
@@ -49,11 +49,11 @@ def dense_ff(arch: ArchSpec, n_embd: int) -> int:
     return max(32, int(round(arch.dense_ff_ratio * n_embd / 32)) * 32)
 
 
-def _pad(n: int) -> int:
+def align_up(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     e, f, n, x = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     q, kv = shape.n_head * HEAD_DIM, shape.n_head_kv * HEAD_DIM
@@ -64,12 +64,12 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
         p = f"blk.{i}."
 
         def vec(name, size, sigma=0.0):  # F32: a norm (ones) or, with sigma, random biases
-            return _Tensor(p + name, 1, size, False, sigma, random_f32=sigma > 0)
+            return Tensor(p + name, 1, size, False, sigma, random_f32=sigma > 0)
 
         layer = [vec("attn_norm.weight", e),
-                 _Tensor(p + "attn_q.weight", q, e, True, s_e),
-                 _Tensor(p + "attn_k.weight", kv, e, True, s_e),
-                 _Tensor(p + "attn_v.weight", kv, e, True, s_e),
+                 Tensor(p + "attn_q.weight", q, e, True, s_e),
+                 Tensor(p + "attn_k.weight", kv, e, True, s_e),
+                 Tensor(p + "attn_v.weight", kv, e, True, s_e),
                  attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
                  vec("post_attention_norm.weight" if arch.post_attn_norm else "ffn_norm.weight", e)]
         if arch.attn_bias:
@@ -82,37 +82,37 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
             layer.append(vec("attn_sinks.weight", shape.n_head, 0.5))
         layer = context_attention(layer, spec, shape, i, arch.rope_fraction)
         if not is_moe_layer(arch, i):
-            layer += [_Tensor(p + "ffn_gate.weight", fd, e, True, s_e), _Tensor(p + "ffn_up.weight", fd, e, True, s_e),
-                      _Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd))]
+            layer += [Tensor(p + "ffn_gate.weight", fd, e, True, s_e), Tensor(p + "ffn_up.weight", fd, e, True, s_e),
+                      Tensor(p + "ffn_down.weight", e, fd, True, 2.0 * s_res / math.sqrt(fd))]
         else:
             layer.append(router_weight(p + "ffn_gate_inp.weight", spec, i, e, n))
             if arch.router_bias == "exp_probs_b":
                 layer.append(router_bias(p + "exp_probs_b.bias", spec, i, n))
             elif arch.router_bias == "gate_inp":
                 layer.append(router_bias(p + "ffn_gate_inp.bias", spec, i, n))
-            layer += [_Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
+            layer += [Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                      Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                      Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
                               qtype=down_q)]
             if arch.expert_biases:  # F32 [width, n_expert]: dense bytes, resident, never streamed
-                layer += [_Tensor(p + "ffn_gate_exps.bias", x, f, False, 0.02, random_f32=True),
-                          _Tensor(p + "ffn_up_exps.bias", x, f, False, 0.02, random_f32=True),
-                          _Tensor(p + "ffn_down_exps.bias", x, e, False, 0.02, random_f32=True)]
+                layer += [Tensor(p + "ffn_gate_exps.bias", x, f, False, 0.02, random_f32=True),
+                          Tensor(p + "ffn_up_exps.bias", x, f, False, 0.02, random_f32=True),
+                          Tensor(p + "ffn_down_exps.bias", x, e, False, 0.02, random_f32=True)]
             if s:
-                layer += [_Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
-                          _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
-                          _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
+                layer += [Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
+                          Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
+                          Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
     return out + tail
 
 
-def _total(shape: _Shape, spec, arch: ArchSpec, vocab, build=None) -> int:
-    fixed = _header_bytes(shape.n_layers, vocab, TENSORS_PER_LAYER)
-    return fixed + sum(_pad(t.nbytes) for t in (build or tensors)(shape, spec, arch, vocab.n_vocab))
+def _total(shape: Shape, spec, arch: ArchSpec, vocab, build=None) -> int:
+    fixed = header_bytes(shape.n_layers, vocab, TENSORS_PER_LAYER)
+    return fixed + sum(align_up(t.nbytes) for t in (build or tensors)(shape, spec, arch, vocab.n_vocab))
 
 
 def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str, build=None,
-         heads_of=None) -> _Shape:
+         heads_of=None) -> Shape:
     """n_embd and the expert width that hit the size, the width nearest the real model's ratio.
     ``build``: the arch's tensor list (default this module's; synth_gemma4 passes its own);
     ``heads_of(arch, n_embd)``: its (n_head, n_head_kv) where they are not ``heads``'."""
@@ -129,12 +129,12 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str,
     best, best_key = None, None
     for e in range(e_step, 8192 + 1, e_step):
         n_head, n_kv = (heads_of or heads)(arch, e)
-        t1 = _total(_Shape(n_layers, e, f_step, n_head, n_kv), spec, arch, vocab, build)
-        t2 = _total(_Shape(n_layers, e, 2 * f_step, n_head, n_kv), spec, arch, vocab, build)
+        t1 = _total(Shape(n_layers, e, f_step, n_head, n_kv), spec, arch, vocab, build)
+        t2 = _total(Shape(n_layers, e, 2 * f_step, n_head, n_kv), spec, arch, vocab, build)
         if t1 > target * (1 + SIZE_TOLERANCE):
             break
         f = max(f_step, int(round((f_step + (target - t1) * f_step / (t2 - t1)) / f_step)) * f_step)
-        shape = _Shape(n_layers, e, f, n_head, n_kv)
+        shape = Shape(n_layers, e, f, n_head, n_kv)
         if abs(_total(shape, spec, arch, vocab, build) - target) > SIZE_TOLERANCE * target:
             continue
         key = abs(math.log(f / (arch.expert_ff_ratio * e)))
@@ -147,7 +147,7 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str,
     return best
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """The keys llama.cpp's loader reads for the arch (names from src/llama-arch.cpp)."""
     a = arch.gguf_arch
     writer.add_uint32(f"{a}.feed_forward_length", dense_ff(arch, shape.n_embd))

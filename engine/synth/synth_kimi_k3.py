@@ -36,7 +36,7 @@ from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import attention_output, edge_globals, router_bias, router_weight
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 MLA_INTERVAL = 4  # layers 3, 7, … (and the last) are gated MLA, the rest KDA (3 KDA : 1 MLA)
 CONV_KERNEL = 4
@@ -68,7 +68,7 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
     return max(2 * MLA_INTERVAL, gqa.default_n_layers(size_mb, arch))
 
 
-def dims(shape: _Shape, spec, arch: ArchSpec) -> dict:
+def dims(shape: Shape, spec, arch: ArchSpec) -> dict:
     """Widths besides the shape's: the published model's (``shape.dims``, engine/synth/synth_published.py),
     else K3's ratios at this n_embd with 64-wide heads."""
     own = getattr(shape, "dims", None)
@@ -81,7 +81,7 @@ def dims(shape: _Shape, spec, arch: ArchSpec) -> dict:
                 v_head=V_HEAD, kda_head=KDA_HEAD, dense_ff=gqa.dense_ff(arch, e), res_block=RES_BLOCK)
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     e, f, n, x, h = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts, shape.n_head
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     d = dims(shape, spec, arch)
@@ -95,23 +95,23 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
         p = f"blk.{i}."
 
         def vec(name, size, ones=True):  # F32: a norm (ones) or zeros (scores: an even mix; decay terms)
-            return _Tensor(p + name, 1, size, False, 0.0, random_f32=not ones)
+            return Tensor(p + name, 1, size, False, 0.0, random_f32=not ones)
 
         def mat(name, rows, cols, sigma):
-            return _Tensor(p + name, rows, cols, True, sigma)
+            return Tensor(p + name, rows, cols, True, sigma)
 
         layer = [vec("attn_norm.weight", e), vec("ffn_norm.weight", e),
                  vec("attn_res_score.weight", e, ones=False), vec("ffn_res_score.weight", e, ones=False)]
         if is_kda(i, n):
             # conv1d ne [d_conv, 1, d_inner]: one [1, d_conv] row per channel
-            layer += [_Tensor(p + f"ssm_conv1d_{c}.weight", 1, CONV_KERNEL, False, 0.5, n_expert=d_inner,
+            layer += [Tensor(p + f"ssm_conv1d_{c}.weight", 1, CONV_KERNEL, False, 0.5, n_expert=d_inner,
                               random_f32=True) for c in "qkv"]
             layer += [mat("attn_q.weight", d_inner, e, s_e), mat("attn_k.weight", d_inner, e, s_e),
                       mat("attn_v.weight", d_inner, e, s_e),
                       mat("ssm_f_a.weight", KDA_HEAD, e, s_e),
                       mat("ssm_f_b.weight", d_inner, KDA_HEAD, KDA_HEAD ** -0.5),
                       mat("ssm_beta.weight", h, e, s_e), mat("ssm_g.weight", d_inner, e, s_e),
-                      _Tensor(p + "ssm_a", 1, h, False, 0.0, random_f32=True), vec("ssm_dt.bias", d_inner, ones=False),
+                      Tensor(p + "ssm_a", 1, h, False, 0.0, random_f32=True), vec("ssm_dt.bias", d_inner, ones=False),
                       vec("ssm_norm.weight", KDA_HEAD),
                       attention_output(p + "attn_output.weight", e, d_inner, s_res / math.sqrt(d_inner))]
         else:
@@ -119,8 +119,8 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                       mat("attn_q_b.weight", h * (NOPE + ROPE), q_lora, q_lora ** -0.5),
                       mat("attn_kv_a_mqa.weight", kv_lora + ROPE, e, s_e), vec("attn_kv_a_norm.weight", kv_lora),
                       # ne [nope, kv_lora, n_head] and [kv_lora, v, n_head]: one matrix per head
-                      _Tensor(p + "attn_k_b.weight", kv_lora, NOPE, False, NOPE ** -0.5, n_expert=h, random_f32=True),
-                      _Tensor(p + "attn_v_b.weight", V_HEAD, kv_lora, False, kv_lora ** -0.5, n_expert=h,
+                      Tensor(p + "attn_k_b.weight", kv_lora, NOPE, False, NOPE ** -0.5, n_expert=h, random_f32=True),
+                      Tensor(p + "attn_v_b.weight", V_HEAD, kv_lora, False, kv_lora ** -0.5, n_expert=h,
                               random_f32=True),
                       mat("attn_gate.weight", h * V_HEAD, e, s_e),
                       attention_output(p + "attn_output.weight", e, h * V_HEAD, 2.0 * s_res / math.sqrt(h * V_HEAD))]
@@ -133,20 +133,20 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
                       router_bias(p + "exp_probs_b.bias", spec, i, n),
                       mat("ffn_routed_down.weight", lat, e, s_e), vec("ffn_routed_norm.weight", lat),
                       mat("ffn_routed_up.weight", e, lat, 2.0 * s_res / math.sqrt(lat)),
-                      _Tensor(p + "ffn_gate_exps.weight", f, lat, True, lat ** -0.5, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_up_exps.weight", f, lat, True, lat ** -0.5, n_expert=x, qtype=gate_q),
-                      _Tensor(p + "ffn_down_exps.weight", lat, f, True, f ** -0.5, n_expert=x, qtype=down_q),
+                      Tensor(p + "ffn_gate_exps.weight", f, lat, True, lat ** -0.5, n_expert=x, qtype=gate_q),
+                      Tensor(p + "ffn_up_exps.weight", f, lat, True, lat ** -0.5, n_expert=x, qtype=gate_q),
+                      Tensor(p + "ffn_down_exps.weight", lat, f, True, f ** -0.5, n_expert=x, qtype=down_q),
                       mat("ffn_gate_shexp.weight", s, e, s_e), mat("ffn_up_shexp.weight", s, e, s_e),
                       mat("ffn_down_shexp.weight", e, s, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
-    return out + [_Tensor("output_res_score.weight", 1, e, False, 0.0, random_f32=True)] + tail
+    return out + [Tensor("output_res_score.weight", 1, e, False, 0.0, random_f32=True)] + tail
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """The keys src/models/kimi-k3.cpp load_arch_hparams reads (and the common ones it relies on)."""
     a = arch.gguf_arch
     n = shape.n_layers

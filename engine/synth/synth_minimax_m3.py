@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 INDEXER_DIM = HEAD_DIM
 BLOCK_SIZE = 64  # attention.indexer.block_size: tokens per MSA block
@@ -28,17 +28,17 @@ LOCAL_BLOCKS = 1
 default_n_layers = gqa.default_n_layers
 
 
-def _indexer(prefix: str, e: int, n_head: int) -> list[_Tensor]:
+def _indexer(prefix: str, e: int, n_head: int) -> list[Tensor]:
     s_e = e ** -0.5
-    return [_Tensor(prefix + "indexer.k_norm.weight", 1, INDEXER_DIM, False, 0.0),
-            _Tensor(prefix + "indexer.k_proj.weight", INDEXER_DIM, e, True, s_e),
-            _Tensor(prefix + "indexer.q_norm.weight", 1, INDEXER_DIM, False, 0.0),
-            _Tensor(prefix + "indexer.q_proj.weight", n_head * INDEXER_DIM, e, True, s_e)]
+    return [Tensor(prefix + "indexer.k_norm.weight", 1, INDEXER_DIM, False, 0.0),
+            Tensor(prefix + "indexer.k_proj.weight", INDEXER_DIM, e, True, s_e),
+            Tensor(prefix + "indexer.q_norm.weight", 1, INDEXER_DIM, False, 0.0),
+            Tensor(prefix + "indexer.q_proj.weight", n_head * INDEXER_DIM, e, True, s_e)]
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     """gqa's tensors with each MoE layer's indexer added among its own (name order)."""
-    layers: dict[int, list[_Tensor]] = {}
+    layers: dict[int, list[Tensor]] = {}
     head, tail = [], []
     for t in gqa.tensors(shape, spec, arch, n_vocab):
         if t.name.startswith("blk."):
@@ -54,11 +54,11 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     return out + tail
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     gqa.add_metadata(writer, shape, spec, arch)
     a = arch.gguf_arch
     writer.add_uint32(f"{a}.attention.indexer.head_count", shape.n_head_kv)

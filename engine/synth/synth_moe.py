@@ -15,7 +15,7 @@ touching its neighbours' pages.
 
 The archs of real files (qwen3moe, gpt-oss, glm4moe, llama4, gemma4, qwen3next, kimi-k2,
 deepseek3; ``MoeSpec.arch``) are rows of ``synth_arch_specs``, written by the module of their family
-(``_writer``); ``defaults_for`` gives a row's real expert counts, ``validate_spec`` refuses what
+(``family_writer``); ``defaults_for`` gives a row's real expert counts, ``validate_spec`` refuses what
 llama.cpp would not load before anything is written.
 
 
@@ -50,19 +50,19 @@ from shardscope.engine.synth.synth_arch_specs import ARCH_SPECS, NOT_WRITTEN, Ar
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import context_attention, edge_globals, router_scale, router_weight
 from shardscope.engine.synth.synth_shapes import (
-    _Q8_BLOCK,
-    _Q8_BYTES,
     HEAD_DIM,
     MIB,
+    Q8_BLOCK,
+    Q8_BYTES,
     SIZE_TOLERANCE,
-    _global_bytes,
-    _header_bytes,
-    _n_head_kv,
-    _pad,
-    _q8,
-    _Shape,
-    _Tensor,
+    Shape,
+    Tensor,
+    align_up,
     attention_tensors,
+    global_bytes,
+    header_bytes,
+    kv_heads_for,
+    q8,
 )
 
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS (1024 since Kimi K3 in this llama.cpp)
@@ -154,7 +154,7 @@ def _check_row(spec: MoeSpec, row: ArchSpec, where: str) -> None:
                               f"must be a multiple of {groups} and experts_used ≤ {used} groups' experts")
 
 
-def _writer(row: ArchSpec):
+def family_writer(row: ArchSpec):
     """The module that writes the arch family's tensors and keys (plan, tensors, add_metadata)."""
     return {"gqa": gqa, "mla": deepseek2, "gemma4": gemma4, "qwen3next": qwen3next, "kimi-k3": kimi_k3,
             "deepseek4": deepseek4, "qwen35moe": qwen35moe,
@@ -184,14 +184,14 @@ def default_n_layers(size_mb: float, spec: MoeSpec | None = None) -> int:
     """Fewer, wider layers than a dense model: 8 at 600 MB, so experts are not slivers."""
     row = arch_spec(spec) if spec is not None else None
     if row is not None:
-        return _writer(row).default_n_layers(size_mb, row)
+        return family_writer(row).default_n_layers(size_mb, row)
     return int(min(64, max(2, round(math.sqrt(size_mb) / 3))))
 
 
 def tensors_per_layer(spec: MoeSpec) -> int:
     row = arch_spec(spec)
     if row is not None:
-        return deepseek2.tensors_per_layer(spec) if row.mla else getattr(_writer(row), "TENSORS_PER_LAYER",
+        return deepseek2.tensors_per_layer(spec) if row.mla else getattr(family_writer(row), "TENSORS_PER_LAYER",
                                                                          gqa.TENSORS_PER_LAYER)
     return 10 + (4 if spec.shared_experts else 0)
 
@@ -200,20 +200,20 @@ def _ff_step(n_embd: int) -> int:
     """Smallest n_ff step that keeps one expert's Q8_0 slice page-aligned (and n_ff % 32 == 0)."""
     groups = n_embd // 64  # one row of n_embd Q8_0 weights = 68 bytes per 64 weights
     need = _PAGE // math.gcd(_PAGE, groups * 68)
-    return math.lcm(_Q8_BLOCK, need)
+    return math.lcm(Q8_BLOCK, need)
 
 
-def _layer_bytes(e: int, f: int, kv: int, spec: MoeSpec) -> int:
-    dense = 2 * _pad(4 * e) + 2 * _pad(_q8(e, e)) + 2 * _pad(_q8(kv, e)) + _pad(4 * e * spec.experts)
-    experts = 3 * _pad(spec.experts * _q8(f, e))
+def layer_bytes(e: int, f: int, kv: int, spec: MoeSpec) -> int:
+    dense = 2 * align_up(4 * e) + 2 * align_up(q8(e, e)) + 2 * align_up(q8(kv, e)) + align_up(4 * e * spec.experts)
+    experts = 3 * align_up(spec.experts * q8(f, e))
     shared = 0
     if spec.shared_experts:
         s = spec.shared_experts * f
-        shared = _pad(4 * e) + 3 * _pad(_q8(s, e))
+        shared = align_up(4 * e) + 3 * align_up(q8(s, e))
     return dense + experts + shared
 
 
-def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> Shape:
     """n_embd and the per-expert n_ff that hit the size, experts about as wide as real ones.
 
     Real MoE models have narrower experts the more of them there are (Mixtral 8 × 3.5
@@ -221,9 +221,9 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     """
     row = arch_spec(spec)
     if row is not None:
-        return _writer(row).plan(size_mb, n_layers, spec, row, vocab, where)
+        return family_writer(row).plan(size_mb, n_layers, spec, row, vocab, where)
     target = int(size_mb * MIB)
-    fixed = _header_bytes(n_layers, vocab, tensors_per_layer(spec))
+    fixed = header_bytes(n_layers, vocab, tensors_per_layer(spec))
     ratio = min(3.5, max(0.25, 28.0 / spec.experts))
     aligned, aligned_key = _search(target, fixed, n_layers, spec, vocab, ratio, True)
     loose, loose_key = _search(target, fixed, n_layers, spec, vocab, ratio, False)
@@ -238,7 +238,7 @@ def plan(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Sh
     return best
 
 
-def plan_near(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> _Shape:
+def plan_near(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -> Shape:
     """``plan`` at the default depth ``n_layers``, else at the nearest depth (±4 layers) that has
     a shape within the size tolerance; the default's refusal when none has."""
     try:
@@ -257,27 +257,27 @@ def plan_near(size_mb: float, n_layers: int, spec: MoeSpec, vocab, where: str) -
 def _search(target: int, fixed: int, n_layers: int, spec: MoeSpec, vocab, ratio: float, aligned: bool):
     best, best_key = None, None
     for e in range(128, 8192 + 1, 64):
-        kv = _n_head_kv(e // HEAD_DIM) * HEAD_DIM
-        budget = (target - fixed - _global_bytes(e, vocab.n_vocab)) / n_layers
-        per_f = 3 * spec.experts * e * _Q8_BYTES / _Q8_BLOCK
+        kv = kv_heads_for(e // HEAD_DIM) * HEAD_DIM
+        budget = (target - fixed - global_bytes(e, vocab.n_vocab)) / n_layers
+        per_f = 3 * spec.experts * e * Q8_BYTES / Q8_BLOCK
         if spec.shared_experts:
-            per_f += 3 * spec.shared_experts * e * _Q8_BYTES / _Q8_BLOCK
-        f_lin = (budget - _layer_bytes(e, 0, kv, spec)) / per_f
-        step = _ff_step(e) if aligned else _Q8_BLOCK
+            per_f += 3 * spec.shared_experts * e * Q8_BYTES / Q8_BLOCK
+        f_lin = (budget - layer_bytes(e, 0, kv, spec)) / per_f
+        step = _ff_step(e) if aligned else Q8_BLOCK
         f = max(step, int(round(f_lin / step)) * step)
-        total = fixed + _global_bytes(e, vocab.n_vocab) + n_layers * _layer_bytes(e, f, kv, spec)
+        total = fixed + global_bytes(e, vocab.n_vocab) + n_layers * layer_bytes(e, f, kv, spec)
         if abs(total - target) > SIZE_TOLERANCE * target:
             continue
         key = abs(math.log(f / (ratio * e)))
         if best_key is None or key < best_key:
-            best, best_key = _Shape(n_layers, e, f, e // HEAD_DIM, kv // HEAD_DIM), key
+            best, best_key = Shape(n_layers, e, f, e // HEAD_DIM, kv // HEAD_DIM), key
     return best, best_key
 
 
-def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec: MoeSpec, n_vocab: int) -> list[Tensor]:
     row = arch_spec(spec)
     if row is not None:
-        return _writer(row).tensors(shape, spec, row, n_vocab)
+        return family_writer(row).tensors(shape, spec, row, n_vocab)
     e, f, kv, n, x = shape.n_embd, shape.n_ff, shape.n_embd_kv, shape.n_layers, spec.experts
     s_e, s_f = 1.0 / math.sqrt(e), 1.0 / math.sqrt(f)
     s_res = 1.0 / math.sqrt(2.0 * n)
@@ -290,23 +290,23 @@ def tensors(shape: _Shape, spec: MoeSpec, n_vocab: int) -> list[_Tensor]:
         if spec.shared_experts:
             s = spec.shared_experts * f
             out += [
-                _Tensor(p + "ffn_gate_inp_shexp.weight", 1, e, False, s_e, random_f32=True),
-                _Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
-                _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
-                _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 / math.sqrt(s) * s_res),
+                Tensor(p + "ffn_gate_inp_shexp.weight", 1, e, False, s_e, random_f32=True),
+                Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
+                Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
+                Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 / math.sqrt(s) * s_res),
             ]
         out += [
-            _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x),
-            _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
-            _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_f * s_res, n_expert=x),
+            Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x),
+            Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x),
+            Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_f * s_res, n_expert=x),
         ]
     return out + tail
 
 
-def add_metadata(writer, shape: _Shape, spec: MoeSpec) -> None:
+def add_metadata(writer, shape: Shape, spec: MoeSpec) -> None:
     row = arch_spec(spec)
     if row is not None:
-        return _writer(row).add_metadata(writer, shape, spec, row)
+        return family_writer(row).add_metadata(writer, shape, spec, row)
     writer.add_expert_count(spec.experts)
     writer.add_expert_used_count(spec.experts_used)
     if spec.shared_experts:

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from shardscope.engine.base.errors import ShardscopeError
-from shardscope.engine.synth.synth_shapes import _Shape
+from shardscope.engine.synth.synth_shapes import Shape
 
 
 @dataclass(frozen=True)
-class PublishedShape(_Shape):
+class PublishedShape(Shape):
     dims: dict = field(default_factory=dict)  # the arch writer's extra widths (its ``dims``)
 
 
@@ -59,7 +59,7 @@ def write_header(arch: str, out_path: str | os.PathLike) -> Path:
     import gguf
 
     from shardscope.engine.synth import synth_moe
-    from shardscope.engine.synth.synth import _metadata
+    from shardscope.engine.synth.synth import write_common_metadata
     from shardscope.engine.synth.synth_vocab import build_vocab
 
     if arch not in PUBLISHED:
@@ -68,11 +68,11 @@ def write_header(arch: str, out_path: str | os.PathLike) -> Path:
     spec = synth_moe.validate_spec(synth_moe.MoeSpec(pub.experts, pub.experts_used, pub.shared, arch=arch,
                                                      quant=pub.quant, routing="uniform"), str(out_path))
     row = synth_moe.arch_spec(spec)
-    writer_module = synth_moe._writer(row)
+    writer_module = synth_moe.family_writer(row)
     tensors = writer_module.tensors(pub.shape, spec, row, pub.n_vocab)
     target = Path(out_path)
     writer = gguf.GGUFWriter(target, arch=row.gguf_arch)
-    _metadata(writer, pub.shape, build_vocab(), 0, own_shape=True, alignment=synth_moe.alignment(spec),
+    write_common_metadata(writer, pub.shape, build_vocab(), 0, own_shape=True, alignment=synth_moe.alignment(spec),
               file_type=synth_moe.file_type(spec), name=f"{pub.like} (published shape, no weights)")
     synth_moe.add_metadata(writer, pub.shape, spec)
     for t in tensors:

@@ -23,12 +23,12 @@ from dataclasses import replace
 
 from shardscope.engine.synth import synth_qwen3next as qwen3next
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 default_n_layers = qwen3next.default_n_layers
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     """qwen3next's list with each ``ssm_ba`` split into ``ssm_beta`` and ``ssm_alpha`` (n_v rows each)."""
     out = []
     for t in qwen3next.tensors(shape, spec, arch, n_vocab):
@@ -42,7 +42,7 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
     return out
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     if n_layers < qwen3next.FULL_ATTENTION_INTERVAL:
         from shardscope.engine.base.errors import ShardscopeError
 
@@ -62,7 +62,7 @@ def rope_sections(n_rot: int) -> list[int]:
     return [t, h, pairs - t - h, 0]
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     qwen3next.add_metadata(writer, shape, spec, arch)
     writer.add_array(f"{arch.gguf_arch}.rope.dimension_sections", rope_sections(int(HEAD_DIM * arch.rope_fraction)))
 

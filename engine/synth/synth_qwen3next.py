@@ -24,7 +24,7 @@ from shardscope.engine.synth.synth_router_seam import (
     edge_globals,
     router_weight,
 )
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 FULL_ATTENTION_INTERVAL = 4  # layers 3, 7, … attend fully (Qwen3-Next's full_attention_interval)
 CONV_KERNEL = 4
@@ -40,7 +40,7 @@ def delta_net_heads(n_embd: int) -> tuple[int, int]:
     return n_k, 2 * n_k
 
 
-def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
+def tensors(shape: Shape, spec, arch: ArchSpec, n_vocab: int) -> list[Tensor]:
     e, f, n, x = shape.n_embd, shape.n_ff, shape.n_layers, spec.experts
     gate_q, down_q = SCHEMES[spec.quant or arch.quant]
     q, kv, s = shape.n_head * HEAD_DIM, shape.n_head_kv * HEAD_DIM, spec.shared_experts * f
@@ -52,33 +52,33 @@ def tensors(shape: _Shape, spec, arch: ArchSpec, n_vocab: int) -> list[_Tensor]:
         p = f"blk.{i}."
 
         def vec(name, size, ones=True):  # F32: a norm (ones) or zeros (decay rates: no decay, no drift)
-            return _Tensor(p + name, 1, size, False, 0.0, random_f32=not ones)
+            return Tensor(p + name, 1, size, False, 0.0, random_f32=not ones)
 
         layer = [vec("attn_norm.weight", e), vec("post_attention_norm.weight", e)]
         if is_linear(i):
-            layer += [_Tensor(p + "attn_qkv.weight", 2 * key + value, e, True, s_e),
-                      _Tensor(p + "attn_gate.weight", value, e, True, s_e),
-                      _Tensor(p + "ssm_conv1d.weight", 2 * key + value, CONV_KERNEL, False, 0.5, random_f32=True),
-                      vec("ssm_dt.bias", n_v, ones=False), _Tensor(p + "ssm_a", 1, n_v, False, 0.0, random_f32=True),
-                      _Tensor(p + "ssm_ba.weight", 2 * n_v, e, True, s_e),
+            layer += [Tensor(p + "attn_qkv.weight", 2 * key + value, e, True, s_e),
+                      Tensor(p + "attn_gate.weight", value, e, True, s_e),
+                      Tensor(p + "ssm_conv1d.weight", 2 * key + value, CONV_KERNEL, False, 0.5, random_f32=True),
+                      vec("ssm_dt.bias", n_v, ones=False), Tensor(p + "ssm_a", 1, n_v, False, 0.0, random_f32=True),
+                      Tensor(p + "ssm_ba.weight", 2 * n_v, e, True, s_e),
                       vec("ssm_norm.weight", HEAD_DIM),
                       attention_output(p + "ssm_out.weight", e, value, s_res / math.sqrt(value))]
         else:
-            layer += [_Tensor(p + "attn_q.weight", 2 * q, e, True, s_e),  # queries and their output gate
-                      _Tensor(p + "attn_k.weight", kv, e, True, s_e),
-                      _Tensor(p + "attn_v.weight", kv, e, True, s_e),
+            layer += [Tensor(p + "attn_q.weight", 2 * q, e, True, s_e),  # queries and their output gate
+                      Tensor(p + "attn_k.weight", kv, e, True, s_e),
+                      Tensor(p + "attn_v.weight", kv, e, True, s_e),
                       attention_output(p + "attn_output.weight", e, q, s_res / math.sqrt(q)),
                       vec("attn_q_norm.weight", HEAD_DIM), vec("attn_k_norm.weight", HEAD_DIM)]
         layer = context_attention_gated(layer, spec, shape, i, FULL_ATTENTION_INTERVAL - 1, arch.rope_fraction)
         layer += [router_weight(p + "ffn_gate_inp.weight", spec, i, e, n),
-                  _Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                  _Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
-                  _Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
+                  Tensor(p + "ffn_gate_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                  Tensor(p + "ffn_up_exps.weight", f, e, True, s_e, n_expert=x, qtype=gate_q),
+                  Tensor(p + "ffn_down_exps.weight", e, f, True, 2.0 * s_res / math.sqrt(f), n_expert=x,
                           qtype=down_q),
-                  _Tensor(p + "ffn_gate_inp_shexp.weight", 1, e, False, s_e, random_f32=True),
-                  _Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
-                  _Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
-                  _Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
+                  Tensor(p + "ffn_gate_inp_shexp.weight", 1, e, False, s_e, random_f32=True),
+                  Tensor(p + "ffn_gate_shexp.weight", s, e, True, s_e),
+                  Tensor(p + "ffn_up_shexp.weight", s, e, True, s_e),
+                  Tensor(p + "ffn_down_shexp.weight", e, s, True, 2.0 * s_res / math.sqrt(s))]
         out += sorted(layer, key=lambda t: t.name)
     return out + tail
 
@@ -89,7 +89,7 @@ def default_n_layers(size_mb: float, arch: ArchSpec) -> int:
     return -(-n // FULL_ATTENTION_INTERVAL) * FULL_ATTENTION_INTERVAL
 
 
-def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> _Shape:
+def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str) -> Shape:
     if n_layers < FULL_ATTENTION_INTERVAL:
         # measured: llama.cpp 0.3.36 aborts the process (GGML_ASSERT(buffer), an empty KV cache) on such a file
         raise ShardscopeError(f"{where}: a qwen3next model needs at least {FULL_ATTENTION_INTERVAL} layers "
@@ -97,7 +97,7 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str)
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 
-def add_metadata(writer, shape: _Shape, spec, arch: ArchSpec) -> None:
+def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """gqa's keys plus the delta net's (src/models/qwen3next.cpp load_arch_hparams)."""
     gqa.add_metadata(writer, shape, spec, arch)
     a = arch.gguf_arch

@@ -52,7 +52,7 @@ from functools import partial
 
 import numpy as np
 
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Shape, _Tensor
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
 
 # "flat": real's context and token parts without the popularity term and with a zero bias, so every
 # expert's expected share is the same: a router trained flat (Kimi K3's quantile balancing, no hot subset)
@@ -273,21 +273,21 @@ def router_bias(layer: int, n_layers: int, n_expert: int, rng: np.random.Generat
 # The writers' glue: a tensor of engine.synth.synth_shapes given its weights from the above.
 
 
-def real_output(t: _Tensor) -> _Tensor:
+def real_output(t: Tensor) -> Tensor:
     """output.weight with the successor pull (same random part's scale as before)."""
     return replace(t, fill=partial(output_head, t.rows, t.cols, t.sigma, head_dim=HEAD_DIM))
 
 
-def real_embedding(t: _Tensor) -> _Tensor:
+def real_embedding(t: Tensor) -> Tensor:
     """token_embd with the constant and context blocks the router reads."""
     return replace(t, fill=partial(token_embedding, t.rows, t.cols, head_dim=HEAD_DIM))
 
 
-def _attention_part(name: str, shape: _Shape, rng: np.random.Generator) -> np.ndarray:
+def _attention_part(name: str, shape: Shape, rng: np.random.Generator) -> np.ndarray:
     return context_attention(shape.n_embd, shape.n_head, shape.n_head_kv, HEAD_DIM, shape.n_layers, rng)[name]
 
 
-def real_context_attention(attention: list[_Tensor], shape: _Shape) -> list[_Tensor]:
+def real_context_attention(attention: list[Tensor], shape: Shape) -> list[Tensor]:
     """Layer 0's attn_q/k/v/output (of synth_shapes.attention_tensors) from context_attention."""
     names = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o"}
     return [replace(t, fill=partial(_attention_part, names[key], shape)) if (key := t.name.split(".")[-2]) in names
@@ -298,7 +298,7 @@ def _mla_part(name: str, dims: tuple, rng: np.random.Generator) -> np.ndarray:
     return context_mla(*dims, rng)[name]
 
 
-def real_context_mla(attention: list[_Tensor], dims: tuple) -> list[_Tensor]:
+def real_context_mla(attention: list[Tensor], dims: tuple) -> list[Tensor]:
     """Layer 0's attn_q_a/q_b/kv_a_mqa/v_b/output of a deepseek2 writer from context_mla;
     ``dims``: context_mla's arguments before ``rng``."""
     names = {"attn_q_a": "q_a", "attn_q_b": "q_b", "attn_kv_a_mqa": "kv_a", "attn_v_b": "v_b", "attn_output": "o"}
@@ -306,12 +306,12 @@ def real_context_mla(attention: list[_Tensor], dims: tuple) -> list[_Tensor]:
             else t for t in attention]
 
 
-def real_router(t: _Tensor, layer: int, n_layers: int, flat: bool = False) -> _Tensor:
+def real_router(t: Tensor, layer: int, n_layers: int, flat: bool = False) -> Tensor:
     """ffn_gate_inp ([n_expert, n_embd]) from router_weights; its row_scale (routing skew) still applies."""
     return replace(t, fill=partial(router_weights, layer, n_layers, t.rows, t.cols, head_dim=HEAD_DIM, flat=flat))
 
 
-def real_router_bias(t: _Tensor, layer: int, n_layers: int, flat: bool = False) -> _Tensor:
+def real_router_bias(t: Tensor, layer: int, n_layers: int, flat: bool = False) -> Tensor:
     """exp_probs_b ([n_expert]) from router_bias, at the tensor's sigma for the first layer; ``flat``: zeros
     (a balanced router needs no correction)."""
     if flat:

@@ -36,7 +36,7 @@ from functools import partial
 import numpy as np
 
 from shardscope.engine.synth import synth_router
-from shardscope.engine.synth.synth_shapes import HEAD_DIM, _Tensor, edge_tensors
+from shardscope.engine.synth.synth_shapes import HEAD_DIM, Tensor, edge_tensors
 
 BIAS_SIGMA = 0.02  # a router bias: small next to the unit-scale logits, as a trained one is
 # gemma4 scores q·k without 1/sqrt(head_dim) and RMS-normalises q and k per head: layer 0's Q/K
@@ -66,7 +66,7 @@ def router_scale(spec, layer: int) -> tuple[float, ...]:
     return tuple(scale)
 
 
-def embedding(t: _Tensor, spec, scale: float = 1.0) -> _Tensor:
+def embedding(t: Tensor, spec, scale: float = 1.0) -> Tensor:
     """``token_embd``: with the constant block (popularity) and an empty context block under real.
     ``scale``: gemma4's graph multiplies embeddings by sqrt(n_embd); its writer passes the inverse so
     the residual stream holds the blocks at the scales synth_router is calibrated for."""
@@ -78,7 +78,7 @@ def embedding(t: _Tensor, spec, scale: float = 1.0) -> _Tensor:
     return replace(real, fill=lambda rng: real.fill(rng) * scale)
 
 
-def edge_globals(n_vocab: int, n_embd: int, spec, embed_scale: float = 1.0) -> tuple[list[_Tensor], list[_Tensor]]:
+def edge_globals(n_vocab: int, n_embd: int, spec, embed_scale: float = 1.0) -> tuple[list[Tensor], list[Tensor]]:
     """The globals before the first layer and after the last (synth_shapes.edge_tensors) as every
     MoE writer needs them: the token embedding and the output head of ``embedding`` and
     ``output_head`` (real routing's blocks and the successor head, or random ones)."""
@@ -86,7 +86,7 @@ def edge_globals(n_vocab: int, n_embd: int, spec, embed_scale: float = 1.0) -> t
     return [embedding(head[0], spec, scale=embed_scale)], output_head(tail, spec)
 
 
-def output_head(tail: list[_Tensor], spec) -> list[_Tensor]:
+def output_head(tail: list[Tensor], spec) -> list[Tensor]:
     """The globals after the last layer, ``output.weight`` with the successor pull under real
     routing (the text does not fall into short loops that would make routing periodic)."""
     if not is_real(spec):
@@ -94,27 +94,27 @@ def output_head(tail: list[_Tensor], spec) -> list[_Tensor]:
     return [synth_router.real_output(t) if t.name == "output.weight" else t for t in tail]
 
 
-def router_weight(name: str, spec, layer: int, n_embd: int, n_layers: int) -> _Tensor:
+def router_weight(name: str, spec, layer: int, n_embd: int, n_layers: int) -> Tensor:
     """The router ``ffn_gate_inp.weight`` (F32, ne [n_embd, n_expert]). uniform: logits of unit
     scale, so picks depend on the token, not on noise; the skew's row scales apply to both."""
-    t = _Tensor(name, spec.experts, n_embd, False, n_embd ** -0.5, random_f32=True,
+    t = Tensor(name, spec.experts, n_embd, False, n_embd ** -0.5, random_f32=True,
                 row_scale=router_scale(spec, layer))
     return synth_router.real_router(t, layer, n_layers, flat=is_flat(spec)) if is_real(spec) else t
 
 
-def router_bias(name: str, spec, layer: int, n_layers: int) -> _Tensor:
+def router_bias(name: str, spec, layer: int, n_layers: int) -> Tensor:
     """A per-expert F32 bias (``exp_probs_b.bias`` or ``ffn_gate_inp.bias``); under real it grows with depth."""
-    t = _Tensor(name, 1, spec.experts, False, BIAS_SIGMA, random_f32=True)
+    t = Tensor(name, 1, spec.experts, False, BIAS_SIGMA, random_f32=True)
     return synth_router.real_router_bias(t, layer, n_layers, flat=is_flat(spec)) if is_real(spec) else t
 
 
-def attention_output(name: str, n_embd: int, n_in: int, sigma: float) -> _Tensor:
+def attention_output(name: str, n_embd: int, n_in: int, sigma: float) -> Tensor:
     """``attn_output.weight`` (Q8_0, ne [n_in, n_embd]) of standard deviation ``sigma`` (layers
     other than the context head's; ``context_attention`` replaces layer 0's)."""
-    return _Tensor(name, n_embd, n_in, True, sigma)
+    return Tensor(name, n_embd, n_in, True, sigma)
 
 
-def context_attention(tensors: list[_Tensor], spec, shape, layer: int, rope_fraction: float = 1.0) -> list[_Tensor]:
+def context_attention(tensors: list[Tensor], spec, shape, layer: int, rope_fraction: float = 1.0) -> list[Tensor]:
     """A GQA layer's tensors with layer 0's attn_q/k/v/output made the context head under real;
     any other layer, or uniform, unchanged. Order is kept (writers sort by name).
 
@@ -134,7 +134,7 @@ def context_attention(tensors: list[_Tensor], spec, shape, layer: int, rope_frac
     return [done.get(t.name, t) for t in tensors]
 
 
-def _rotated_only(t: _Tensor, fraction: float) -> _Tensor:
+def _rotated_only(t: Tensor, fraction: float) -> Tensor:
     head_dim = HEAD_DIM
     n_rot = int(head_dim * fraction)
     inner = t.fill
@@ -148,8 +148,8 @@ def _rotated_only(t: _Tensor, fraction: float) -> _Tensor:
     return replace(t, fill=fill)
 
 
-def context_attention_gated(tensors: list[_Tensor], spec, shape, layer: int, at_layer: int,
-                            rope_fraction: float) -> list[_Tensor]:
+def context_attention_gated(tensors: list[Tensor], spec, shape, layer: int, at_layer: int,
+                            rope_fraction: float) -> list[Tensor]:
     """qwen3next's first full-attention layer (``at_layer``) as the context head under real.
 
     Its attn_q yields, per head, 64 query rows then 64 output-gate rows; the head's gate rows are
@@ -188,21 +188,21 @@ def _doubled_context(inner, shape, rng) -> np.ndarray:
     return o
 
 
-def context_mla(tensors: list[_Tensor], spec, dims: tuple, layer: int) -> list[_Tensor]:
+def context_mla(tensors: list[Tensor], spec, dims: tuple, layer: int) -> list[Tensor]:
     """The same for an MLA layer (deepseek2 family); ``dims`` as synth_router.context_mla's."""
     if layer != 0 or not is_real(spec):
         return tensors
     return synth_router.real_context_mla(tensors, dims)
 
 
-def qk_norm_gemma4(t: _Tensor, spec, layer: int) -> _Tensor:
+def qk_norm_gemma4(t: Tensor, spec, layer: int) -> Tensor:
     """gemma4 layer 0's attn_q_norm / attn_k_norm: constant QK_NORM_GEMMA4 under real, ones otherwise."""
     if layer != 0 or not is_real(spec):
         return t
     return replace(t, fill=lambda rng: _constant(t.cols, QK_NORM_GEMMA4))
 
 
-def post_norm_gemma4(t: _Tensor, spec, layer: int, n_layers: int) -> _Tensor:
+def post_norm_gemma4(t: Tensor, spec, layer: int, n_layers: int) -> Tensor:
     """gemma4's post_attention_norm (layers after 0) and post_ffw_norm under real: 1/sqrt(2 n_layers)
     instead of ones. Those norms give every layer's attention and FFN output unit RMS, two unit
     vectors a layer into the residual stream (other archs add about 1/sqrt(2 n_layers) each), which

@@ -19,12 +19,12 @@ RMS_EPS = 1e-5
 ROPE_FREQ_BASE = 10000.0
 SIZE_TOLERANCE = 0.05  # the planned file is within 5 % of the requested size
 
-_Q8_BLOCK = 32  # weights per Q8_0 block
-_Q8_BYTES = 34  # f16 scale + 32 int8
+Q8_BLOCK = 32  # weights per Q8_0 block
+Q8_BYTES = 34  # f16 scale + 32 int8
 _GGML_TYPE_F32 = 0
 _GGML_TYPE_Q8_0 = 8
-_FILE_TYPE_MOSTLY_Q8_0 = 7
-_CHUNK_BYTES = 8 * MIB
+FILE_TYPE_MOSTLY_Q8_0 = 7
+CHUNK_BYTES = 8 * MIB
 # Standard deviation of an integer drawn uniformly from [-127, 127].
 _Q_STD = math.sqrt((255**2 - 1) / 12.0)
 
@@ -51,7 +51,7 @@ class SynthInfo:
 
 
 @dataclass(frozen=True)
-class _Tensor:
+class Tensor:
     name: str
     rows: int  # ne1 (output features); 1 for a vector
     cols: int  # ne0 (input features, the quantized dimension)
@@ -83,7 +83,7 @@ class _Tensor:
 
 
 @dataclass(frozen=True)
-class _Shape:
+class Shape:
     n_layers: int
     n_embd: int
     n_ff: int
@@ -95,15 +95,15 @@ class _Shape:
         return self.n_head_kv * HEAD_DIM
 
 
-def _pad(n: int) -> int:
+def align_up(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
-def _q8(rows: int, cols: int) -> int:
-    return rows * (cols // _Q8_BLOCK) * _Q8_BYTES
+def q8(rows: int, cols: int) -> int:
+    return rows * (cols // Q8_BLOCK) * Q8_BYTES
 
 
-def _n_head_kv(n_head: int) -> int:
+def kv_heads_for(n_head: int) -> int:
     """Grouped-query attention, 4 query heads per KV head where the numbers allow."""
     for kv in range(max(1, n_head // 4), 0, -1):
         if n_head % kv == 0:
@@ -111,24 +111,24 @@ def _n_head_kv(n_head: int) -> int:
     return 1
 
 
-def _layer_bytes(n_embd: int, n_ff: int, n_embd_kv: int) -> int:
-    return (2 * _pad(4 * n_embd) + 2 * _pad(_q8(n_embd, n_embd)) + 2 * _pad(_q8(n_embd_kv, n_embd))
-            + 2 * _pad(_q8(n_ff, n_embd)) + _pad(_q8(n_embd, n_ff)))
+def layer_bytes(n_embd: int, n_ff: int, n_embd_kv: int) -> int:
+    return (2 * align_up(4 * n_embd) + 2 * align_up(q8(n_embd, n_embd)) + 2 * align_up(q8(n_embd_kv, n_embd))
+            + 2 * align_up(q8(n_ff, n_embd)) + align_up(q8(n_embd, n_ff)))
 
 
-def _global_bytes(n_embd: int, n_vocab: int) -> int:
-    return 2 * _pad(_q8(n_vocab, n_embd)) + _pad(4 * n_embd)
+def global_bytes(n_embd: int, n_vocab: int) -> int:
+    return 2 * align_up(q8(n_vocab, n_embd)) + align_up(4 * n_embd)
 
 
-def _header_bytes(n_layers: int, vocab: SynthVocab, tensors_per_layer: int = len(LAYER_TENSORS)) -> int:
+def header_bytes(n_layers: int, vocab: SynthVocab, tensors_per_layer: int = len(LAYER_TENSORS)) -> int:
     """An upper estimate of header + metadata + tensor infos, padded (exact enough)."""
     tokens = sum(8 + len(t.encode("utf-8")) for t in vocab.tokens)
     kv = 4096 + tokens + 8 * vocab.n_vocab
     infos = (n_layers * tensors_per_layer + 3) * (8 + 40 + 4 + 24 + 4 + 8)
-    return _pad(24 + kv + infos)
+    return align_up(24 + kv + infos)
 
 
-def attention_tensors(prefix: str, n_embd: int, n_embd_kv: int, n_layers: int) -> list[_Tensor]:
+def attention_tensors(prefix: str, n_embd: int, n_embd_kv: int, n_layers: int) -> list[Tensor]:
     """A layer's norms and attention, the same in dense and MoE synthetic models.
 
     Weights of std 1/sqrt(fan_in) keep activations near unit scale; the projection back
@@ -136,18 +136,18 @@ def attention_tensors(prefix: str, n_embd: int, n_embd_kv: int, n_layers: int) -
     """
     s_e, s_res = 1.0 / math.sqrt(n_embd), 1.0 / math.sqrt(2.0 * n_layers)
     return [
-        _Tensor(prefix + "attn_norm.weight", 1, n_embd, False, 0.0),
-        _Tensor(prefix + "attn_q.weight", n_embd, n_embd, True, s_e),
-        _Tensor(prefix + "attn_k.weight", n_embd_kv, n_embd, True, s_e),
-        _Tensor(prefix + "attn_v.weight", n_embd_kv, n_embd, True, s_e),
-        _Tensor(prefix + "attn_output.weight", n_embd, n_embd, True, s_e * s_res),
-        _Tensor(prefix + "ffn_norm.weight", 1, n_embd, False, 0.0),
+        Tensor(prefix + "attn_norm.weight", 1, n_embd, False, 0.0),
+        Tensor(prefix + "attn_q.weight", n_embd, n_embd, True, s_e),
+        Tensor(prefix + "attn_k.weight", n_embd_kv, n_embd, True, s_e),
+        Tensor(prefix + "attn_v.weight", n_embd_kv, n_embd, True, s_e),
+        Tensor(prefix + "attn_output.weight", n_embd, n_embd, True, s_e * s_res),
+        Tensor(prefix + "ffn_norm.weight", 1, n_embd, False, 0.0),
     ]
 
 
-def edge_tensors(n_vocab: int, n_embd: int) -> tuple[list[_Tensor], list[_Tensor]]:
+def edge_tensors(n_vocab: int, n_embd: int) -> tuple[list[Tensor], list[Tensor]]:
     """The globals before the first layer and after the last one."""
     s_e = 1.0 / math.sqrt(n_embd)
-    return ([_Tensor("token_embd.weight", n_vocab, n_embd, True, 1.0)],
-            [_Tensor("output_norm.weight", 1, n_embd, False, 0.0),
-             _Tensor("output.weight", n_vocab, n_embd, True, 2.0 * s_e)])
+    return ([Tensor("token_embd.weight", n_vocab, n_embd, True, 1.0)],
+            [Tensor("output_norm.weight", 1, n_embd, False, 0.0),
+             Tensor("output.weight", n_vocab, n_embd, True, 2.0 * s_e)])
