@@ -18,14 +18,14 @@ cacheability curve, ``plan --trace`` and a live run take the same decisions. Its
 access is one shadow access per candidate: O(k) dictionary and heap steps for lru and lfu;
 decay and rank also weigh layer heads on a miss (bounded, at worst O(layers)); while the live
 cache holds what its leader's directory holds it takes the leader's victims instead of searching
-(bench/policy_search.py --cost prints the CPU per token: 7-10x decay's, docs/real-traces.md).
+(bench/studies/policy_search.py --cost prints the CPU per token: 7-10x decay's, docs/real-traces.md).
 
 None of the constants were fitted to the public traces: the candidates are the engine's orders
 (rank added for what the router's order says, a loser wherever it says nothing), the first
 leader is decay (the measured best on real routers before any decoded token is scored), the
 window is two decay half-lives and the margin half a point, the scale of the issue's targets
-(chosen on generated routers: bench/policy_robustness.py; the variants that lost are listed in
-bench/policy_search.py).
+(chosen on generated routers: bench/studies/policy_robustness.py; the variants that lost are listed in
+bench/studies/policy_search.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ held_ranges, refused, close), so dense shards and experts use it unchanged:
   frees the anonymous pages at once: the range is lazily file-backed again and holds no RAM.
 
 What it costs against mremap: no recycling (``mremap`` is what moves filled pages without a copy
-or a fresh fault), so every load faults in and zeroes new anonymous memory — bench/io_paths.py
+or a fresh fault), so every load faults in and zeroes new anonymous memory — bench/goals/io_paths.py
 prints the kernel CPU-seconds per GB of both paths on the same model.
 """
 

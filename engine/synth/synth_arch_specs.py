@@ -48,7 +48,7 @@ class ArchSpec:
     family: str = "gqa"  # the writer module: gqa (synth_gqa_moe), mla (synth_deepseek2), gemma4, qwen3next, kimi-k3
     # > 0: a latent MoE (Kimi K3): the routed experts run at latent_ratio · n_embd (expert_latent_length)
     latent_ratio: float = 0.0
-    # Fewer layers make a file llama.cpp 0.3.36 aborts on (bench/synth_fuzz.py found them), and why.
+    # Fewer layers make a file llama.cpp 0.3.36 aborts on (bench/sweeps/synth_fuzz.py found them), and why.
     min_layers: int = 1
     min_layers_why: str = ""
 
