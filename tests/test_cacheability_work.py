@@ -97,7 +97,7 @@ def test_the_panel_shows_progress_and_cancel_while_it_replays(qtbot, tmp_path) -
     assert panel.status.text().startswith(f"replaying {source}: ")
     panel.cancel_replay()
     qtbot.waitUntil(lambda: not panel.task.isRunning(), timeout=15_000)
-    qtbot.waitUntil(lambda: panel.status.text().startswith("replay cancelled"), timeout=5_000)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("replay cancelled"), timeout=30_000)  # hang bound
     assert not panel.cancel_button.isVisible() and panel.compute_button.isEnabled()
 
 

@@ -89,7 +89,7 @@ def test_dense_model_is_not_moe():
     ({"llama.expert_count": 4, "llama.expert_used_count": 5}, ["expert_used_count is 5", "1 to"]),
     ({"llama.expert_count": 4, "llama.expert_used_count": 0}, ["expert_used_count is 0"]),
     ({"llama.expert_count": 3, "llama.expert_used_count": 2}, ["does not divide", "expert_count = 3"]),
-    ({"llama.expert_count": 1000, "llama.expert_used_count": 2}, ["expert_count is 1000", "512"]),
+    ({"llama.expert_count": 2000, "llama.expert_used_count": 2}, ["expert_count is 2000", "1024"]),
 ])
 def test_refusals_name_file_and_key(meta, words):
     with pytest.raises(ShardscopeError) as err:

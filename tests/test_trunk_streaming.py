@@ -106,7 +106,8 @@ def test_one_mib_below_the_minimum_is_refused_before_loading(moe_file):
         open_run(_settings(moe_file, budget_mb=minimum - 1))
 
 
-def test_stop_ends_a_run_streaming_its_trunk_within_a_second(moe_file):
+@pytest.mark.hang_bound
+def test_stop_ends_a_run_streaming_its_trunk(moe_file):
     settings = _settings(moe_file, budget_mb=_between(moe_file), n_gen=200, n_ctx=256, ssd_mb_s=20.0)
     run = open_run(settings)
     stopped_at: list[float] = []
@@ -124,4 +125,5 @@ def test_stop_ends_a_run_streaming_its_trunk_within_a_second(moe_file):
         except RunStopped:
             pass
         took = time.perf_counter() - stopped_at[0]
-    assert took < 1.0, took
+    # A hang bound: the 1-s Stop promise is measured by bench/goals/stop_latency.py, not timed here.
+    assert took < 10.0, took
