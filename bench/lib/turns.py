@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from shardscope.engine.measure.host_steal import reading as host_steal_reading
+
 __all__ = ["counted", "turn_seconds", "host_steal", "steal_share"]
 
 
@@ -37,13 +39,9 @@ def turn_seconds(rounds, at_least: float = 5.0) -> float:
 
 def host_steal(stat_path: str = "/proc/stat") -> tuple[float, float]:
     """(steal, all) CPU ticks of the machine so far (NaN where there is no /proc/stat: macOS).
-    Steal is time the hypervisor ran others on this VM's CPUs: the host slowing the VM down."""
-    try:
-        with open(stat_path) as f:
-            ticks = [float(v) for v in f.readline().split()[1:]]
-        return ticks[7], sum(ticks[:8])
-    except (OSError, IndexError, ValueError):
-        return math.nan, math.nan
+    Steal is time the hypervisor ran others on this VM's CPUs: the host slowing the VM down.
+    The engine's reader (engine/measure/host_steal.py), so the bench and the projection agree."""
+    return host_steal_reading(stat_path)
 
 
 def steal_share(samples, lo: float, hi: float) -> float:

@@ -258,6 +258,25 @@ def _nearest_moe_shape(size_mb: float, shape: Shape, moe, vocab: SynthVocab, whe
     return best
 
 
+def write_header(writer, tensors) -> None:
+    """The tensor infos, the key/values and the header, written and the writer closed: the data
+    section (weights, or a hole for a header-only file) is the caller's."""
+    import gguf
+
+    for t in tensors:
+        if t.quantized:
+            writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8),
+                                   t.nbytes, raw_dtype=gguf.GGMLQuantizationType(t.qtype.ggml_type))
+        else:
+            writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.int32 if t.int32 else np.float32), t.nbytes)
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+    finally:
+        writer.close()
+
+
 def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers: int | None = None,
                           seed: int = 0, progress: Callable[[float], None] | None = None,
                           moe=None) -> SynthInfo:
@@ -332,18 +351,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
                               file_type=file_type)
         if moe is not None:
             synth_moe.add_metadata(writer, shape, moe)
-        for t in tensors:
-            if t.quantized:
-                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8),
-                                       t.nbytes, raw_dtype=gguf.GGMLQuantizationType(t.qtype.ggml_type))
-            else:
-                writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.int32 if t.int32 else np.float32), t.nbytes)
-        try:
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-        finally:
-            writer.close()
+        write_header(writer, tensors)
 
         # The data section: tensors in the order of their infos, each at the next
         # multiple of the alignment (the offsets write_ti_data_to_file recorded).

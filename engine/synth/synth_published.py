@@ -16,8 +16,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.synth.synth_shapes import Shape
 
@@ -59,7 +57,7 @@ def write_header(arch: str, out_path: str | os.PathLike) -> Path:
     import gguf
 
     from shardscope.engine.synth import synth_moe
-    from shardscope.engine.synth.synth import write_common_metadata
+    from shardscope.engine.synth.synth import write_common_metadata, write_header
     from shardscope.engine.synth.synth_vocab import build_vocab
 
     if arch not in PUBLISHED:
@@ -75,18 +73,7 @@ def write_header(arch: str, out_path: str | os.PathLike) -> Path:
     write_common_metadata(writer, pub.shape, build_vocab(), 0, own_shape=True, alignment=synth_moe.alignment(spec),
               file_type=synth_moe.file_type(spec), name=f"{pub.like} (published shape, no weights)")
     synth_moe.add_metadata(writer, pub.shape, spec)
-    for t in tensors:
-        if t.quantized:
-            writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.uint8), t.nbytes,
-                                   raw_dtype=gguf.GGMLQuantizationType(t.qtype.ggml_type))
-        else:
-            writer.add_tensor_info(t.name, t.numpy_shape(), np.dtype(np.int32 if t.int32 else np.float32), t.nbytes)
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-    finally:
-        writer.close()
+    write_header(writer, tensors)
     # The data section as a hole: the file has the real model's length (a reader checks the tensors end inside
     # it), but no block of it is written, so it takes the header's few hundred KB of disk.
     offset = os.path.getsize(target)
