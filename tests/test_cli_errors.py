@@ -54,7 +54,7 @@ def test_truncated_tensor_data(bad_files):
 
 
 def test_budget_below_minimum(synthetic_model):
-    _assert_one_line_error(_bench("--model", synthetic_model, "--budget-mb", "20"), "minimum", "MB")
+    _assert_one_line_error(_bench("--model", synthetic_model, "--budget-mb", "20"), "minimum", "MiB")
 
 
 @pytest.mark.parametrize("flag", ["--shard-mb", "--threads"])
