@@ -25,7 +25,9 @@ def _register_sizing(sub) -> None:
                     "--active-params, --bits, --layers) as the fallback. Prints where the bytes came from, the "
                     "budget, what stays resident, bytes streamed per token and the roofline projection.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
-    p.add_argument("--gguf", help="read sizes from this GGUF's header (never the weights)")
+    # --model, as every other command names its model; --gguf is the old name, kept as an alias
+    p.add_argument("--model", "--gguf", dest="gguf", metavar="GGUF",
+                   help="read sizes from this GGUF's header (never the weights); --gguf: the old name, an alias")
     p.add_argument("--like", choices=("kimi-k3",), default=None,
                    help="a published model's full shape from its config, no file: kimi-k3 (2.8 T, 896 experts top-16)")
     p.add_argument("--total-params", type=finite_float_arg, help="all parameters, e.g. 1.56e12")
