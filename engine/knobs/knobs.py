@@ -76,7 +76,8 @@ class RunSettings:
                                   help="GGUF file (default: the bundled gemma-3-270m)")
     budget_mb: int = knob(
         4096, label="Memory budget", short="budget", unit="MiB", low=1, high=1_048_576, flag="--budget-mb",
-        help="weight budget", sweep="num", sweep_rank=5, slider=(1, 4096, 1), live=True, setter="set_budget_mb",
+        help="the memory budget: what the weights may occupy (MiB)", sweep="num", sweep_rank=5,
+        slider=(1, 4096, 1), live=True, setter="set_budget_mb",
         required=True,
         tip="Weights allowed in memory (globals + resident shards). "
             "KV cache and compute buffers are charted apart as 'other RSS'.")
