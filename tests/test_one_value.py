@@ -101,7 +101,7 @@ def test_the_budget_refusal_counts_one_expert_as_one(tmp_path, capsys):
     info = write_synthetic_model(tmp_path / "l4.gguf", 40, moe=defaults_for("llama4"))
     assert main(["bench", "--model", info.path, "--budget-mb", "1", "--tokens", "2", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "2 layers' picks of 1 expert," in err and "1 experts" not in err
+    assert "2 layers' picks of 1 expert)" in err and "1 experts" not in err
 
 
 def test_knob_ranges_print_as_ordinary_numbers():
