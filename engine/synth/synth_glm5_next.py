@@ -18,7 +18,7 @@ import math
 
 from shardscope.engine.synth import synth_gqa_moe as gqa
 from shardscope.engine.synth.synth_arch_specs import ArchSpec
-from shardscope.engine.synth.synth_kimi_k3 import CONV_KERNEL, GATE_LOWER_BOUND, is_kda, mla_dims
+from shardscope.engine.synth.synth_kimi_k3 import CONV_KERNEL, add_kda_moe_keys, is_kda, mla_dims
 from shardscope.engine.synth.synth_quant import SCHEMES
 from shardscope.engine.synth.synth_router_seam import attention_output, edge_globals, router_bias, router_weight
 from shardscope.engine.synth.synth_shapes import HEAD_DIM, Shape, Tensor
@@ -120,16 +120,7 @@ def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     writer.add_uint32(f"{a}.attention.q_lora_rank", q_lora)
     writer.add_uint32(f"{a}.attention.kv_lora_rank", kv_lora)
     writer.add_uint32(f"{a}.rope.dimension_count", 0)
-    writer.add_uint32(f"{a}.ssm.conv_kernel", CONV_KERNEL)
-    writer.add_uint32(f"{a}.kda.head_dim", KDA_HEAD)
-    writer.add_float32(f"{a}.kda.gate_lower_bound", GATE_LOWER_BOUND)
-    writer.add_uint32(f"{a}.expert_count", spec.experts)
-    writer.add_uint32(f"{a}.expert_used_count", spec.experts_used)
-    writer.add_uint32(f"{a}.expert_shared_count", spec.shared_experts)
-    writer.add_uint32(f"{a}.leading_dense_block_count", arch.dense_lead)
-    writer.add_float32(f"{a}.expert_weights_scale", arch.weights_scale)
-    writer.add_bool(f"{a}.expert_weights_norm", arch.weights_norm)
-    writer.add_uint32(f"{a}.expert_gating_func", arch.gating)
+    add_kda_moe_keys(writer, a, spec, arch, KDA_HEAD)
     writer.add_uint32(f"{a}.attention.indexer.head_count", INDEXER_HEADS)
     writer.add_uint32(f"{a}.attention.indexer.key_length", INDEXER_DIM)
     writer.add_uint32(f"{a}.attention.indexer.top_k", INDEXER_TOP_K)

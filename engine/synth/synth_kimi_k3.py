@@ -146,6 +146,20 @@ def plan(size_mb: float, n_layers: int, spec, arch: ArchSpec, vocab, where: str)
     return gqa.plan(size_mb, n_layers, spec, arch, vocab, where, build=tensors)
 
 
+def add_kda_moe_keys(writer, a: str, spec, arch: ArchSpec, kda_head: int) -> None:
+    """The KDA layers' and the routed experts' keys, as kimi-k3 and glm5-next (KDA beside MLA) both write them."""
+    writer.add_uint32(f"{a}.ssm.conv_kernel", CONV_KERNEL)
+    writer.add_uint32(f"{a}.kda.head_dim", kda_head)
+    writer.add_float32(f"{a}.kda.gate_lower_bound", GATE_LOWER_BOUND)
+    writer.add_uint32(f"{a}.expert_count", spec.experts)
+    writer.add_uint32(f"{a}.expert_used_count", spec.experts_used)
+    writer.add_uint32(f"{a}.expert_shared_count", spec.shared_experts)
+    writer.add_uint32(f"{a}.leading_dense_block_count", arch.dense_lead)
+    writer.add_float32(f"{a}.expert_weights_scale", arch.weights_scale)
+    writer.add_bool(f"{a}.expert_weights_norm", arch.weights_norm)
+    writer.add_uint32(f"{a}.expert_gating_func", arch.gating)
+
+
 def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     """The keys src/models/kimi-k3.cpp load_arch_hparams reads (and the common ones it relies on)."""
     a = arch.gguf_arch
@@ -166,19 +180,11 @@ def add_metadata(writer, shape: Shape, spec, arch: ArchSpec) -> None:
     writer.add_uint32(f"{a}.attention.q_lora_rank", q_lora)
     writer.add_uint32(f"{a}.attention.kv_lora_rank", kv_lora)
     writer.add_uint32(f"{a}.rope.dimension_count", ROPE)
-    writer.add_uint32(f"{a}.ssm.conv_kernel", CONV_KERNEL)
-    writer.add_uint32(f"{a}.kda.head_dim", KDA_HEAD)
-    writer.add_float32(f"{a}.kda.gate_lower_bound", GATE_LOWER_BOUND)
-    writer.add_uint32(f"{a}.expert_count", spec.experts)
-    writer.add_uint32(f"{a}.expert_used_count", spec.experts_used)
-    writer.add_uint32(f"{a}.expert_shared_count", spec.shared_experts)
-    writer.add_uint32(f"{a}.leading_dense_block_count", arch.dense_lead)
-    writer.add_float32(f"{a}.expert_weights_scale", arch.weights_scale)
-    writer.add_bool(f"{a}.expert_weights_norm", arch.weights_norm)
-    writer.add_uint32(f"{a}.expert_gating_func", arch.gating)
+    add_kda_moe_keys(writer, a, spec, arch, KDA_HEAD)
     writer.add_uint32(f"{a}.attn_res.block_size", d["res_block"])
     writer.add_float32(f"{a}.activation.situ_beta", SITU_BETA)
     writer.add_float32(f"{a}.activation.situ_linear_beta", SITU_LINEAR_BETA)
 
 
-__all__ = ["tensors", "plan", "add_metadata", "is_kda", "latent_width", "default_n_layers", "TENSORS_PER_LAYER"]
+__all__ = ["tensors", "plan", "add_metadata", "is_kda", "add_kda_moe_keys", "latent_width", "default_n_layers",
+           "TENSORS_PER_LAYER"]
