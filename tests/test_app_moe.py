@@ -171,7 +171,10 @@ def test_the_map_never_waits_for_the_run(qtbot, tmp_path, moe_model):
             assert time.perf_counter() - started < 10.0  # ANSWER_S (30 s) a poll before
             assert panel.polls <= polls + 1  # at most that answer, if no timed poll took it yet
         finally:
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # it had ended (and was reaped meanwhile): say why, not this
+                pytest.fail(f"the run process ended while the test held it: {window.last_error}")
         wait_for(qtbot, window, lambda: panel.polls > polls, timeout=30_000)
     finally:
         stop_and_wait(qtbot, window)

@@ -5,8 +5,9 @@ row ``token`` of ``blk.N.ffn_gate_tid2eid`` (I32, ne [n_expert_used, n_vocab]) a
 (src/models/deepseek4.cpp). So the picks of those layers are known the moment the token is sampled,
 before its decode starts: ``on_token`` reads them from the file's own table (a view of llama.cpp's
 mapping, dense bytes the streamer keeps resident) and puts their loads in flight on the streamer's
-loader threads, admitted into the expert cache like a speculation's guesses but never wrong. The
-decode then meets them at ``ffn_moe_topk-N`` as hits, or waits for a load still in flight.
+loader threads, admitted into the expert cache like a speculation's guesses but never wrong, and
+the decode starts once they have landed (``_wait`` says why). The decode then meets them at
+``ffn_moe_topk-N`` as hits.
 
 Counted (decoded tokens only; the prompt pass loads its union at the layer as before):
 - ``known``: hash-layer picks known ahead of their layer (each token's k per hash layer);
@@ -24,6 +25,7 @@ time but not a cache hit, so ``after_topk`` moves it from the streamer's hits to
 from __future__ import annotations
 
 import ctypes
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +97,7 @@ class HashPrefetch:
             self._ahead = {layer: (set(picks), set()) for layer, picks in units.items()}
             return
         protected = {(layer, e) for layer, picks in units.items() for e in picks}
+        futures = []
         with s._state_lock:
             for layer, picks in units.items():
                 loaded = set()
@@ -107,9 +110,28 @@ class HashPrefetch:
                         continue
                     for victim in evicted:
                         s._evict_unit(victim)
-                    s._submit(unit)
+                    futures.append(s._submit(unit))
                     loaded.add(expert)
                 self._ahead[layer] = (set(picks), loaded)
+        self._wait(futures)
+
+    def _wait(self, futures) -> None:
+        """The decode starts once every hash layer's load has landed. The first hash layer runs
+        microseconds after the token is sampled, far sooner than a read; the layer-by-layer wait it
+        replaces read each layer's misses in turn, where these went out together, at the loader
+        threads' depth. The wait is the streamer's, counted as its waits at a layer are."""
+        if not futures:
+            return
+        s = self.streamer
+        started = time.perf_counter()
+        try:
+            for future in futures:
+                future.result()
+        except OSError as exc:  # the layer's on_topk then ends the run with it, as with its own loads
+            s._error = f"{s.moe.path}: loading experts failed ({exc.strerror or exc})"
+            return
+        with s._lock:
+            s.counters.wait_s += time.perf_counter() - started
 
     def before_topk(self, layer: int, ids) -> int:
         """Layer ``layer`` picked ``ids`` (before the streamer's on_topk): what was ready. Returns the
