@@ -9,8 +9,9 @@ The replay is pure Python for minutes on a long session; in a thread of the app 
 hold the GIL that the decode thread's expert callbacks need at every layer, so the panel
 replays in a separate process (docs/decisions.md has the measurement). That process runs at
 the idle scheduling class (SCHED_IDLE where the OS has it, else nice 19): it takes only CPU
-time the run leaves, so the live run keeps its speed. It reports each (policy, size) replayed,
-so the panel shows progress and an ETA, and Cancel ends it at once.
+time the run leaves. It reports each (policy, size) replayed, so the panel shows progress and
+an ETA, and Cancel ends it at once. Where the run's threads leave no core for it
+(``pause_for_replay``), the idle class is not enough: the panel pauses the run meanwhile.
 """
 
 from __future__ import annotations
@@ -92,6 +93,23 @@ def compute(source, policies: tuple[str, ...] = REPLAY_POLICIES, at_mb: tuple[fl
             progress((i + 1) / len(units))
     used = header.n_expert_used * sum(header.unit_bytes.values()) / MIB
     return CacheabilityResult(curves, tuple(sizes), name, header.n_expert_used, used)
+
+
+def usable_cores() -> int:
+    """The cores this process (and the run process it started) may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS: no affinity masks
+        return os.cpu_count() or 1
+
+
+def pause_for_replay(cores: int, threads: int) -> bool:
+    """Whether the live run must pause while the curve replays: when its ``threads`` llama.cpp
+    threads leave no whole core of ``cores`` for the replay's one thread. On a core it shares,
+    an idle-class replay still runs whenever a run thread waits (for an expert load, at a graph
+    barrier) and costs it cache and wake-ups: 0.78-0.81 of its speed with 2 threads on 2 cores
+    (docs/decisions.md, issue 48). With a core beyond the threads the replay has its own."""
+    return cores < max(1, threads) + 1
 
 
 def _idle_priority() -> str:
@@ -219,5 +237,5 @@ def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: 
     return out
 
 
-__all__ = ["CacheabilityResult", "cache_sizes", "compute", "compute_in_process", "load_trace", "projected_points",
-           "stats_line", "eta_text"]
+__all__ = ["CacheabilityResult", "cache_sizes", "compute", "compute_in_process", "load_trace", "pause_for_replay",
+           "projected_points", "stats_line", "eta_text", "usable_cores"]

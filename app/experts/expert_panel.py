@@ -8,7 +8,10 @@ decode never waits for a paint, the window never waits for the run, and no widge
 off the GUI thread. Replays run on a
 BackgroundTask that waits for a separate process (app/cacheability_curve.py says why), with
 progress, an ETA and Cancel: on a long session a replay takes minutes. Its curves belong to the
-model they were replayed from: opening another model clears them (forget_curves).
+model they were replayed from: opening another model clears them (forget_curves). Where the
+run's threads leave no core for the replay (cacheability_curve.pause_for_replay), the run holds
+at a token boundary while it replays, and the panel says so; it goes on when the replay ends,
+fails or is cancelled, and a run started meanwhile is held too.
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from shardscope.app.base.background import BackgroundTask
-from shardscope.app.experts.cacheability_curve import CacheabilityResult, compute_in_process, eta_text, projected_points
+from shardscope.app.experts.cacheability_curve import (
+    CacheabilityResult,
+    compute_in_process,
+    eta_text,
+    pause_for_replay,
+    projected_points,
+    usable_cores,
+)
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.base.units import MIB
 from shardscope.engine.knobs.knobs import KNOBS
@@ -41,6 +51,10 @@ class ExpertPanel(QWidget):
         super().__init__(parent)
         self.view_source: Callable[[], object] = lambda: None  # an ExpertView or None
         self.records_source: Callable[[], object] = lambda: None  # a RoutingTrace or None
+        self.run_source: Callable[[], object] = lambda: None  # the live run's RunWorker (pause, settings) or None
+        self.cores: Callable[[], int] = usable_cores
+        self._replaying = False
+        self._paused_run = None  # the RunWorker this panel paused for its replay
         self.moe: MoeLayout | None = None
         self.result: CacheabilityResult | None = None
         self.task: BackgroundTask | None = None
@@ -101,6 +115,11 @@ class ExpertPanel(QWidget):
         self.progress.setMaximumHeight(8)
         self.progress.hide()
         cl.addWidget(self.progress)
+        self.pause_note = QLabel("")  # says the live run is held while the curve replays
+        self.pause_note.setWordWrap(True)
+        self.pause_note.setStyleSheet("color: #a04000")
+        self.pause_note.hide()
+        cl.addWidget(self.pause_note)
         self.routing_stats = QLabel("")  # the replayed trace's routing statistics (engine.experts.trace_stats)
         self.routing_stats.setWordWrap(True)
         # Room for the two lines wrapped at the panel's narrowest: a wrapped label's height is not its hint.
@@ -182,7 +201,10 @@ class ExpertPanel(QWidget):
             return compute_in_process(records, at_mb=at, progress=progress)
 
         self._what, self._started = what, time.monotonic()
-        self.status.setText(f"replaying {what} \u2026 (at idle priority: the run keeps its speed)")
+        self._replaying = True
+        self._sync_pause()  # before the trace is copied: the copy needs a core too
+        self.status.setText(f"replaying {what} \u2026 " + ("(the run is paused)" if self._paused_run is not None
+                                                          else "(at idle priority: the run keeps its speed)"))
         self.compute_button.setEnabled(False)
         self.cancel_button.show()
         self.progress.setValue(0)
@@ -197,14 +219,45 @@ class ExpertPanel(QWidget):
     def _on_progress(self, fraction: float) -> None:
         if self.task is None or self.sender() is not self.task:
             return  # a cancelled replay's last report
+        self._sync_pause()  # a run started, stopped or given other threads meanwhile
         self.progress.setValue(int(1000 * fraction))
         self.status.setText(f"replaying {self._what}: {eta_text(fraction, time.monotonic() - self._started)}")
 
     def _on_task_ended(self) -> None:
         if self.sender() is self.task:
+            self._end_pause()
             self.compute_button.setEnabled(True)
             self.cancel_button.hide()
             self.progress.hide()
+
+    def _sync_pause(self) -> None:
+        """Hold the live run while a replay runs on a host with no core for it; let it go otherwise."""
+        run = self.run_source() if self._replaying else None
+        if run is not None and run.ended:
+            run = None
+        cores, threads = self.cores(), run.settings.threads if run is not None else 0
+        wanted = run if run is not None and pause_for_replay(cores, threads) else None
+        if self._paused_run is not None and self._paused_run is not wanted:
+            self._paused_run.pause(False)  # nothing is sent to a run that ended
+            self._paused_run = None
+        if wanted is not None and self._paused_run is None:
+            wanted.pause(True)
+            self._paused_run = wanted
+        if self._paused_run is not None:
+            self.pause_note.setText(
+                f"Run paused while the curve replays: no free core ({cores} "
+                f"core{'s' if cores != 1 else ''}, the run takes {threads} thread{'s' if threads != 1 else ''} "
+                f"and the replay one). It goes on when the replay ends; its tok/s leave the pause out.")
+        self.pause_note.setVisible(self._paused_run is not None)
+
+    def _end_pause(self) -> None:
+        self._replaying = False
+        self._sync_pause()
+
+    @property
+    def run_paused(self) -> bool:
+        """Whether this panel holds the live run for its replay (the note shows)."""
+        return self._paused_run is not None
 
     def cancel_replay(self) -> None:
         """Cancel: the replay's process ends at once (within its 0.2-s poll); the curves drawn stay."""
@@ -218,6 +271,7 @@ class ExpertPanel(QWidget):
         if self.task is not None and self.task.isRunning():
             self.task.cancel()
         self.task = None
+        self._end_pause()
         self.compute_button.setEnabled(True)
         self.cancel_button.hide()
         self.progress.hide()
@@ -229,6 +283,7 @@ class ExpertPanel(QWidget):
     def _on_computed(self, done) -> None:
         if self.sender() is not self.task:
             return  # a replay of a model no longer open
+        self._end_pause()  # the run goes on before the curves are drawn
         result, stats = done
         self.routing_stats.setText(stats)
         self.result = result
@@ -241,6 +296,7 @@ class ExpertPanel(QWidget):
     def _on_failed(self, message: str) -> None:
         if self.sender() is not self.task:
             return
+        self._end_pause()
         if message == "cancelled":
             self.status.setText("replay cancelled" + (" (the curves shown are the last complete replay)"
                                                       if self.result is not None else ""))
@@ -271,6 +327,7 @@ class ExpertPanel(QWidget):
     def close_tasks(self, wait_ms: int) -> None:
         """Closing the window: a QThread destroyed while running aborts the app."""
         self.timer.stop()
+        self._end_pause()  # a run that outlives the window (stopping) must not stay held
         if self.task is not None:
             self.task.cancel()
             self.task.wait(wait_ms)

@@ -28,6 +28,7 @@ class WindowExperts:
         panel = ExpertPanel()
         panel.view_source = lambda: self.worker.latest_view() if self.worker is not None else None
         panel.records_source = lambda: self.worker.routing_records() if self.worker is not None else None
+        panel.run_source = lambda: self.worker  # held during a replay where no core is free for it
         panel.cache_size_chosen.connect(self.choose_expert_cache)
         panel.failed.connect(lambda m: self.statusBar().showMessage(m.splitlines()[0], 8000))
         panel.hide()

@@ -131,6 +131,17 @@ class RunWorker(QObject):
         """Thread-safe; returns at once. The run ends after the current token."""
         self._send(("stop",))
 
+    def pause(self, paused: bool = True) -> None:
+        """Thread-safe; returns at once. The run holds at its next token boundary (its figures
+        leave the held time out) until ``pause(False)``; Stop still ends it."""
+        self._send(("pause", bool(paused)))
+
+    @property
+    def ended(self) -> bool:
+        """The run process has sent its last message (or was never started)."""
+        with self._lock:
+            return self._ended or self._conn is None
+
     def expert_view(self):
         """The running ExpertRun's ExpertView (a copy), or None (dense run, none running)."""
         return self._ask("view", quiet=True)

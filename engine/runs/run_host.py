@@ -15,7 +15,7 @@ new plan (a *restart*, on the same timeline), until stopped or failed. ``main`` 
 what happens, both as pickled tuples (multiprocessing's Connection on a socket pair)::
 
     window -> run   ("apply", id, settings)  ("view", id)  ("records", id)
-                    ("read", id, run_index, "attr.path")  ("stop",)
+                    ("read", id, run_index, "attr.path")  ("stop",)  ("pause", bool)
     run -> window   ("started", index, plan_or_moe, settings)  ("run", index or 0)
                     ("sample", index, MetricsSample)  ("tokens", [(index, n, piece, dt), ...])
                     ("phase", index, name)  ("summary", index, RunSummary)
@@ -85,6 +85,7 @@ class RunLoop:
         self._settings = settings
         self._stop_requested = False
         self._restart_requested = False
+        self._paused = False  # held at a token boundary (the window's replay has no core): restarts too
         self._started, self._current, self._sample = started, current, sample
         self._token, self._phase, self._summary = token, phase, summary
         self.run = None  # the live StreamingRun or ExpertRun
@@ -102,6 +103,14 @@ class RunLoop:
             run = self.run
         if run is not None:
             run.stop()
+
+    def pause(self, paused: bool) -> None:
+        """Thread-safe; returns at once. The live run, and any a restart opens, holds at its next
+        token boundary until ``pause(False)``; Stop still ends it."""
+        with self._lock:
+            self._paused = paused
+            if self.run is not None:
+                self.run.pause(paused)
 
     def expert_view(self):
         """The running ExpertRun's ExpertView (a copy), or None (dense run, none running)."""
@@ -177,6 +186,7 @@ class RunLoop:
                     run.close()
                     continue
                 self.run = run
+                run.pause(self._paused)
                 self._current(index)
             try:
                 self._started(index, getattr(run, "plan", None) or run.moe, run.settings)
@@ -249,6 +259,9 @@ class _Host:
             kind = message[0]
             if kind == "stop":
                 self.loop.request_stop()
+                continue
+            if kind == "pause":
+                self.loop.pause(message[1])
                 continue
             ident = message[1]
             try:

@@ -116,6 +116,8 @@ class RunSkeleton:
         self._pending: RunSettings | None = None
         self._compute = ComputeWindow()  # the settings' compute per token, from the recent tokens
         self._stop = threading.Event()
+        self._running = threading.Event()  # clear: paused at the next token boundary (pause())
+        self._running.set()
         self._error: str | None = None
         self._started = False
         self.session = None
@@ -142,6 +144,21 @@ class RunSkeleton:
         self._stop.set()
         if self.streamer is not None:
             self._halt_streamer()
+
+    def pause(self, paused: bool = True) -> None:
+        """Hold the decode at the next token boundary (False: go on); Stop still ends it at once."""
+        (self._running.clear if paused else self._running.set)()
+
+    def _hold(self) -> float:
+        """Wait here while paused; the seconds waited (the decode thread, between two tokens)."""
+        if self._running.is_set():
+            return 0.0
+        start, phase = time.perf_counter(), self.clock.phase
+        self._phase("paused")  # no token in flight: the live rate is not bent down by the pause
+        while not self._running.wait(0.05) and not self._should_stop():
+            pass
+        self._phase(phase)
+        return time.perf_counter() - start
 
     @property
     def stopping(self) -> bool:
@@ -311,6 +328,11 @@ class RunSkeleton:
                 self._take_pending()
             if self.on_token:
                 self.on_token(index, piece.decode("utf-8", "replace"), dt)
+            if index < s.n_gen - 1:  # a pause after the last token would fall outside first..last
+                held = self._hold()
+                if held:  # the round's wall time from its first token leaves the pause out
+                    read0, tally0, t_first = marks["first"]
+                    marks["first"] = (read0, tally0, t_first + held)
             # last: reads it starts (hash prefetch) fall after every per-token mark, ours and a watcher's
             self._token_sampled(index, token)
 
