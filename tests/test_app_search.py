@@ -1,7 +1,7 @@
 """Device projection, sweeps and auto-tune in the window, on real models and the real engine.
 
 Projection: every round the worker reports is projected onto the chosen device in
-the window (engine.run_projection), so the numbers panel, the chart's level line and
+the window (engine.devices.run_projection), so the numbers panel, the chart's level line and
 the exported CSV show the same figure. Sweeps and auto-tune run real cold
 StreamingRuns on a worker thread (a handful of tokens each, to keep the suite short);
 the tests drive the dialogs through the methods their buttons call and check what
@@ -86,7 +86,7 @@ def test_each_round_is_projected_onto_the_chosen_device(qtbot, window, tmp_path)
     assert not window.chart.level_line("projected").isVisible()
     assert window.round_numbers.text("projected_ts") == format_number(None)
     # A profile brings its device back.
-    window.load_profile("iPhone 16 Pro")
+    window.load_profile("iPhone 16 Pro, tuned")
     assert window.device_id() == "iphone-16-pro" and window.chart.level_line("projected").isVisible()
 
 

@@ -260,7 +260,7 @@ def test_save_profile_then_load_it_restores_every_control(qtbot, window, tmp_pat
     assert saved.path.exists() and not saved.builtin
     assert "Bench rig" in window.profile_names()
 
-    window.load_profile("iPhone 16 Pro")
+    window.load_profile("iPhone 16 Pro, tuned")
     assert window.controls.value("budget_mb") == 2048
     combo = window.profile_combo
     index = combo.findData("Bench rig")
@@ -274,7 +274,7 @@ def test_save_profile_then_load_it_restores_every_control(qtbot, window, tmp_pat
     assert {k: getattr(window.current_settings(), k) for k in expected} == expected
 
     # Built-ins are read-only.
-    assert window.save_profile_as("iPhone 16 Pro") is None
+    assert window.save_profile_as("iPhone 16 Pro, tuned") is None
     assert "built-in" in window.last_error
 
 
@@ -287,7 +287,7 @@ def test_malformed_user_profile_is_reported_by_file_and_key_and_never_overwritte
     broken.write_text(text)
     window = make_window(qtbot, tmp_path / "config")
     assert str(broken) in window.last_error and "budget_mb" in window.last_error
-    assert "Broken" not in window.profile_names() and "iPhone 16 Pro" in window.profile_names()
+    assert "Broken" not in window.profile_names() and "iPhone 16 Pro, tuned" in window.profile_names()
     assert window.save_profile_as("Broken") is None
     assert "not overwritten" in window.last_error
     assert broken.read_text() == text

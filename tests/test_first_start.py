@@ -12,7 +12,7 @@ import pytest
 
 from shardscope.app.base.first_start import FALLBACK_PROFILE, FIRST_START_PROFILE, PROJECTION_DEVICE, startup_profile
 
-BUILTINS = ["Desktop, unconstrained", "iPhone 16 Pro", "Streaming demo"]
+BUILTINS = ["Desktop, unconstrained", "iPhone 16 Pro, tuned", "Streaming demo"]
 
 
 def test_first_start_loads_the_streaming_demo():
@@ -22,9 +22,11 @@ def test_first_start_loads_the_streaming_demo():
 
 def test_later_starts_keep_the_users_choice():
     assert startup_profile(None, "Desktop, unconstrained", BUILTINS) == "Desktop, unconstrained"
-    assert startup_profile("iPhone 16 Pro", "Desktop, unconstrained", BUILTINS) == "iPhone 16 Pro"
+    assert startup_profile("iPhone 16 Pro, tuned", "Desktop, unconstrained", BUILTINS) == "iPhone 16 Pro, tuned"
     assert startup_profile(None, "deleted one", BUILTINS) == FALLBACK_PROFILE
-    assert startup_profile(None, None, ["iPhone 16 Pro"]) == FALLBACK_PROFILE
+    assert startup_profile(None, None, ["iPhone 16 Pro, tuned"]) == FALLBACK_PROFILE
+    # The iPhone profile's old name (its file was iphone-16-pro.toml, as the device preset's is) opens it.
+    assert startup_profile(None, "iPhone 16 Pro", BUILTINS) == "iPhone 16 Pro, tuned" == FALLBACK_PROFILE
     assert startup_profile(None, None, []) is None
 
 

@@ -207,7 +207,7 @@ def test_round_trip_any_valid_profile(tmp_path, profile):
 
 def test_every_builtin_loads():
     files = sorted(p for p in builtin_profiles_dir().glob("*.toml") if p.is_file())
-    assert {p.name for p in files} >= {"iphone-16-pro.toml", "desktop-unconstrained.toml"}
+    assert {p.name for p in files} >= {"iphone-16-pro-tuned.toml", "desktop-unconstrained.toml"}
     for path in files:
         profile = load_profile(path)
         assert profile.builtin is True
@@ -216,8 +216,8 @@ def test_every_builtin_loads():
 
 
 def test_builtin_numbers():
-    iphone = load_profile(builtin_profiles_dir() / "iphone-16-pro.toml")
-    assert iphone.name == "iPhone 16 Pro" and iphone.device == "iphone-16-pro"
+    iphone = load_profile(builtin_profiles_dir() / "iphone-16-pro-tuned.toml")
+    assert iphone.name == "iPhone 16 Pro, tuned" and iphone.device == "iphone-16-pro"
     assert iphone.settings == RunSettings(
         budget_mb=3072 - 512 - 512,
         shard_mb=8,  # measured best on a model twice the budget (the preset file shows the sweep)
@@ -245,7 +245,7 @@ def test_list_profiles_builtins_first_and_broken_file_reported(tmp_path):
     profiles, errors = list_profiles(user)
     builtins = [p for p in profiles if p.builtin]
     assert [p.builtin for p in profiles] == [True] * len(builtins) + [False]
-    assert {p.name for p in builtins} >= {"iPhone 16 Pro", "Desktop, unconstrained"}
+    assert {p.name for p in builtins} >= {"iPhone 16 Pro, tuned", "Desktop, unconstrained"}
     assert profiles[-1].name == "A mine"
     assert len(errors) == 1 and "broken.toml" in errors[0] and "\n" not in errors[0]
 
@@ -366,9 +366,9 @@ GOOD = Profile(name="Good", settings=RunSettings(budget_mb=1024))
 
 
 def test_save_into_builtin_dir_refused():
-    target = builtin_profiles_dir() / "iphone-16-pro.toml"
+    target = builtin_profiles_dir() / "iphone-16-pro-tuned.toml"
     before = target.read_bytes()
-    with pytest.raises(ShardscopeError, match="iphone-16-pro.toml.*read-only"):
+    with pytest.raises(ShardscopeError, match="iphone-16-pro-tuned.toml.*read-only"):
         save_profile(GOOD, target)
     assert target.read_bytes() == before
     new = builtin_profiles_dir() / "brand-new.toml"

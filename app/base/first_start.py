@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Iterable
 
 FIRST_START_PROFILE = "Streaming demo"
-FALLBACK_PROFILE = "iPhone 16 Pro"  # a saved profile that no longer exists
+# What a saved profile that no longer exists opens, "iPhone 16 Pro" (this one's old name) included.
+FALLBACK_PROFILE = "iPhone 16 Pro, tuned"
 PROJECTION_DEVICE = "iphone-16-pro"
 
 
 def startup_profile(requested: str | None, last_saved: str | None, available: Iterable[str]) -> str | None:
     """The profile to load: the one asked for, else the last one saved, else (first start)
-    the streaming demo; a name that is not ``available`` falls back to the iPhone preset.
+    the streaming demo; a name that is not ``available`` falls back to the iPhone profile.
     None when not even that exists (the window then keeps its defaults)."""
     names = set(available)
     if requested:

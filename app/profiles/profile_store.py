@@ -2,7 +2,7 @@
 
 The engine's ``profile_file`` owns the format and its messages; this adds the
 rules a window needs on top: a name already taken by a built-in is refused (two
-"iPhone 16 Pro" entries, one silently different, would mislead), and a user file
+"iPhone 16 Pro, tuned" entries, one silently different, would mislead), and a user file
 that does not load is never overwritten — the user may want to fix it by hand, and
 the message naming the file and key is their guide.
 """
