@@ -410,6 +410,28 @@ def test_plan_stays_an_alias_of_size():
     assert out[0] == out[1] and out[0].startswith("Plan: ")
 
 
+def test_the_old_names_plan_and_gguf_still_work_and_say_they_are_old(tmp_path, capsys):
+    """`plan` (the old name of `size`) and `--gguf` (of `--model`): argparse lists an alias without
+    saying what it is, so the help must; and the old spelling must give the new one's answer."""
+    from shardscope.engine.cli.cli import build_parser, main
+
+    top = " ".join(build_parser().format_help().split())
+    assert "size (plan) what-if:" in top and "(plan: the old name, an alias)" in top
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert help_text.startswith("usage: shardscope size ")
+    assert "'shardscope plan' is the old name of this command, kept as an alias" in help_text
+    assert "--model GGUF, --gguf GGUF" in help_text and "--gguf: the old name, an alias" in help_text
+
+    path = str(_write_gguf(tmp_path / "dense.gguf", experts=False))
+    printed = []
+    for argv in (["size", "--model", path], ["size", "--gguf", path], ["plan", "--gguf", path]):
+        assert main(argv) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] == printed[2] and "dense.gguf" in printed[0]
+
+
 def test_prompt_projection_counts_the_experts_tokens_share():
     """With the expert count known, a batch's union is n x (1 - (1 - k/n)^m) experts (uniform routing);
     a cache holding a layer's bank takes the prompt in one pass."""

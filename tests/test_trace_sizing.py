@@ -146,7 +146,7 @@ def test_json_trace_dense_bytes_round_trip_and_a_trace_without_them_asks_for_the
     w.close()
     assert main(["size", "--trace", str(bare)]) == 2
     err = capsys.readouterr().err
-    assert "header has no dense bytes per layer" in err and "--gguf" in err
+    assert "header has no dense bytes per layer" in err and "--model" in err
 
 
 def test_plain_csv_dense_bytes_line_makes_the_trace_a_model(tmp_path, capsys):

@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats_p.add_argument("trace", help="routing trace: bench --trace (JSON lines), BigMoeOnEdge's route_trace v1 CSV, "
                                        "or a token,layer,expert CSV (docs/trace-formats.md)")
     stats_p.set_defaults(func=cmd_trace_stats)
-    from shardscope.engine.cli import cli_devices, cli_search  # sweep, tune, plan; devices: their own modules
+    from shardscope.engine.cli import cli_devices, cli_search  # sweep, tune, size; devices: their own modules
 
     cli_search.register(sub)
     cli_devices.register(sub)
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shardscope: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `shardscope plan … | head`: the reader left, nothing to report
+    except BrokenPipeError:  # `shardscope size … | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
     except MemoryError:

@@ -1,11 +1,11 @@
-"""``shardscope devices``: the device ids that --device, tune and plan take, with the numbers a
+"""``shardscope devices``: the device ids that --device, tune and size take, with the numbers a
 projection uses, so nobody has to guess an id or read the preset folder."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("devices", help="list the devices --device, tune and plan accept",
+    p = sub.add_parser("devices", help="list the devices --device, tune and size accept",
                        description="One line per built-in device preset (profiles/devices/*.toml): its id, name, "
                                    "app memory limit, SSD and DRAM bandwidth and cores; '*' marks a number the "
                                    "preset does not verify, 'calibrated' one measured by shardscope calibrate.")

@@ -1,4 +1,4 @@
-"""Subcommands that search or extrapolate: sweep, tune, plan (plan's own module: cli_size).
+"""Subcommands that search or extrapolate: sweep, tune, size (its own module: cli_size).
 
     shardscope sweep [--model PATH] --shard-mb 16,64,256 --prefetch-depth 0-4 --threads 1,2 \\
         --n-gpu-layers 0 --budget-mb 200,300 --policy pinned,lru --ssd-mb-s 0 --tokens N \\
@@ -6,12 +6,12 @@
     shardscope tune --device iphone-16-pro [--model PATH] [--budget-cap-mb N] [--csv out.csv] \\
         [--save-profile NAME] [--shard-mb 8,16,32,64,128] [--prefetch-depth 0-4] [--threads 1-2] \\
         [--policy pinned,lru]
-    shardscope plan --device iphone-16-pro (--gguf PATH | --total-params 1.56e12 \\
+    shardscope size --device iphone-16-pro (--model PATH | --total-params 1.56e12 \\
         --active-params 48e9 --bits 8 --layers 61 [--globals-bytes 2.35e9]) [--budget-mb N] \\
         [--policy pinned|lru] [--ssd-mb-s N] [--extended-limit] [--no-prefetch]
 
 Knob flags of sweep and tune take lists: "16,64,256" or llama-bench ranges "0-4",
-"1-8+2", "1-16*2" (engine.knob_ranges). Every refusal is one line, exit 2.
+"1-8+2", "1-16*2" (engine/knobs/knob_ranges.py). Every refusal is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def register(sub) -> None:
     """Add the search subcommands to the ``shardscope`` parser."""
     _register_sweep(sub)
     _register_tune(sub)
-    from shardscope.engine.cli import cli_size  # size / plan: its own module
+    from shardscope.engine.cli import cli_size  # size (plan, its old name): its own module
 
     cli_size.register(sub)
 
@@ -284,12 +284,12 @@ def _register_tune(sub) -> None:
     p = sub.add_parser(
         "tune", help="find the settings with the best projected tok/s on a device (coordinate descent)",
         description="Coordinate descent over policy, shard size, prefetch depth and threads, budget fixed "
-                    "at the device's weight budget (or --budget-cap-mb), starting from the device's "
+                    "at the device's memory budget (or --budget-cap-mb), starting from the device's "
                     "built-in profile; each candidate is a real cold run here projected onto the device; "
                     "results are cached so no combination runs twice.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
     p.add_argument("--budget-cap-mb", type=cli_args.positive_float, default=None,
-                   help="cap the weight budget below the device's (so streaming matters for small models)")
+                   help="cap the memory budget below the device's (so streaming matters for small models)")
     for flag, key in TUNE_FLAGS.items():
         spec = KNOBS[key]
         p.add_argument(flag, dest=key, default=spec.tune or None, metavar=cli_args.metavar(key),
@@ -376,7 +376,7 @@ def cmd_tune(args) -> int:
         bar.close()
     print(f"search: coordinate descent, {result.passes} pass(es), {result.runs} runs, {result.rounds} warm rounds "
           f"(+{result.refused} combinations refused before loading) of a {result.grid_size}-combination grid")
-    print(f"budget: {result.budget_mb:g} MiB (device weight budget {result.weight_budget_mb:g} MiB"
+    print(f"budget: {result.budget_mb:g} MiB (device memory budget {result.weight_budget_mb:g} MiB"
           + (f", capped at {args.budget_cap_mb:g} MiB" if args.budget_cap_mb else "") + ")")
     print(f"  {result.path[0]}" if result.path else "  (nothing ran)")
     for decision in result.decisions:  # each knob's interval decision, moves included

@@ -1,7 +1,8 @@
-"""``shardscope size`` (alias ``plan``): what-if sizing of a model on a device, from a GGUF header, a routing
-trace's header (each layer's expert and dense bytes) or parameter counts (engine/devices/sizing*.py).
+"""``shardscope size`` (``plan``: its old name, an alias): what-if sizing of a model on a device, from a
+GGUF header, a routing trace's header (each layer's expert and dense bytes) or parameter counts
+(engine/devices/sizing*.py).
 
-    shardscope size --device iphone-16-pro (--gguf PATH | --trace FILE [--experts-used K] | --total-params 1.56e12
+    shardscope size --device iphone-16-pro (--model PATH | --trace FILE [--experts-used K] | --total-params 1.56e12
         --active-params 48e9 --bits 8 --layers 61 [--globals-bytes 2.35e9]) [--budget-mb N]
         [--policy pinned|lru] [--ssd-mb-s N] [--extended-limit] [--no-prefetch]
 """
@@ -18,12 +19,15 @@ def register(sub) -> None:
 
 
 def _register_sizing(sub) -> None:
+    # plan is size's old name: argparse lists an alias as "size (plan)", so the help says what it is
     p = sub.add_parser(
-        "size", aliases=["plan"], help="what-if: how a model (too big to run here) would stream on a device",
-        description="From a GGUF header (--gguf), from a routing trace's header (--trace alone: BigMoeOnEdge's "
+        "size", aliases=["plan"],
+        help="what-if: how a model (too big to run here) would stream on a device (plan: the old name, an alias)",
+        description="From a GGUF header (--model), from a routing trace's header (--trace alone: BigMoeOnEdge's "
                     "route_trace v1 gives each layer's expert and dense bytes), or from numbers (--total-params, "
                     "--active-params, --bits, --layers) as the fallback. Prints where the bytes came from, the "
-                    "budget, what stays resident, bytes streamed per token and the roofline projection.")
+                    "budget, what stays resident, bytes streamed per token and the roofline projection. "
+                    "'shardscope plan' is the old name of this command, kept as an alias.")
     p.add_argument("--device", default="iphone-16-pro", help="device preset id (default: iphone-16-pro)")
     # --model, as every other command names its model; --gguf is the old name, kept as an alias
     p.add_argument("--model", "--gguf", dest="gguf", metavar="GGUF",
@@ -40,7 +44,8 @@ def _register_sizing(sub) -> None:
                    help="embeddings + output head in bytes, e.g. 2.35e9 (instead of --globals-fraction)")
     p.add_argument("--name", default="", help="label for the model")
     p.add_argument("--budget-mb", type=finite_float_arg, default=None,
-                   help="weight budget (MiB); default: app limit - KV - compute - runtime")
+                   help="the memory budget: what the weights may occupy (MiB); "
+                        "default: app limit - KV - compute - runtime")
     p.add_argument("--policy", default="pinned", help="pinned or lru")
     p.add_argument("--no-prefetch", action="store_true", help="reads do not overlap compute")
     p.add_argument("--ssd-mb-s", type=finite_float_arg, default=None, help="what-if SSD read rate (MB/s)")
@@ -51,7 +56,7 @@ def _register_sizing(sub) -> None:
     p.add_argument("--expert-hit-rate", type=finite_float_arg, default=None,
                    help="MoE: expert cache hit rate 0..1 measured by a bench run (expert_hit_rate column)")
     p.add_argument("--trace", help="MoE: replay this routing trace for the expert hit rate, with a cache of the same "
-                                   "share of the experts as the device's; alone (no --gguf, no numbers) its header "
+                                   "share of the experts as the device's; alone (no --model, no numbers) its header "
                                    "is the model: each layer's expert and dense bytes (route_trace v1)")
     p.add_argument("--experts-used", type=int, default=None, metavar="K",
                    help="with --trace as the model: run K experts a token instead of the trace's k "
@@ -63,13 +68,13 @@ def _register_sizing(sub) -> None:
     for key in ("shard_mb", "prefetch_depth", "trunk_share"):
         spec = KNOBS[key]
         p.add_argument(spec.flag, type=int, default=spec.default, dest=key,
-                       help=f"{spec.label} as bench takes it (default {spec.text(spec.default)}): the minimum --gguf "
+                       help=f"{spec.label} as bench takes it (default {spec.text(spec.default)}): the minimum --model "
                             "prints is the one bench accepts with the same value".replace("%", "%%"))
     p.set_defaults(func=cmd_size)
 
 
 def cmd_size(args) -> int:
-    """``shardscope size`` (``plan`` still works): the what-if sizing of a model on a device."""
+    """``shardscope size`` (``plan``, its old name, still works): the what-if sizing of a model on a device."""
     from shardscope.engine.devices.devices import get_device
     from shardscope.engine.devices.sizing import POLICIES, SizingInput
     from shardscope.engine.devices.sizing_gguf import size_from_gguf_header
@@ -81,16 +86,16 @@ def cmd_size(args) -> int:
                "--globals-bytes": args.globals_bytes}
     given = [flag for flag, value in numbers.items() if value is not None]
     if args.gguf and given:
-        raise ShardscopeError(f"plan: give --gguf or the model's numbers, not both ({given[0]} with --gguf)")
+        raise ShardscopeError(f"size: give --model or the model's numbers, not both ({given[0]} with --model)")
     if args.like and (args.gguf or given or args.trace):
-        raise ShardscopeError(f"plan: --like {args.like} is the model; drop --gguf, --trace and the model's numbers")
+        raise ShardscopeError(f"size: --like {args.like} is the model; drop --model, --trace and the model's numbers")
     if args.policy not in POLICIES:
         raise ShardscopeError(f"--policy: must be one of {', '.join(POLICIES)}, got {args.policy!r}")
     device = get_device(args.device)
     if args.extended_limit:
         device = device.with_extended_limit()
     if args.expert_hit_rate is not None and args.trace:
-        raise ShardscopeError("plan: give --expert-hit-rate or --trace, not both")
+        raise ShardscopeError("size: give --expert-hit-rate or --trace, not both")
     if args.expert_hit_rate is not None and not 0 <= args.expert_hit_rate <= 1:
         raise ShardscopeError(f"--expert-hit-rate: must be between 0 and 1, got {args.expert_hit_rate:g}")
     trace = None
@@ -103,18 +108,18 @@ def cmd_size(args) -> int:
     model_numbers = [flag for flag in given if flag != "--globals-bytes"]
     if trace_is_model and model_numbers:
         raise ShardscopeError(
-            f"plan: {args.trace}'s header gives the model's bytes per layer; {model_numbers[0]} would describe "
-            "another model (drop the numbers, or give --gguf for the model and the trace for its routing)")
+            f"size: {args.trace}'s header gives the model's bytes per layer; {model_numbers[0]} would describe "
+            "another model (drop the numbers, or give --model for the model and the trace for its routing)")
     if args.experts_used is not None and not trace_is_model:
         raise ShardscopeError("--experts-used: re-scales the k of a trace whose header is the model "
-                              "(--trace FILE with each layer's expert and dense bytes, no --gguf)")
+                              "(--trace FILE with each layer's expert and dense bytes, no --model)")
     common = dict(budget_mb=args.budget_mb, policy=args.policy, prefetch=not args.no_prefetch,
                   compute_s_per_token=args.compute_s_per_token, ssd_mb_s=args.ssd_mb_s,
                   expert_hit_rate=args.expert_hit_rate, expert_trace=trace, expert_policy=args.expert_policy)
     from shardscope.engine.knobs.settings import RunSettings, validate
 
     knobs = validate(RunSettings(model_path=args.gguf, shard_mb=args.shard_mb, prefetch_depth=args.prefetch_depth,
-                                 trunk_share=args.trunk_share), source="plan")
+                                 trunk_share=args.trunk_share), source="size")
     if args.like:
         from shardscope.engine.devices.sizing import size_shape
         from shardscope.engine.devices.sizing_like import shape_like
@@ -136,7 +141,7 @@ def cmd_size(args) -> int:
         if missing:
             where = (f"{args.trace}'s header has no dense bytes per layer, so " if trace is not None else "")
             raise ShardscopeError(
-                f"plan: {where}missing {', '.join(missing)} (give --gguf PATH, --trace FILE whose header has each "
+                f"size: {where}missing {', '.join(missing)} (give --model PATH, --trace FILE whose header has each "
                 "layer's expert and dense bytes, or --total-params, --bits and --layers)")
         result = size_from_numbers(
             SizingInput(total_params=args.total_params, active_params=args.active_params,

@@ -4,7 +4,7 @@ It answers from a GGUF header (:func:`size_from_gguf_header`), from a routing tr
 header (engine/devices/sizing_trace.py: each layer's expert and dense bytes), or, as the
 fallback, from a model's parameter counts (:func:`size_from_numbers`): how many bytes one token touches, how many of
 those fit in the device's memory budget, how many must come from the SSD every
-token, and what the roofline in :mod:`engine.projection` makes of that.
+token, and what the roofline in :mod:`engine.devices.projection` makes of that.
 
 The arithmetic, every step of it in bytes (units: see :mod:`engine.devices`)::
 
@@ -80,7 +80,7 @@ __all__ = [
 
 POLICIES = ("pinned", "lru")
 
-# What the app holds besides weights when no budget is given: profiles/iphone-16-pro.toml's split.
+# What the app holds besides weights when no budget is given: profiles/iphone-16-pro-tuned.toml's split.
 DEFAULT_OVERHEAD_MB = {"kv_cache_mb": 256.0, "compute_buffers_mb": 256.0, "runtime_mb": 512.0}
 
 # Unknown globals = 2 x vocab x hidden, hidden = sqrt(params per layer / 12) (a layer is ~12 h^2);
@@ -226,7 +226,7 @@ class SizingResult:
 
 def size_number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
     sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
-    return finite_number(value, "plan", key, sign=sign)
+    return finite_number(value, "size", key, sign=sign)
 
 
 
@@ -248,9 +248,9 @@ def size_shape(
     if isinstance(device, str):
         device = get_device(device)
     if policy not in POLICIES:
-        raise ShardscopeError(f"plan: 'policy' must be one of {', '.join(POLICIES)}, got {policy!r}")
+        raise ShardscopeError(f"size: 'policy' must be one of {', '.join(POLICIES)}, got {policy!r}")
     if not isinstance(prefetch, bool):
-        raise ShardscopeError(f"plan: 'prefetch' must be true or false, got {prefetch!r}")
+        raise ShardscopeError(f"size: 'prefetch' must be true or false, got {prefetch!r}")
     compute = size_number(compute_s_per_token, "compute_s_per_token", allow_zero=True)
     assumptions = list(shape.assumptions)
     unverified = set(device.unverified)
@@ -271,13 +271,13 @@ def size_shape(
         )
         assumptions.append(
             f"KV cache + compute buffers + runtime assumed {sum(o.values()):g} MiB "
-            "(as the built-in iPhone profile); pass --budget-mb to set the weight budget"
+            "(as the built-in iPhone profile); pass --budget-mb to set the memory budget"
         )
     else:
         budget_mb = size_number(budget_mb, "budget_mb")
         if budget_mb > device.app_memory_limit_mb:
             raise ShardscopeError(
-                f"plan: budget {budget_mb:g} MiB exceeds the app memory limit of {device.name} "
+                f"size: budget {budget_mb:g} MiB exceeds the app memory limit of {device.name} "
                 f"({device.app_memory_limit_mb:g} MiB), which must also hold the KV cache and runtime"
             )
         budget_note = f"given; app limit {device.app_memory_limit_mb:g} MiB"
@@ -311,7 +311,7 @@ def size_shape(
         fits, resident, staging, streamed, overlap = True, W, 0.0, 0.0, prefetch
     elif budget < minimum:
         raise ShardscopeError(
-            f"plan: budget {budget_mb:,.0f} MiB is below the minimum of {whole_mb(minimum):,} MiB for "
+            f"size: budget {budget_mb:,.0f} MiB is below the minimum of {whole_mb(minimum):,} MiB for "
             f"{shape.label} on {device.name} ({parts})"
         )
     elif moe and T > 0 and budget < resident_dense + staging:
@@ -510,7 +510,7 @@ def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[
     if given is not None:
         hit = size_number(given, "expert_hit_rate", allow_zero=True)
         if hit > 1:
-            raise ShardscopeError(f"plan: --expert-hit-rate must be between 0 and 1, got {hit:g}")
+            raise ShardscopeError(f"size: --expert-hit-rate must be between 0 and 1, got {hit:g}")
         return hit, "given"
     from shardscope.engine.experts.replay import min_cache_bytes, replay_one
 
@@ -520,7 +520,7 @@ def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[
     floor = min_cache_bytes(trace)
     if cache < floor:
         raise ShardscopeError(
-            f"plan: the device's expert cache is {share:.3%} of the experts; replayed on the trace's model that is "
+            f"size: the device's expert cache is {share:.3%} of the experts; replayed on the trace's model that is "
             f"{cache / MIB:.2f} MiB, below the {floor / MIB:.2f} MiB one layer's picks need there (trace a "
             "model with smaller experts, or pass --expert-hit-rate)")
     row = replay_one(trace, policy, cache)

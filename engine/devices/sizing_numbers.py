@@ -22,22 +22,22 @@ def _shape_from_numbers(inp: SizingInput) -> ModelShape:
     total = size_number(inp.total_params, "total_params")
     bits = size_number(inp.bits_per_weight, "bits_per_weight")
     if bits > 32:
-        raise ShardscopeError(f"plan: 'bits_per_weight' must be at most 32, got {bits:g}")
+        raise ShardscopeError(f"size: 'bits_per_weight' must be at most 32, got {bits:g}")
     if isinstance(inp.n_layers, bool) or not isinstance(inp.n_layers, int):
-        raise ShardscopeError(f"plan: 'n_layers' must be a whole number, got {inp.n_layers!r}")
+        raise ShardscopeError(f"size: 'n_layers' must be a whole number, got {inp.n_layers!r}")
     if inp.n_layers < 1:
-        raise ShardscopeError(f"plan: 'n_layers' must be at least 1, got {inp.n_layers}")
+        raise ShardscopeError(f"size: 'n_layers' must be at least 1, got {inp.n_layers}")
     active = total if inp.active_params is None else size_number(inp.active_params, "active_params")
     if active > total:
         raise ShardscopeError(
-            f"plan: 'active_params' ({active:g}) exceeds 'total_params' ({total:g}); "
+            f"size: 'active_params' ({active:g}) exceeds 'total_params' ({total:g}); "
             "a token cannot use more parameters than the model has"
         )
     weight = total * bits / 8
     active_bytes = active * bits / 8
     assumptions: list[str] = []
     if inp.globals_bytes is not None and inp.globals_fraction is not None:
-        raise ShardscopeError("plan: give 'globals_bytes' or 'globals_fraction', not both")
+        raise ShardscopeError("size: give 'globals_bytes' or 'globals_fraction', not both")
     if inp.globals_bytes is not None:
         globals_ = size_number(inp.globals_bytes, "globals_bytes", allow_zero=True)
     else:
@@ -52,11 +52,11 @@ def _shape_from_numbers(inp: SizingInput) -> ModelShape:
         else:
             fraction = size_number(inp.globals_fraction, "globals_fraction", allow_zero=True)
             if fraction >= 1:
-                raise ShardscopeError(f"plan: 'globals_fraction' must be below 1, got {fraction:g}")
+                raise ShardscopeError(f"size: 'globals_fraction' must be below 1, got {fraction:g}")
         globals_ = fraction * active_bytes
     if globals_ >= active_bytes:
         raise ShardscopeError(
-            f"plan: globals ({bytes_text(globals_)}) must be smaller than the bytes a token touches "
+            f"size: globals ({bytes_text(globals_)}) must be smaller than the bytes a token touches "
             f"({bytes_text(active_bytes)}); no layer weights would be left"
         )
     layer_total = weight - globals_

@@ -57,7 +57,7 @@ def shape_from_trace(trace, where: str, *, experts_used: int | None = None,
         raise ShardscopeError(
             f"{where}: the trace header has no dense bytes per layer (only a route_trace v1 header's "
             "'# layer=N expert_bytes=B dense_bytes=D' lines or a '# dense_bytes=' line give them): "
-            "give --gguf or the model's numbers as well")
+            "give --model or the model's numbers as well")
     k = header.n_expert_used
     if experts_used is not None:
         whole = isinstance(experts_used, int) and not isinstance(experts_used, bool)

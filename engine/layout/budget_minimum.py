@@ -170,7 +170,7 @@ def moe_minimum(moe: MoeLayout, trunk: ShardPlan | None, depth: int, speculation
 
 def minimum_for(settings) -> Minimum:
     """The minimum budget of ``settings``' model and knobs (shard size, prefetch depth, speculation,
-    GPU layers): what the run refuses below, what ``size --gguf`` prints, the budget slider's floor."""
+    GPU layers): what the run refuses below, what ``size --model`` prints, the budget slider's floor."""
     from shardscope.engine.base.bundled_model import resolve_model_path
     from shardscope.engine.layout.layout_cache import load_layout
 

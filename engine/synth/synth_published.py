@@ -1,4 +1,4 @@
-"""Header-only GGUFs of the published models' full shapes, for ``shardscope size --gguf`` (no weights).
+"""Header-only GGUFs of the published models' full shapes, for ``shardscope size --model`` (no weights).
 
 Sizing a 1.56 TB Kimi K3 needs its tensor table, not its bytes: ``write_header`` writes the GGUF header,
 metadata and tensor infos synth's arch writers give at the published shape (their ``dims`` at the real
