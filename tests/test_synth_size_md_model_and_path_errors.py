@@ -1,4 +1,5 @@
-"""Issue 48's smaller findings on the engine side, each where a test can see it."""
+"""Three outputs that said something untrue (issue 48): the size `synth --size-mb` writes, the model
+label of the `-o md` table, and the refusal of an output path whose folder is a regular file."""
 
 from __future__ import annotations
 
