@@ -1,6 +1,6 @@
 """Run → Auto-tune for device…: the settings with the best projected tok/s on a device.
 
-A full sweep of four knobs is tens of cold runs; ``engine.tune.auto_tune`` walks
+A full sweep of four knobs is tens of cold runs; ``engine.search.tune.auto_tune`` walks
 one knob at a time from the device's built-in profile and caches every result, so
 it needs a fraction of them (the dialog reports how many, against the full grid's
 size, so the saving is visible rather than claimed). Each candidate is a real run
@@ -14,7 +14,7 @@ any knob that cannot move the projection ("no effect"). A saved profile's descri
 records the same.
 
 The budget is capped at the window's Memory budget slider: on a small model the
-device's whole weight budget would hold everything and there would be nothing to
+device's whole memory budget would hold everything and there would be nothing to
 tune. The SSD emulated while measuring is the window's SSD slider. Candidate lists
 are small by default (a few minutes on two cores) and use the sweep's list syntax.
 The run goes on a worker thread; Cancel takes effect after the current run (the

@@ -2,10 +2,10 @@
 
 What it optimises: each candidate settings is run here (a cold StreamingRun, like
 a sweep row) and its measurement is projected onto the device
-(:func:`engine.run_projection.projection_for`: the run's bytes read per token on
+(:func:`engine.devices.run_projection.projection_for`: the run's bytes read per token on
 the device's SSD, its compute on the device's performance cores). A candidate
-*fits* when its weight budget and the weights the kernel saw resident during the
-run are both within the device's weight budget (app memory limit − KV cache −
+*fits* when its memory budget and the weights the kernel saw resident during the
+run are both within the device's memory budget (app memory limit − KV cache −
 compute buffers − runtime, :func:`engine.devices.weight_budget_mb` with the split of
 the built-in iPhone profile: 3072 − 256 − 256 − 512 = 2048 MB).
 
@@ -14,7 +14,7 @@ How it searches (not the full grid): **coordinate descent with a result cache, o
 1. The budget is fixed at the most the device allows (optionally capped with
    ``budget_cap_mb``): with the same other knobs a larger budget never reads more
    per token, so it is not worth runs.
-2. Start from the device's built-in run profile (profiles/iphone-16-pro.toml for
+2. Start from the device's built-in tuning profile (profiles/iphone-16-pro-tuned.toml for
    iphone-16-pro), each knob snapped to its nearest candidate value.
 3. **Each candidate is measured until its figure's spread is known**: one run, its first
    round cold (the load's reads and first touches: a warm-up, not counted), then warm rounds
@@ -98,7 +98,7 @@ DEFAULT_CANDIDATES: dict[str, list] = {
 }
 
 SEARCH_DESCRIPTION = (
-    "coordinate descent on intervals: budget fixed at the device's weight budget (or the cap); each "
+    "coordinate descent on intervals: budget fixed at the device's memory budget (or the cap); each "
     "candidate is one run, its cold first round left out, then {rounds} warm rounds until its projected "
     "figure's interval is known; from the device's built-in profile, one knob at a time (policy, shard size, "
     "prefetch depth, threads; for a MoE model that streams experts: threads, expert policy, speculation, and "
@@ -123,7 +123,7 @@ def searched_candidates(cands: dict[str, list], experts: bool, given: dict[str, 
 
 
 def device_weight_budget_mb(device) -> float:
-    """The device's weight budget with the overhead split the sizing and the iPhone profile use."""
+    """The device's memory budget with the overhead split the sizing and the iPhone profile use."""
     from shardscope.engine.devices.devices import weight_budget_mb
     from shardscope.engine.devices.sizing import DEFAULT_OVERHEAD_MB
 
@@ -219,7 +219,7 @@ def _snap(value, candidates: list):
 
 
 def start_settings(device_id: str, base: RunSettings | None = None) -> RunSettings:
-    """The device's built-in run profile (by its ``device`` key), else ``base``/defaults."""
+    """The device's built-in tuning profile (by its ``device`` key), else ``base``/defaults."""
     from shardscope.engine.knobs.profile_file import list_profiles
 
     profiles, _ = list_profiles(None)
