@@ -120,7 +120,7 @@ def _text(path: str) -> str:
 def collect_on_the_main_thread():
     """Collect each test's garbage here, on the GUI thread: Qt objects must never be
     destroyed by a collection that happens to start on a worker thread (see
-    app/gui_thread_gc.py — an unlucky collection froze a whole test run)."""
+    app/base/gui_thread_gc.py — an unlucky collection froze a whole test run)."""
     yield
     gc.collect()
 

@@ -1,6 +1,6 @@
 """Where the window keeps the user's profiles and its own state (geometry, last profile).
 
-The folder is the engine's (engine.user_dirs.config_dir), so profiles saved by
+The folder is the engine's (engine.base.user_dirs.config_dir), so profiles saved by
 ``shardscope tune --save-profile`` show up in the window on every platform; one
 override (``SHARDSCOPE_CONFIG_DIR``, or a folder passed to the window) moves both.
 """

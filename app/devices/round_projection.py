@@ -1,6 +1,6 @@
 """A round's device projection as the window shows it: one number and honest sentences.
 
-``engine.run_projection.projection_for`` does the arithmetic and returns a value
+``engine.devices.run_projection.projection_for`` does the arithmetic and returns a value
 (the caller attaches it to the RunSummary so the exported CSV carries it); this
 module only decides how it reads: "projected on iPhone 16 Pro (USB-C SSD): 5.75 tok/s
 (ssd-bound)". The presets mark numbers that are derived, borrowed from a sibling

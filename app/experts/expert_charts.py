@@ -28,7 +28,7 @@ EXPERT_SHORT = {"expert_hit": "experts", "spec": "spec."}  # the legend's names 
 
 
 def add_expert_curves(chart: LiveChart) -> None:
-    """Onto a chart from app.charts.build_run_chart (its "hit" plot is in %)."""
+    """Onto a chart from app.run_view.charts.build_run_chart (its "hit" plot is in %)."""
     for curve, label in EXPERT_HIT_LABELS.items():
         chart.add_curve("hit", curve, label, EXPERT_COLORS[curve], short=EXPERT_SHORT[curve])
     # Where an expert run's weights sit: the trunk's shards held and the expert cache, apart.

@@ -86,7 +86,7 @@ class WindowFiles:
         if path:
             self.export_to(path)
 
-    # -- calibration: llama-bench rows from a device fit its speed (engine.calibrate) ---------
+    # -- calibration: llama-bench rows from a device fit its speed (engine.devices.calibrate) ---------
     def _calibrate_dialog(self) -> None:
         device_id = self.device_id()
         if not device_id:

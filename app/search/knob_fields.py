@@ -1,7 +1,7 @@
 """Text fields for knob lists ("16,32,64", "0-4", "1-16*2"), checked as they are typed.
 
 Sweeps and auto-tune take the same list syntax as ``shardscope sweep``/``tune``
-(``engine.knob_ranges``), so a list that works on the command line works here and
+(``engine.knobs.knob_ranges``), so a list that works on the command line works here and
 the refusal reads the same. The message appears under the field it is about, in
 red, and the field gets a red frame: with five fields, "bad range" in a status bar
 would leave the user hunting for which one.

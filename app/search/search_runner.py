@@ -8,7 +8,7 @@ window's run (waiting for ``run_finished``, which takes at most a token), then
 holds the session's engine lock (``begin_search``/``end_search``) for as long as its
 thread lives: Run is disabled meanwhile and says why.
 
-The dialogs own a SearchRunner each; the window's runs (app.window_runs) is the host.
+The dialogs own a SearchRunner each; the window's runs (app.runs.window_runs) is the host.
 """
 
 from __future__ import annotations

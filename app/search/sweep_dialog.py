@@ -3,17 +3,17 @@
 The window's sliders answer "what happens if I move this now"; a sweep answers
 "which combination is best", which needs each combination measured the same way:
 cold, alone, for the same number of tokens. It is ``shardscope sweep`` in a
-window: the same list syntax (``engine.knob_ranges``), the same engine loop
-(``engine.sweep.iter_sweep``) on a worker thread, the same refusals (a
+window: the same list syntax (``engine.knobs.knob_ranges``), the same engine loop
+(``engine.search.sweep.iter_sweep``) on a worker thread, the same refusals (a
 combination below the minimum budget is skipped with the engine's reason). The prefilled
 lists hold only combinations the engine runs on the open model and budget
-(app.runnable_lists), and the dialog says before Start how many runs and about how long.
+(app.search.runnable_lists), and the dialog says before Start how many runs and about how long.
 
 Rows appear as runs finish, so a long sweep is useful before it ends, and Cancel
 stops the current run at its next token and keeps every finished row. A row can
 be sent back to the window ("Apply to sliders") or kept ("Save as profile…").
 The window's own run is stopped first and Run stays disabled meanwhile
-(app.search_runner says why).
+(app.search.search_runner says why).
 """
 
 from __future__ import annotations

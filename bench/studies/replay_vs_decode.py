@@ -1,5 +1,5 @@
 """Decode tok/s while the cacheability replay runs: in a thread of the run's process vs in a
-separate process (app/cacheability_curve.py). The replay is pure Python; the expert run's
+separate process (app/experts/cacheability_curve.py). The replay is pure Python; the expert run's
 decode thread needs the GIL at every layer's router callback.
 
     python -m bench.studies.replay_vs_decode MODEL.gguf --budget-mb 78

@@ -2,7 +2,7 @@
 
 The experiment behind docs/projection-validation.md: each rate is a cold run with
 ``--ssd-mb-s`` throttling the loader; the run's own measurement is projected onto
-"this host with an SSD of that rate" (engine.run_projection) and set beside the
+"this host with an SSD of that rate" (engine.devices.run_projection) and set beside the
 tok/s it measured.
 """
 

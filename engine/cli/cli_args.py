@@ -123,7 +123,7 @@ def settings_from_args(args) -> RunSettings:
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
-    """llama-bench's -o and -r (engine.llama_bench_format)."""
+    """llama-bench's -o and -r (engine.output.llama_bench_format)."""
     from shardscope.engine.output.llama_bench_format import FORMATS
 
     p.add_argument("-o", "--output", choices=FORMATS, default="md",

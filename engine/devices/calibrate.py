@@ -7,7 +7,7 @@ The rule (docs/calibration.md has it with its error on held-out rows):
   here when the device ran it too). A model is the same when llama.cpp describes it
   the same: ``model_type``, ``model_size`` and ``model_n_params``.
 * **compute_scale** (the device's per-core speed relative to this machine, as
-  engine.projection uses it) = device rate per core ÷ host rate per core, where a device row's cores are
+  engine.devices.projection uses it) = device rate per core ÷ host rate per core, where a device row's cores are
   ``min(n_threads, performance cores)`` — the projection's own thread rule — and a host row's are its ``n_threads``. The
   rates are prompt processing (pp) when both sides have pp rows, since pp is compute-bound;
   otherwise text generation (tg). Every repetition (``samples_ts``) is one observation;

@@ -387,7 +387,7 @@ def get_device(id_: str) -> Device:
 
 
 # ----------------------------------------------------------------- calibration
-# Quantities a real run on the device can measure (engine.calibrate fits them).
+# Quantities a real run on the device can measure (engine.devices.calibrate fits them).
 CALIBRATED_QUANTITIES = ("compute_scale", "dram_mb_s")
 _CALIBRATION_KEYS = _QUANTITY_KEYS | {"calibrated_from", "calibrated_on"}
 

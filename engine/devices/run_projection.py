@@ -1,6 +1,6 @@
 """Project a finished run (a :class:`RunSummary`) onto a device with the roofline.
 
-:mod:`engine.projection` works on three per-token costs; this module says how each
+:mod:`engine.devices.projection` works on three per-token costs; this module says how each
 one is read off a run summary, so ``shardscope bench --device``, ``sweep`` and
 ``tune`` all project the same way:
 
@@ -41,7 +41,7 @@ counter includes the time blocked in the eval callback, so it is not compute eit
 the controller's wait counter is the only clean measure of "not computing".
 
 The projection is then ``max(ssd, dram, compute)`` with prefetch and
-``ssd + max(dram, compute)`` without (see :mod:`engine.projection`), i.e. it assumes
+``ssd + max(dram, compute)`` without (see :mod:`engine.devices.projection`), i.e. it assumes
 the loader keeps the disk busy while compute runs. How well that holds on this host
 is checked in docs/projection-validation.md (bench/sweeps/projection_validation.py).
 """
@@ -138,7 +138,7 @@ def projection_for(summary, device_id: str) -> Projection:
     """The device projection of a run: a value, the summary is left as it was.
 
     The measured bytes and compute of this run, on the device's SSD, DRAM and
-    performance cores (``engine.projection.project``).
+    performance cores (``engine.devices.projection.project``).
     """
     return project(measurement_from_summary(summary), get_device(device_id))
 

@@ -175,7 +175,7 @@ def size_from_gguf_header(
 ) -> SizingResult:
     """Plan from a GGUF file's header: exact sizes, layers, globals and expert split.
 
-    Reads only the header and tensor table (engine.gguf_layout), never the weights,
+    Reads only the header and tensor table (engine.layout.gguf_layout), never the weights,
     so planning a 1.5 TB model costs milliseconds. All parts of a split model are read.
     """
     return size_shape(

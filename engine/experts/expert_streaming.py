@@ -95,7 +95,7 @@ class ExpertStreamer:
         self.counters = ExpertCounters()
         # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
         self.limiter = trunk.limiter if trunk is not None else SsdRateLimiter(ssd_mb_s)  # one emulated disk
-        # trunk_ranges: the trunk's shards, streamed beside the experts (engine/experts/trunk_streaming.py)
+        # trunk_ranges: the trunk's shards, streamed beside the experts by self.trunk (engine/stream/residency.py)
         trunk_ranges = [r for shard in trunk.plan.shards for r in shard.ranges] if trunk is not None else ()
         self.io = ExpertIO(moe, mapping, fd, slots, self.limiter, trunk_ranges)
         self.slots = slots  # their books are the sampler's resident-weights reading

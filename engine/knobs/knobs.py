@@ -1,8 +1,8 @@
 """Every run knob, declared once: RunSettings' fields carry their own range, unit, label,
 CLI flag, sweep kind and whether a running run can take a new value.
 
-Validation (engine.settings), the CLI flags (engine.cli_args), sweep/tune lists
-(engine.knob_ranges), profiles (engine.profile_file), the window's controls and every
+Validation (engine.knobs.settings), the CLI flags (engine.cli.cli_args), sweep/tune lists
+(engine.knobs.knob_ranges), profiles (engine.knobs.profile_file), the window's controls and every
 "settings as text" read this registry, so a new knob is one ``knob(...)`` line here plus
 the engine code that uses its value.
 """
@@ -119,7 +119,7 @@ class RunSettings:
     temperature: float = knob(0.0, label="Temperature", short="temperature", low=0, high=10,
                               flag="--temperature", help="0: greedy")
     seed: int = knob(0, label="Seed", short="seed", low=0, high=2**31 - 1, flag="--seed")
-    # MoE expert streaming (engine.expert_run): read only the experts the router picks.
+    # MoE expert streaming (engine.experts.expert_run): read only the experts the router picks.
     # Dense models ignore them (a sweep or tune varies them only for MoE models); all three are live.
     expert_cache_mb: int = knob(
         0, label="Expert cache", short="expert cache", unit="MiB", off="auto", low=0, high=1_048_576,

@@ -1,7 +1,7 @@
 """Every figure a run shows, declared once: its name, unit, label, where it appears and
 what independent source ``--verify`` holds it against.
 
-The charts (app/charts.py, app/expert_charts.py), the timeline CSV (engine/output/csv_out.py,
+The charts (app/run_view/charts.py, app/experts/expert_charts.py), the timeline CSV (engine/output/csv_out.py,
 used by ``bench --timeline`` and the window's export), the window's numbers panels, the
 llama-bench Markdown columns and ``bench --verify``'s check names all read this list, so a
 figure added here shows up everywhere it is declared to, and an MoE session's exported

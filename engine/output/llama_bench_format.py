@@ -18,7 +18,7 @@ its decode time, recovered from the summary as timed tokens / ``avg_ts`` (``avg_
 kept to 3 decimals, so a sample is exact to 0.0005 tok/s).
 
 Rows are built from :class:`RunSummary` objects and the llama.cpp facts of
-:mod:`engine.build_info`; the printers only format.
+:mod:`engine.stream.build_info`; the printers only format.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _mean_of(summaries: Sequence, key: str):
 def bench_row(repetitions: Sequence, facts: dict, *, test_time: str) -> dict:
     """One llama-bench row from the summaries of one grid point's repetitions.
 
-    ``facts`` holds the descriptive fields llama.cpp reports (engine.build_info.llama_facts).
+    ``facts`` holds the descriptive fields llama.cpp reports (engine.stream.build_info.llama_facts).
     Streaming fields are the mean over repetitions for real numbers, the last
     repetition's value otherwise (counts, names, mechanisms).
     """

@@ -1,8 +1,8 @@
 """``-o``/``-r`` of ``shardscope bench`` and ``sweep``: finished runs → llama-bench rows on stdout.
 
-Joins the run summaries (engine.streaming_run) with what llama.cpp reports about its
-build, this machine and the model (engine.build_info), and hands the rows to the
-printers (engine.llama_bench_format).
+Joins the run summaries (engine.stream.streaming_run) with what llama.cpp reports about its
+build, this machine and the model (engine.stream.build_info), and hands the rows to the
+printers (engine.output.llama_bench_format).
 """
 
 from __future__ import annotations

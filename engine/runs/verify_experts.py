@@ -63,8 +63,9 @@ def expert_checks(summary, run, token_reads: dict, residency: tuple[float, float
     checks = []
     n_decoded = summary.n_gen - 1
     first, last = token_reads.get("first"), token_reads.get("last")
-    # A streamed trunk (engine/experts/trunk_streaming.py) reads too: the kernel's reads are then the
-    # experts' plus the trunk's shards (dense_mb_per_token), and every shard is needed every token.
+    # A streamed trunk (run.trunk, a ResidencyController: engine/stream/residency.py) reads too: the
+    # kernel's reads are then the experts' plus the trunk's shards (dense_mb_per_token), and every shard
+    # is needed every token.
     trunk = getattr(run, "trunk", None)
     if first and last and n_decoded > 0:
         read = last["read_bytes"] - first["read_bytes"]

@@ -15,7 +15,7 @@ all. ``max_rounds=0`` gives the old sweep: the cold round alone.
 A combination the engine refuses before loading (budget below the minimum for
 that shard size and prefetch depth) is *skipped* with a one-line reason; it does not
 stop the sweep. ``run_sweep`` appends each finished run's row to the CSV right away
-(``engine.csv_out.append_rows`` rewrites through a temp file and a rename), so an
+(``engine.output.csv_out.append_rows`` rewrites through a temp file and a rename), so an
 interrupted sweep keeps every row already written.
 
 The GUI drives ``iter_sweep`` directly: ``should_stop`` is polled during each run

@@ -83,7 +83,7 @@ def verdict_text(result) -> str:
 
 
 def user_profiles_dir() -> Path:
-    """Where user profiles live; the same folder the window lists (engine.user_dirs)."""
+    """Where user profiles live; the same folder the window lists (engine.base.user_dirs)."""
     from shardscope.engine.base.user_dirs import profiles_dir
 
     return profiles_dir()

@@ -1,5 +1,5 @@
 """What llama.cpp says about its build, this machine and a model: the descriptive
-fields of a llama-bench row (see engine.llama_bench_format).
+fields of a llama-bench row (see engine.output.llama_bench_format).
 
 Build: llama-cpp-python exposes neither ``llama_commit()`` nor ``llama_build_number()``
 (they live in llama.cpp's common library, which the package does not ship). The
@@ -177,7 +177,7 @@ def _ggml_type_name(type_id: int) -> str:
 def context_info(n_ctx: int) -> dict:
     """The llama.cpp settings a shardscope run uses, in llama-bench's words.
 
-    n_batch/n_ubatch follow engine.llama_session (n_ctx, min(n_ctx, 512)); the rest are
+    n_batch/n_ubatch follow engine.stream.llama_session (n_ctx, min(n_ctx, 512)); the rest are
     llama.cpp's defaults, which shardscope does not change, read from the library, and
     the two model settings streaming needs (mmap loading, no repacked weights).
     """

@@ -61,7 +61,7 @@ class ResidencyController:
                  slots: DirectSlots | None = None, shared: bool = False):
         self.plan = plan
         # shared: the plan is an MoE file's trunk and the expert streamer shares file and slots; it
-        # drops the file at start, reads what no shard holds and closes the slots (trunk_streaming.py)
+        # drops the file at start, reads what no shard holds and closes the slots (engine/experts/expert_streaming.py)
         self.shared = shared
         self.mapping = mapping
         self.fd = fd

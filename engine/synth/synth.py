@@ -287,7 +287,7 @@ def write_synthetic_model(out_path: str | os.PathLike, size_mb: float, n_layers:
     tensor, and with 1.0 once the file is in place; an exception raised by it aborts
     the write (nothing is left behind). Raises ShardscopeError for bad arguments, an
     unwritable directory or a full disk; ``out_path`` is then untouched.
-    ``moe`` (an ``engine.synth_moe.MoeSpec``) makes it a mixture-of-experts model.
+    ``moe`` (an ``engine.synth.synth_moe.MoeSpec``) makes it a mixture-of-experts model.
     """
     target = Path(out_path)
     vocab = build_vocab()

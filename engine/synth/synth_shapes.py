@@ -1,5 +1,5 @@
 """Sizes and shapes of synthetic GGUF models: shared by the dense writer (engine.synth) and
-the MoE shapes (engine.synth_moe), so neither imports the other's module."""
+the MoE shapes (engine.synth.synth_moe), so neither imports the other's module."""
 
 from __future__ import annotations
 
