@@ -1,6 +1,6 @@
 """One minimum budget for expert streaming (engine/layout/budget_minimum.py), and everything that
 states it agreeing: the run's refusal (naming the knob that is too small), the prompt's micro-batch
-size, ``size --gguf`` and ``bench`` on the same file, and the knob's range.
+size, ``size --model`` and ``bench`` on the same file, and the knob's range.
 
 The arithmetic is checked by hand on small layouts (page size from the kernel, mmap.PAGESIZE),
 and the CLI's figure against what the run then accepts on a real file.

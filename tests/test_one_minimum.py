@@ -1,4 +1,4 @@
-"""Issue 48 item 3: one minimum for every model, dense included — the minimum ``size --gguf`` prints
+"""Issue 48 item 3: one minimum for every model, dense included — the minimum ``size --model`` prints
 is the one ``bench`` accepts, one MiB less is refused, and the refusal's "minimum" and its advice are
 the same number; the slider's floor and the knob range read the same definition
 (engine/layout/budget_minimum.py minimum_for).

@@ -1,4 +1,4 @@
-"""Header-only GGUFs of the published shapes (engine/synth/synth_published.py): what `size --gguf` reads.
+"""Header-only GGUFs of the published shapes (engine/synth/synth_published.py): what `size --model` reads.
 
 Checked with the gguf package's reader (not the engine's) and the file system's block count."""
 

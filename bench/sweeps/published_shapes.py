@@ -1,10 +1,10 @@
-"""`size --gguf` on each new arch's full published shape against the arithmetic from that shape (issue 49).
+"""`size --model` on each new arch's full published shape against the arithmetic from that shape (issue 49).
 
     python -m bench.sweeps.published_shapes [--dir /tmp/shardscope-published] [--device laptop-16gb]
 
 For Kimi K3, DeepSeek-V4-Flash and Qwen3.5-35B-A3B: writes the header-only GGUF of the published
 shape (engine/synth/synth_published.py: tensor table at the real widths, the data section a hole),
-runs `shardscope size --gguf` on it in its own process and reads the bytes a token touches from its
+runs `shardscope size --model` on it in its own process and reads the bytes a token touches from its
 output; beside it, the same figure from the config numbers alone (written out below, per layer kind:
 weights x bytes per weight of the file's types — Q8_0 34/32 B, MXFP4 17/32 B, Q4_K 144/256 B, Q6_K
 210/256 B, F32 4 B — norms and the few-element vectors left out, the embedding and output head
@@ -91,13 +91,13 @@ def main() -> int:
     from shardscope.engine.synth.synth_published import write_header
 
     Path(args.dir).mkdir(parents=True, exist_ok=True)
-    print("| --arch | published shape | file (sparse: header only) | size --gguf: a token touches | shape arithmetic "
+    print("| --arch | published shape | file (sparse: header only) | size --model: a token touches | shape arithmetic "
           "| of it routed experts | off |")
     print("|---|---|---:|---:|---:|---:|---:|")
     worst = 0.0
     for arch, (like, arithmetic) in SHAPES.items():
         path = write_header(arch, Path(args.dir) / f"{arch}.gguf")
-        done = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "size", "--gguf", str(path),
+        done = subprocess.run([sys.executable, "-m", "shardscope.engine.cli.cli", "size", "--model", str(path),
                                "--device", args.device], capture_output=True, text=True)
         if done.returncode != 0:
             print(f"| {arch} | {like} | size failed: {(done.stderr or done.stdout).strip().splitlines()[-1]} |")
