@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,14 +32,27 @@ REPO = Path(__file__).resolve().parents[1]
 def _phone_check():
     spec = importlib.util.spec_from_file_location("phone_check", REPO / "bench" / "sweeps" / "phone_check.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("phone_check", module)  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
 @pytest.fixture(scope="module")
-def published():
+def fitted():
+    """The published runs projected as the check projects them: each serial cache run with the cache costs
+    fitted over the other five (bench/sweeps/phone_check.py), the rest with the preset's."""
     runs = read_runs(PUBLISHED_RUNS)
-    projected, calibrations = project_runs(runs, get_device("oneplus-15r"))
+    device = get_device("oneplus-15r")
+    check = _phone_check()
+    fit = check.fit_cache_costs(device, runs, "lru")
+    preset, calibrations = project_runs(runs, device)
+    projected = [check.without_itself(p, fit, device) for p in preset]
+    return runs, projected, calibrations, fit, preset
+
+
+@pytest.fixture(scope="module")
+def published(fitted):
+    runs, projected, calibrations, _, _ = fitted
     return runs, projected, calibrations
 
 
@@ -54,7 +68,7 @@ def test_the_table_holds_all_three_models_with_a_cache_off_run_each(published):
 def test_mib_per_token_within_10_percent_of_every_run_but_the_calibration(published):
     _, projected, _ = published
     checked = [p for p in projected if not p.calibration]
-    assert len(checked) == 16  # 20 runs - 3 cache-off compute calibrations - qwen_c2000_l4 (first touch)
+    assert len(checked) == 17  # 20 runs - the 3 cache-off runs compute is taken from
     for p in checked:
         assert abs(p.mib_per_token / p.run.mib_per_token - 1) <= 0.10, p.run.source
 
@@ -159,3 +173,75 @@ def test_unwritable_csv_is_refused_before_any_work(tmp_path, capsys):
     assert _phone_check().main(["--csv", str(tmp_path / "no-such-folder" / "out.csv")]) == 2
     captured = capsys.readouterr()
     assert "--csv" in captured.err and "does not exist" in captured.err and captured.out == ""
+
+
+SERIAL_CACHE_RUNS = ("qwen_c2000_l2", "qwen_c2000_l4", "qwen_c4000_l2", "qwen_c4000_l4", "gemma_c2000_l2",
+                     "gemma_c2000_l4")
+
+
+def _csv_rows():
+    with open(PUBLISHED_RUNS, newline="") as fh:
+        return {Path(r["source"].split(":")[0]).stem: r for r in csv.DictReader(fh)}
+
+
+def _g_by_hand(rows, names) -> float:
+    """Least squares through 0 of (compute - the model's cache-off compute) on MiB, straight from the CSV:
+    every serial cache run is at k = 8 with its model's cache-off run at k = 8, so the cache-off compute is
+    that run's own (Qwen3 0.123, Gemma 0.172 s) and the bytes a token touches are the same."""
+    off = {"Qwen3-30B-A3B": float(rows["qwen_stream"]["compute_s"]),
+           "Gemma-4-26B-A4B": float(rows["gemma_stream"]["compute_s"])}
+    num = sum(float(rows[n]["mib_per_token"]) * (float(rows[n]["compute_s"]) - off[rows[n]["model"]]) for n in names)
+    return num / sum(float(rows[n]["mib_per_token"]) ** 2 for n in names) * 1e6
+
+
+def test_cache_costs_are_fitted_over_the_six_serial_cache_runs_and_each_is_checked_without_itself(fitted):
+    _, projected, _, fit, preset = fitted
+    rows = _csv_rows()
+    assert tuple(Path(r.source.split(":")[0]).stem for r in fit.runs) == SERIAL_CACHE_RUNS
+    # cache management by hand from the published compute and MiB: 137.8 us a MiB over the six
+    assert fit.cache_mgmt_us_per_mib == pytest.approx(_g_by_hand(rows, SERIAL_CACHE_RUNS), abs=0.05)
+    device = get_device("oneplus-15r")
+    # the preset `size` and the window read is this fit (first touch: the same fit's other figure)
+    assert device.cache_mgmt_us_per_mib == pytest.approx(fit.cache_mgmt_us_per_mib, abs=0.05)
+    assert device.first_touch_us_per_mib == pytest.approx(fit.first_touch_us_per_mib, abs=0.05)
+    for name in SERIAL_CACHE_RUNS:
+        source = rows[name]["source"]
+        f, g = fit.loo[source]
+        others = [n for n in SERIAL_CACHE_RUNS if n != name]
+        assert g == pytest.approx(_g_by_hand(rows, others), abs=0.05)  # without the run itself
+        mine = next(p for p in projected if p.run.source == source)
+        before = next(p for p in preset if p.run.source == source)
+        assert not mine.calibration
+        assert mine.flash_s == pytest.approx(fit.flash_s(source, f))
+        assert mine.compute_s == pytest.approx(before.compute_s + (g - device.cache_mgmt_us_per_mib) * 1e-6
+                                               * before.mib_per_token)
+        # the arithmetic re-projection agrees with the engine's own at the preset's figures
+        assert fit.flash_s(source, device.first_touch_us_per_mib) == pytest.approx(before.flash_s, rel=2e-3)
+    # the lane's first touch matters: without it the six would have read 11-39 % faster than they did
+    assert all(fit.flash_s(r.source, 0) < r.flash_s * 0.9 for r in fit.runs)
+
+
+def test_tok_s_between_the_two_figures_on_every_run_but_the_engine_artifacts(published):
+    """Every run not calibrated on lies between its serial and overlapped figure or within 10 % of one,
+    but four whose published seconds hold what the model has no term for (docs/projection-validation.md):
+    qwen_stream_ov and gpt_kdef (their pre-2026-07-28 overlap hook spun on sched_yield while reads lagged:
+    compute 0.412 s against the same bytes' serial 0.123; 0.949 against 0.243 at half the bytes), the gpt-oss
+    trace run (6038 major faults a token on its page-cached dense weights: compute 1.705 s) and
+    gemma_c2000_l4 (Gemma's 4-lane reads, cache off included, slower than the probe-fitted flash: -13 / -17 %)."""
+    _, projected, _ = published
+    misses = {run_stem(p) + (" trace" if "route-trace" in p.run.source else "")
+              for p in projected if not p.calibration and abs(p.tok_s_error()) > 0.10}
+    assert misses <= {"qwen_stream_ov", "gpt_kdef", "gptoss trace", "gemma_c2000_l4"}
+    serial_cache = [p for p in projected if run_stem(p) in SERIAL_CACHE_RUNS[:5]]
+    assert len(serial_cache) == 5 and all(abs(p.tok_s_error()) <= 0.10 for p in serial_cache)
+
+
+def test_replay_without_the_k_trend_misses_the_same_experts():
+    from shardscope.engine.devices.replay_at_k import replay_at_k
+    from shardscope.engine.experts.foreign_traces import load_trace
+
+    trace = load_trace(PUBLISHED_RUNS.parent / "route-traces" / "qwen.route.csv")
+    full = replay_at_k(trace, "lru", 2000 * 2**20, 8)
+    quick = replay_at_k(trace, "lru", 2000 * 2**20, 8, trend=False)
+    assert quick.accesses == full.accesses and quick.missed_mib_per_token == full.missed_mib_per_token
+    assert full.may_be_off > 0 and quick.may_be_off is None

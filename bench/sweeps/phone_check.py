@@ -29,6 +29,7 @@ import argparse
 import csv
 import io
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from shardscope.engine.base.errors import ShardscopeError
@@ -160,34 +161,120 @@ def measured_errors(projected, lomo) -> dict[str, tuple[float, float]]:
     return {k: (min(v), max(v)) for k, v in figures.items() if v}
 
 
-def solve_first_touch(device, runs, policy: str) -> tuple[object, float] | None:
-    """The preset's first-touch cost solved again from the run it names (calibrated_from): the µs per MiB
-    at which that run's projected flash seconds per MiB equal the published. None without such a run."""
+F_GRID_US = tuple(range(0, 2001, 50))  # first touch candidates, µs a MiB; flash is interpolated between them
+
+
+@dataclass(frozen=True)
+class CacheCostFit:
+    """The device's two cache costs fitted over the serial cache runs (fit_cache_costs), and again without each.
+
+    ``first_touch_us_per_mib`` f: the reading lane's cost per MiB read into fresh pages, where the runs'
+    projected flash seconds per projected MiB come closest to the published per published MiB (least squares
+    of the log ratio). ``cache_mgmt_us_per_mib`` g: the compute a missed MiB adds, least squares through 0 of
+    (published compute - the cache-off compute per byte x the bytes the token touches) on the published MiB.
+    ``loo``: per run source, (f, g) fitted over the other runs: the figures that run is checked with."""
+
+    first_touch_us_per_mib: float
+    cache_mgmt_us_per_mib: float
+    runs: tuple  # the PublishedRuns fitted over
+    loo: dict  # source -> (f, g) without that run
+    flash_at: dict  # source -> projected flash seconds at each F_GRID_US value (the run's own lanes)
+
+    def flash_s(self, source: str, us: float) -> float:
+        """The run's projected flash seconds at a first-touch cost of ``us`` (linear between grid points)."""
+        grid, values = F_GRID_US, self.flash_at[source]
+        i = min(max(int(us // (grid[1] - grid[0])), 0), len(grid) - 2)
+        t = (us - grid[i]) / (grid[i + 1] - grid[i])
+        return values[i] + t * (values[i + 1] - values[i])
+
+
+def fit_runs(runs) -> list:
+    """The runs the cache costs are fitted over: serial engines with a cache that published flash, compute and
+    MiB (an overlapping engine publishes a stall and a compute that absorbs its waits: neither is a cost)."""
+    return [r for r in runs if r.engine == "serial" and r.cache_mib > 0 and r.flash_s and r.compute_s
+            and r.mib_per_token]
+
+
+def fit_cache_costs(device, runs, policy: str) -> CacheCostFit | None:
+    """f and g over ``fit_runs(runs)``, and leave-one-out (CacheCostFit). None with fewer than two such runs."""
+    import math
     from dataclasses import replace
 
     from shardscope.engine.base.units import MIB
-    from shardscope.engine.devices.published_runs import flash_seconds, trace_arch
+    from shardscope.engine.devices.published_runs import (
+        calibration_run,
+        flash_seconds,
+        touched_layer_bytes,
+        trace_arch,
+    )
     from shardscope.engine.devices.replay_at_k import replay_at_k
-    from shardscope.engine.experts.foreign_traces import load_trace
 
-    run = next((r for r in runs if device.first_touch_from and r.source.startswith(device.first_touch_from)
-                and r.flash_s and r.mib_per_token and r.cache_mib > 0), None)
-    if run is None:
+    fitted = fit_runs(runs)
+    if len(fitted) < 2:
         return None
-    trace = load_trace(run.trace_path)
-    row = replay_at_k(trace, policy, int(run.cache_mib * MIB), run.k)
-    arch, target = trace_arch(run.trace_path), run.flash_s / run.mib_per_token
+    traces = _Loaded()
+    flash_at, missed = {}, {}
+    for r in fitted:
+        row = replay_at_k(traces.trace(r), policy, int(r.cache_mib * MIB), r.k, trend=False)
+        header, arch = traces.trace(r).header, trace_arch(r.trace_path)
+        missed[r.source] = row.missed_mib_per_token
+        flash_at[r.source] = [flash_seconds(replace(device, first_touch_us_per_mib=us), row.accesses, header, arch,
+                                            r.lanes, row.n_tokens, cache=True) for us in F_GRID_US]
+    shell = CacheCostFit(0.0, 0.0, tuple(fitted), {}, flash_at)
 
-    def per_mib(us: float) -> float:
-        d = replace(device, first_touch_us_per_mib=us)
-        return flash_seconds(d, row.accesses, trace.header, arch, run.lanes, row.n_tokens, cache=True) / \
-            row.missed_mib_per_token
+    def f_error(some, us: float) -> float:
+        return sum((math.log(shell.flash_s(r.source, us) / missed[r.source])
+                    - math.log(r.flash_s / r.mib_per_token)) ** 2 for r in some)
 
-    lo, hi = 0.0, 5000.0
-    for _ in range(40):  # per_mib rises with the cost: bisect
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if per_mib(mid) < target else (lo, mid)
-    return run, (lo + hi) / 2
+    def fit_f(some) -> float:
+        lo, hi = float(F_GRID_US[0]), float(F_GRID_US[-1])  # unimodal (flash rises with f): golden section
+        ratio = (math.sqrt(5) - 1) / 2
+        for _ in range(40):
+            a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+            lo, hi = (lo, b) if f_error(some, a) <= f_error(some, b) else (a, hi)
+        return round((lo + hi) / 2, 1)
+
+    base = {}  # the compute the projection gives each run before its misses' management
+    for r in fitted:
+        cal = calibration_run(runs, r.model, traces)
+        if cal is None or cal.compute_s is None:
+            return None
+        base[r.source] = (cal.compute_s / touched_layer_bytes(traces.trace(cal).header, cal.k)
+                          * touched_layer_bytes(traces.trace(r).header, r.k))
+
+    def fit_g(some) -> float:
+        num = sum(r.mib_per_token * (r.compute_s - base[r.source]) for r in some)
+        return round(num / sum(r.mib_per_token ** 2 for r in some) * 1e6, 1)
+
+    loo = {r.source: (fit_f([x for x in fitted if x is not r]), fit_g([x for x in fitted if x is not r]))
+           for r in fitted}
+    return CacheCostFit(fit_f(fitted), fit_g(fitted), tuple(fitted), loo, flash_at)
+
+
+class _Loaded:
+    """Each trace loaded once (what calibration_run asks of its traces argument: ``trace(run)``)."""
+
+    def __init__(self):
+        self._traces: dict = {}
+
+    def trace(self, run):
+        from shardscope.engine.experts.foreign_traces import load_trace
+
+        if run.trace_path not in self._traces:
+            self._traces[run.trace_path] = load_trace(run.trace_path)
+        return self._traces[run.trace_path]
+
+
+def without_itself(p, fit, device):
+    """A fitted run's projection with the cache costs fitted without it: its flash at that first touch (the same
+    replay and flash model) and its compute with that management cost (compute is linear in it); others as given."""
+    from dataclasses import replace
+
+    if fit is None or p.run.source not in fit.loo:
+        return p
+    f, g = fit.loo[p.run.source]
+    compute = p.compute_s + (g - device.cache_mgmt_us_per_mib) * 1e-6 * p.mib_per_token
+    return replace(p, flash_s=fit.flash_s(p.run.source, f), compute_s=compute, calibration=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,8 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             if not runs:
                 raise ShardscopeError(f"--model {args.model}: no such model in {args.rows or PUBLISHED_RUNS}")
         pool = read_runs(PUBLISHED_RUNS) if args.rows else []
+        published = pool or read_runs(PUBLISHED_RUNS)
+        # the cache costs are fitted over the published table's serial cache runs; each of those runs is then
+        # projected with the costs fitted without it, so none of them is a calibration run
+        fit = fit_cache_costs(device, published, args.policy)
         projected, calibrations = project_runs(runs, device, policy=args.policy, calibration_pool=pool)
-        lomo = leave_one_model_out(runs, device, policy=args.policy)
+        projected = [without_itself(p, fit, device) for p in projected]
+        lomo = {m: [without_itself(p, fit, device) for p in rows]
+                for m, rows in leave_one_model_out(runs, device, policy=args.policy).items()}
     except ShardscopeError as exc:
         print(f"phone_check: {exc}", file=sys.stderr)
         return 2
@@ -238,11 +331,15 @@ def main(argv: list[str] | None = None) -> int:
           + (f", fitted from its [flash_probe]: {flash.source}" if device.flash_fit is not None else "") + ")")
     print(f"hits replayed with {args.policy} at each run's k; flash = each layer's misses one batch of reads, the "
           "run's lanes in flight")
-    solved = solve_first_touch(device, runs, args.policy)
-    if solved is not None:
-        print(f"first touch (reads into the cache's fresh pages): preset {device.first_touch_us_per_mib:g} µs a MiB; "
-              f"solved again from {run_name(solved[0].source)}'s published flash per MiB: {solved[1]:.1f} µs a MiB "
-              "(a calibration run)")
+    if fit is not None:
+        names = ", ".join(run_name(r.source) for r in fit.runs)
+        print(f"cache costs fitted over the {len(fit.runs)} serial cache runs ({names}): first touch "
+              f"{fit.first_touch_us_per_mib:g} µs a MiB (preset {device.first_touch_us_per_mib:g}), cache management "
+              f"{fit.cache_mgmt_us_per_mib:g} µs a missed MiB (preset {device.cache_mgmt_us_per_mib:g}); each of them "
+              "projected with the two fitted over the others:")
+        for r in fit.runs:
+            f, g = fit.loo[r.source]
+            print(f"  without {run_name(r.source)}: first touch {f:g}, cache management {g:g} µs a MiB")
     for c in calibrations.values():
         print(f"compute: {c.model}: {c.compute_s:.3f} s a token at k={c.run.k} from the cache-off run "
               f"{c.run.source.split(':')[0]} ({c.how}) = {c.s_per_byte * 2**30 * 1e3:.1f} ms per GiB of layer bytes "

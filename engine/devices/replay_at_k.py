@@ -78,8 +78,9 @@ def replay_picks(trace, policy: str, cache_bytes: int, k: int) -> ReplayAtK:
     return ReplayAtK(k, hits / (hits + misses) if hits + misses else 0.0, missed / MIB / n, tuple(accesses), n, note)
 
 
-def replay_at_k(trace, policy: str, cache_bytes: int, k: int) -> ReplayAtK:
-    """The replay for a run at ``k`` (module doc)."""
+def replay_at_k(trace, policy: str, cache_bytes: int, k: int, *, trend: bool = True) -> ReplayAtK:
+    """The replay for a run at ``k`` (module doc). ``trend=False`` skips the k-trend's replays above the
+    trace's k (the misses are the same; ``may_be_off`` is then None): for callers that need only the misses."""
     k_t = trace.header.n_expert_used
     if k <= k_t:
         return replay_picks(trace, policy, cache_bytes, k)
@@ -87,7 +88,9 @@ def replay_at_k(trace, policy: str, cache_bytes: int, k: int) -> ReplayAtK:
     ks = list(range(max(1, -(-k_t // 2)), k_t + 1))
     base_miss = 1.0 - base.hit
     off: float | None = None
-    if len(ks) >= 2:
+    if not trend:
+        how = f"k={k} not in the trace: its k={k_t} miss rate (the k-trend not replayed)"
+    elif len(ks) >= 2:
         points = [(j, 1.0 - (base if j == k_t else replay_picks(trace, policy, cache_bytes, j)).hit) for j in ks]
         mean_k = sum(j for j, _ in points) / len(points)
         mean_m = sum(m for _, m in points) / len(points)
