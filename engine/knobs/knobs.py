@@ -127,7 +127,7 @@ class RunSettings:
         sweep="num", sweep_rank=8, tune="0", tune_rank=5, propose="0", live=True, setter="set_expert_cache_mb",
         slider=(0, 4096, 1),
         streams="experts",
-        tip="Memory for routed experts; 0 = what the budget leaves after dense weights.")
+        tip="Memory for routed experts; 0 = auto: what the budget leaves once the trunk has its share.")
     expert_policy: str = knob(
         "auto", label="Expert policy", short="expert policy", choices=("auto", "decay", "lru", "lfu", "hot"),
         flag="--expert-policy", sweep="str", sweep_rank=9, tune="auto,decay,lru,lfu,hot", tune_rank=6,
