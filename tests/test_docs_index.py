@@ -3,7 +3,9 @@
 - docs/README.md links every docs/*.md, so no page is orphaned (gpu.md was linked from nowhere);
 - the README is at most 100 lines, and no paragraph, list item or table row in it runs past
   80 words (one cell had grown to 799 characters);
-- every relative link in README.md and docs/*.md points at a file that exists.
+- every relative link in README.md and docs/*.md points at a file that exists;
+- every source path the guides name (``engine/layout/shard_plan.py``, ``bench/sweeps/x.py``) exists:
+  the code moved into rooms and three paths in the docs still named the old places.
 """
 
 from __future__ import annotations
@@ -104,3 +106,30 @@ def test_relative_links_resolve():
             if not target.exists():
                 broken.append(f"{page.relative_to(ROOT)} → {target}")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+# A path into the tree: a top folder, lower-case folders and a file name; placeholders such as
+# synth_NAME.py (upper case) do not match, test_x.py is skipped below.
+_SOURCE_PATH = re.compile(r"(?<![\w./-])((?:engine|app|widgets|bench|tests|profiles)/"
+                          r"[a-z0-9_/.-]*[a-z0-9_]\.(?:py|toml))\b")
+# The engineering record keeps the names of its day.
+RECORD = {"decisions.md", "benchmarks.md"}
+
+
+def source_paths(text: str) -> set[str]:
+    return {p for p in _SOURCE_PATH.findall(text) if not p.endswith("/test_x.py")}
+
+
+def test_the_docs_name_only_source_files_that_exist():
+    pages = [README, ROOT / "CONTRIBUTING.md", ROOT / "bench" / "README.md",
+             *(p for p in sorted(DOCS.glob("*.md")) if p.name not in RECORD)]
+    gone = [f"{page.relative_to(ROOT)}: {path}" for page in pages if page.exists()
+            for path in sorted(source_paths(page.read_text(encoding="utf-8"))) if not (ROOT / path).exists()]
+    assert not gone, "paths that do not exist (moved into a room?):\n" + "\n".join(gone)
+
+
+def test_source_path_finder_sees_a_path_and_skips_placeholders():
+    """The check itself: a moved path is found; prose, placeholders and URLs are not paths."""
+    text = ("see bench/phone_check.py and engine/layout/shard_plan.py; add engine/synth/synth_NAME.py, "
+            "run tests/test_x.py, https://x.org/engine/a.py")
+    assert source_paths(text) == {"bench/phone_check.py", "engine/layout/shard_plan.py"}
