@@ -103,6 +103,25 @@ def test_experts_used_rescales_the_picks_and_says_so(capsys):
     assert "k = 8 (the trace ran 6)" in at8.bytes_source
 
 
+def test_experts_used_below_the_traces_k_replays_its_top_k(capsys):
+    """k = 4 of a k = 6 trace: the run's picks are the router's top 4 of each recorded access (highest
+    weight first), so the hit is the simulation above on the trace cut so, not the trace's own 6 picks."""
+    from dataclasses import replace
+
+    trace = load_trace(QWEN)
+    at4 = size_from_trace(trace, str(QWEN), "oneplus-15r", budget_mb=4000, experts_used=4, expert_policy="lru")
+
+    def top4(r):
+        keep = sorted(sorted(range(len(r.experts)), key=lambda i: -r.weights[i])[:4])
+        return replace(r, experts=tuple(r.experts[i] for i in keep), weights=tuple(r.weights[i] for i in keep))
+
+    cut = RoutingTrace(trace.header, tuple(r if r.prompt else top4(r) for r in trace.records))
+    hit4, hit6 = lru_hit_rate(cut, int(at4.expert_cache_bytes)), lru_hit_rate(trace, int(at4.expert_cache_bytes))
+    assert abs(hit4 - hit6) > 0.01  # the cut changes the answer: a replay at the trace's k would miss it
+    assert at4.streamed_bytes_per_token == pytest.approx((1 - hit4) * 4 * QWEN_EXPERT_SUM, rel=0.01)
+    assert any("at k = 4: replayed, the top 4 of the trace's 6 picks" in a for a in at4.assumptions)
+
+
 def test_globals_estimated_and_said_so_unless_given():
     trace = load_trace(QWEN)
     estimated = size_from_trace(trace, str(QWEN), "oneplus-15r", budget_mb=4000, expert_hit_rate=0.5)

@@ -79,6 +79,7 @@ __all__ = [
 ]
 
 POLICIES = ("pinned", "lru")
+POLICIES_AT_K = ("lru", "lfu", "decay", "auto")  # expert policies replay_at_k replays as replay_one does
 
 # What the app holds besides weights when no budget is given: profiles/iphone-16-pro-tuned.toml's split.
 DEFAULT_OVERHEAD_MB = {"kv_cache_mb": 256.0, "compute_buffers_mb": 256.0, "runtime_mb": 512.0}
@@ -244,6 +245,7 @@ def size_shape(
     expert_trace=None,
     expert_policy: str = "auto",
     trunk_share: int = 0,
+    expert_trace_k: int | None = None,  # the run's k where it is not the trace's (size --trace --experts-used)
 ) -> SizingResult:
     if isinstance(device, str):
         device = get_device(device)
@@ -318,14 +320,15 @@ def size_shape(
         # The budget cannot hold the trunk: it streams by layer beside the experts (budget_split.split_budget)
         fits, overlap = False, prefetch
         resident, streamed, expert_cache, split = _trunk_streamed(
-            shape, budget, minimum, staging, trunk_share, expert_hit_rate, expert_trace, expert_policy, assumptions)
+            shape, budget, minimum, staging, trunk_share, expert_hit_rate, expert_trace, expert_policy, assumptions,
+            expert_trace_k)
         if expert_hit_rate is not None or expert_trace is not None:
             overlap = False
     elif moe:
         fits, overlap = False, prefetch
         expert_cache = budget - resident_dense  # the run's expert cache of this budget: one figure
         if expert_hit_rate is not None or expert_trace is not None:
-            hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, expert_cache / E)
+            hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, expert_cache / E, expert_trace_k)
             streamed = moe_ssd_bytes_per_token(0.0, f * E, hit)
             resident = resident_dense + expert_cache
             overlap = False
@@ -448,7 +451,8 @@ def size_shape(
 
 
 def _trunk_streamed(shape: ModelShape, budget: float, minimum: float, staging: float, trunk_share: int,
-                    expert_hit_rate, expert_trace, expert_policy: str, assumptions: list) -> tuple:
+                    expert_hit_rate, expert_trace, expert_policy: str, assumptions: list,
+                    expert_trace_k: int | None = None) -> tuple:
     """(resident, streamed per token, expert cache, the split's fields) where the trunk streams by
     layer: the room above the minimum goes ``trunk_share`` % to the trunk (0: the engine's choice,
     budget_split.default_trunk_share: the trunk first), the rest to the expert cache; the trunk's
@@ -465,7 +469,7 @@ def _trunk_streamed(shape: ModelShape, budget: float, minimum: float, staging: f
     pinned_trunk = T if hold >= T else max(0.0, hold - window)
     trunk_read = T - pinned_trunk
     if expert_hit_rate is not None or expert_trace is not None:
-        hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, cache / E)
+        hit, source = _expert_hit(expert_hit_rate, expert_trace, expert_policy, cache / E, expert_trace_k)
         expert_read = (1 - hit) * f * E
         held = cache
         assumptions.append(f"expert hit rate {hit:.1%} ({source}) on the {mib_text(cache)} expert cache")
@@ -501,11 +505,13 @@ def _prompt_reads(shape: ModelShape, fits: bool, split: dict, expert_cache: floa
     return {"tokens": tokens, "batch": batch, "bytes": n_batches * per_batch}
 
 
-def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[float, str]:
+def _expert_hit(given: float | None, trace, policy: str, share: float, k: int | None = None) -> tuple[float, str]:
     """The expert hit rate to plan with, and where it came from.
 
     A routing trace is replayed with a cache holding the same share of its model's
-    expert bytes as the device's cache holds of the planned model's.
+    expert bytes as the device's cache holds of the planned model's; at the run's ``k`` where it
+    differs from the trace's (engine/devices/replay_at_k.py: below it the trace's top-k cut, above
+    it the trace's miss rate with how far it may be off).
     """
     if given is not None:
         hit = size_number(given, "expert_hit_rate", allow_zero=True)
@@ -523,6 +529,14 @@ def _expert_hit(given: float | None, trace, policy: str, share: float) -> tuple[
             f"size: the device's expert cache is {share:.3%} of the experts; replayed on the trace's model that is "
             f"{cache / MIB:.2f} MiB, below the {floor / MIB:.2f} MiB one layer's picks need there (trace a "
             "model with smaller experts, or pass --expert-hit-rate)")
+    # the optimum and a hot cache with no prompt pass to learn from (an oracle) replay only at the trace's k
+    at_k_replays = policy in POLICIES_AT_K or (policy == "hot" and any(r.prompt for r in trace.records))
+    if k is not None and k != header.n_expert_used and at_k_replays:
+        from shardscope.engine.devices.replay_at_k import replay_at_k
+
+        at_k = replay_at_k(trace, policy, cache, k)
+        return at_k.hit, (f"replayed from the trace of {header.model or 'a run'}, {policy}, "
+                          f"{plural(at_k.n_tokens, 'token')}, at k = {k}: {at_k.note}")
     row = replay_one(trace, policy, cache)
     return row.expert_hit_rate, (f"replayed from the trace of {header.model or 'a run'}, {policy}, "
                                  f"{plural(row.n_tokens, 'token')}")

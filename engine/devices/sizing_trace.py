@@ -77,8 +77,8 @@ def shape_from_trace(trace, where: str, *, experts_used: int | None = None,
     if k != header.n_expert_used:
         assumptions.append(
             f"k re-scaled to {k} (the trace ran {header.n_expert_used}): a token's picks are {k} x each layer's "
-            f"expert bytes; a replayed hit rate still comes from the trace's own {header.n_expert_used} picks "
-            "at the same cache MiB")
+            f"expert bytes; a replayed hit rate is replayed at k = {k} (the trace's top {k} picks below its "
+            f"{header.n_expert_used}; above, its own miss rate, the hit's source says how far it may be off)")
     D, E = float(sum(dense.values())), float(sum(experts.values()))
     f = k / header.n_expert
     name = Path(header.model).name or Path(where).name
@@ -134,6 +134,7 @@ def size_from_trace(
         expert_hit_rate=expert_hit_rate,
         expert_trace=trace if use_trace_hit and expert_hit_rate is None else None,
         expert_policy=expert_policy,
+        expert_trace_k=experts_used,
     )
 
 
