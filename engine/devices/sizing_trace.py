@@ -77,8 +77,9 @@ def shape_from_trace(trace, where: str, *, experts_used: int | None = None,
     if k != header.n_expert_used:
         assumptions.append(
             f"k re-scaled to {k} (the trace ran {header.n_expert_used}): a token's picks are {k} x each layer's "
-            f"expert bytes; a replayed hit rate is replayed at k = {k} (the trace's top {k} picks below its "
-            f"{header.n_expert_used}; above, its own miss rate, the hit's source says how far it may be off)")
+            "expert bytes; a replayed hit rate is "
+            + (f"replayed with the trace's top {k} picks" if k < header.n_expert_used else
+               f"the trace's own miss rate at k = {header.n_expert_used} (the hit says how far it may be off)"))
     D, E = float(sum(dense.values())), float(sum(experts.values()))
     f = k / header.n_expert
     name = Path(header.model).name or Path(where).name
