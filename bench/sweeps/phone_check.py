@@ -3,7 +3,9 @@
 Reads a table of runs (default: tests/data/published-phone-runs.csv, BigMoeOnEdge's OnePlus 15R runs of
 Qwen3-30B-A3B, Gemma-4-26B-A4B and gpt-oss-120b, sources in tests/data/published-phone-runs.NOTICE),
 takes compute per byte from ONE cache-off run per model, projects every run from its route trace and the
-device preset (its probe-fitted flash model; engine/devices/published_runs.py says how), and prints one
+device preset (its probe-fitted flash model; engine/devices/published_runs.py says how; the preset's two cache
+costs, first touch and management per missed MiB, are fitted here over the published table's serial cache runs,
+and each of those runs is projected with the two fitted without it: fit_cache_costs), and prints one
 line per run: projected vs published MiB per token, hit rate, flash seconds, compute, and the two figures,
 the serial time 1 / (compute + flash) and the overlapped bound 1 / max(compute, flash), with where the
 published tok/s lies against them. Then, per model and over the runs that are not calibration runs, the
