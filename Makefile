@@ -68,6 +68,7 @@ bench-full: bench
 	$(PY) -m bench.goals.window_cost
 	$(PY) -m bench.goals.io_paths --dense-mb 4096
 	$(PY) -m bench.goals.trunk_split
+	$(PY) -m bench.goals.hash_prefetch
 	$(PY) -m bench.goals.gui_session_drift
 	$(PY) -m bench.goals.soak
 	$(PY) -m bench.goals.moe_scale

@@ -141,7 +141,7 @@ LIVE_KEYS = LIVE | frozenset(LAYER_KNOBS)
 
 class ExpertRun(RunSkeleton):
     streams = "experts"
-    hash_prefetch = True  # load hash-routed layers' picks when the token is known (bench/studies/hash_prefetch.py: off)
+    hash_prefetch = True  # load hash-routed layers' picks when the token is known (bench/goals/hash_prefetch.py: off)
     hashes = None  # the run's HashPrefetch (engine/experts/hash_prefetch.py), once the streamer starts
     apply_between_tokens = True  # the streamer's books change on the decode thread only
 
