@@ -157,7 +157,9 @@ def test_the_panel_holds_the_run_while_it_replays_only_without_a_free_core(qtbot
         window.close()
 
 
-def test_stop_ends_a_run_held_for_the_replay(qtbot, tmp_path, moe_model, monkeypatch) -> None:
+@pytest.mark.parametrize("how", ["stop", "close"], ids=["Stop", "close-as-Ctrl-C-does"])
+def test_stop_and_closing_end_a_run_held_for_the_replay(qtbot, tmp_path, moe_model, monkeypatch, how) -> None:
+    """Ctrl-C closes the window as its close button does (app/window/main.py): closing stops the run."""
     replay = HeldReplay()
     monkeypatch.setattr(panel_module, "compute_in_process", replay)
     window = make_window(qtbot, tmp_path / "config")
@@ -167,11 +169,17 @@ def test_stop_ends_a_run_held_for_the_replay(qtbot, tmp_path, moe_model, monkeyp
         panel.cores = lambda: 1
         panel.compute_from_session()
         wait_for(qtbot, window, lambda: window.worker.run.clock.phase == "paused", timeout=30_000)
-        window.stop_run()
-        qtbot.waitUntil(lambda: not window.is_running(), timeout=10_000)  # hang bound, as stop_and_wait's
-        qtbot.waitUntil(lambda: not panel.pause_note.isVisible(), timeout=5_000)  # the note goes with the run
-        panel.cancel_replay()
-        qtbot.waitUntil(lambda: not panel.task.isRunning(), timeout=15_000)
+        process = window.runs.run_process
+        if how == "stop":
+            window.stop_run()
+            qtbot.waitUntil(lambda: not window.is_running(), timeout=10_000)  # hang bound, as stop_and_wait's
+            qtbot.waitUntil(lambda: not panel.pause_note.isVisible(), timeout=5_000)  # the note goes with the run
+            panel.cancel_replay()
+            qtbot.waitUntil(lambda: not panel.task.isRunning(), timeout=15_000)
+        else:
+            window.close()
+        assert process.isFinished() or process.wait(10_000)
+        assert not process.worker.killed  # it stopped by itself, not killed for hanging
     finally:
         replay.release()
         window.close()
