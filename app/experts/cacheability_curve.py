@@ -107,8 +107,9 @@ def pause_for_replay(cores: int, threads: int) -> bool:
     """Whether the live run must pause while the curve replays: when its ``threads`` llama.cpp
     threads leave no whole core of ``cores`` for the replay's one thread. On a core it shares,
     an idle-class replay still runs whenever a run thread waits (for an expert load, at a graph
-    barrier) and costs it cache and wake-ups: 0.78-0.81 of its speed with 2 threads on 2 cores
-    (docs/decisions.md, issue 48). With a core beyond the threads the replay has its own."""
+    barrier), and while other programs load the host it cost the run far more than the 0.1 the
+    goal allows (docs/decisions.md, issue 48 item 8); the panel cannot see their load, only the
+    cores and the threads. With a core beyond the threads the replay has its own."""
     return cores < max(1, threads) + 1
 
 
