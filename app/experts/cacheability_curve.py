@@ -1,7 +1,7 @@
 """The cacheability curve's numbers: which cache sizes to replay, the replay itself, and the
 projected tok/s at each size — pure functions, run off the GUI thread by the expert panel.
 
-The hit rates are ``engine.replay.cacheability`` unchanged (the same numbers ``shardscope
+The hit rates are ``engine.experts.replay.cacheability`` unchanged (the same numbers ``shardscope
 replay`` prints for the same sizes); sizes are whole MiB so the CLI can be given exactly
 the sizes the plot shows.
 
@@ -219,7 +219,7 @@ def projected_points(summary, curve: list[tuple[float, float]], used_expert_mb: 
                      device_id: str) -> list[tuple[float, float]]:
     """Projected tok/s on ``device_id`` at each (size, hit rate): the round's measured dense
     reads and compute, with its expert reads replaced by (1 − hit) × the used experts' bytes
-    (``engine.projection.moe_ssd_bytes_per_token``)."""
+    (``engine.devices.projection.moe_ssd_bytes_per_token``)."""
     dense = getattr(summary, "dense_mb_per_token", 0.0) or 0.0
     out = []
     for size, hit in curve:

@@ -6,7 +6,7 @@ The map is polled on the GUI thread at up to 10 Hz (within 1 % of a core) from `
 ``latest_view``: the newest copy the run process sent, taken without waiting for it), so the
 decode never waits for a paint, the window never waits for the run, and no widget is touched
 off the GUI thread. Replays run on a
-BackgroundTask that waits for a separate process (app/cacheability_curve.py says why), with
+BackgroundTask that waits for a separate process (app/experts/cacheability_curve.py says why), with
 progress, an ETA and Cancel: on a long session a replay takes minutes. Its curves belong to the
 model they were replayed from: opening another model clears them (forget_curves). Where the
 run's threads leave no core for the replay (cacheability_curve.pause_for_replay), the run holds

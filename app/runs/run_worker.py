@@ -160,7 +160,7 @@ class RunWorker(QObject):
         return view
 
     def routing_records(self):
-        """The running ExpertRun's routing so far (what engine.replay takes), or None."""
+        """The running ExpertRun's routing so far (what engine.experts.replay takes), or None."""
         return self._ask("records", quiet=True)
 
     def read(self, index: int, path: str):

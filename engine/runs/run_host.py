@@ -119,7 +119,7 @@ class RunLoop:
             return view() if view is not None else None
 
     def routing_records(self):
-        """The running ExpertRun's routing so far (what engine.replay takes), or None."""
+        """The running ExpertRun's routing so far (what engine.experts.replay takes), or None."""
         with self._lock:
             records = getattr(self.run, "routing_records", None)
             return records() if records is not None else None
