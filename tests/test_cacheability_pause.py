@@ -173,7 +173,7 @@ def test_stop_and_closing_end_a_run_held_for_the_replay(qtbot, tmp_path, moe_mod
         if how == "stop":
             window.stop_run()
             qtbot.waitUntil(lambda: not window.is_running(), timeout=10_000)  # hang bound, as stop_and_wait's
-            qtbot.waitUntil(lambda: not panel.pause_note.isVisible(), timeout=5_000)  # the note goes with the run
+            qtbot.waitUntil(lambda: not panel.pause_note.isVisible(), timeout=10_000)  # the note goes with the run
             panel.cancel_replay()
             qtbot.waitUntil(lambda: not panel.task.isRunning(), timeout=15_000)
         else:
