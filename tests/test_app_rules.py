@@ -21,7 +21,7 @@ def test_profile_store_refuses_to_overwrite_another_profile_with_the_same_file_n
     with pytest.raises(ShardscopeError, match="already holds profile 'My Rig'"):
         store.save("my rig!", RunSettings())  # different name, same file: refused
     with pytest.raises(ShardscopeError, match="built-in"):
-        store.save("iPhone 16 Pro tuned", RunSettings())  # the built-in iphone-16-pro-tuned.toml
+        store.save("iphone 16 pro, tuned", RunSettings())  # a built-in's name, in other case
     with pytest.raises(ShardscopeError, match="empty"):
         store.save("   ", RunSettings())
 
