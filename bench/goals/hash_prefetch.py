@@ -17,22 +17,14 @@ printed beside it, with no goal of its own.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from bench.lib.cold_cache import drop_from_cache
+
 PROMPT = "The history of the printing press begins"
-
-
-def drop_from_page_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def one(path: str, budget_mb: float, tokens: int, on: bool) -> dict:
@@ -42,7 +34,7 @@ def one(path: str, budget_mb: float, tokens: int, on: bool) -> dict:
     settings = RunSettings(model_path=path, budget_mb=budget_mb, n_gen=tokens, n_ctx=256, prompt=PROMPT,
                            expert_policy="lru")
     run_type = ExpertRun if on else type("ExpertRunNoHashPrefetch", (ExpertRun,), {"hash_prefetch": False})
-    drop_from_page_cache(path)
+    drop_from_cache(path)
     with run_type(settings) as run:
         s = run.run()
         text = list(run.tokens)
