@@ -27,8 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from shardscope.engine.base.units import MIB
-from shardscope.engine.experts.expert_cache import ExpertCache, hot_reserve_bytes
-from shardscope.engine.experts.replay import run_order
+from shardscope.engine.experts.expert_cache import ExpertCache
+from shardscope.engine.experts.replay import decoded_accesses, run_order
 
 
 @dataclass(frozen=True)
@@ -62,16 +62,8 @@ def replay_picks(trace, policy: str, cache_bytes: int, k: int) -> ReplayAtK:
     hits = misses = missed = 0
     accesses = []
     tokens = set()
-    in_prompt = False
-    for record in run_order(trace, cache_bytes):
-        if record.prompt:
-            cache.access(record.layer, record.experts, dict(zip(record.experts, record.counts)))
-            in_prompt = True
-            continue
-        if in_prompt:  # as replay_one: hot pins what the prompt picked most (the other policies ignore it)
-            cache.set_hot(dict(cache.counts), hot_reserve_bytes(header.unit_bytes, k))
-            in_prompt = False
-        got = cache.access(record.layer, _top(record, k).experts)
+    for record, got in decoded_accesses(cache, run_order(trace, cache_bytes), header.unit_bytes, k,
+                                        picks=lambda r: _top(r, k).experts):
         hits += len(got.hits)
         misses += len(got.misses)
         missed += len(got.misses) * header.unit_bytes[record.layer]

@@ -69,6 +69,23 @@ def run_order(trace: RoutingTrace, cache_bytes: int) -> list[TraceRecord]:
     return [fitted_prompt(r, cache_bytes, sizes[r.layer]) if r.prompt else r for r in trace.records]
 
 
+def decoded_accesses(cache: ExpertCache, records, unit_bytes, k: int, picks=lambda record: record.experts):
+    """``records`` through ``cache`` as the live run meets them: each prompt pass's union with its
+    counts, then (hot) the pins re-chosen from those counts at the first decoded access after it.
+    Yields (record, the cache's answer) for each decoded access, its experts ``picks(record)``."""
+    has_prompt = any(r.prompt for r in records)
+    in_prompt = True
+    for r in records:
+        if r.prompt:  # a run of several rounds has a prompt pass before each, like the live run
+            cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)))
+            in_prompt = True
+            continue
+        if in_prompt and has_prompt:
+            cache.set_hot(dict(cache.counts), hot_reserve_bytes(unit_bytes, k))
+        in_prompt = False
+        yield r, cache.access(r.layer, picks(r))
+
+
 def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: float | None = None) -> ReplayRow:
     header = trace.header
     mb = cache_bytes / MIB if cache_mb is None else cache_mb
@@ -91,18 +108,9 @@ def replay_one(trace: RoutingTrace, policy: str, cache_bytes: int, cache_mb: flo
             for e in r.experts:
                 counts[(r.layer, e)] = counts.get((r.layer, e), 0) + 1
         cache.set_hot(counts, hot_reserve_bytes(header.unit_bytes, header.n_expert_used))
-    in_prompt = True
     hits = misses = missed_bytes = hash_bytes = 0
     hashed = set(header.hash_layers)
-    for r in records:
-        if r.prompt:  # a run of several rounds has a prompt pass before each, like the live run
-            cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)))
-            in_prompt = True
-            continue
-        if in_prompt and has_prompt:
-            cache.set_hot(dict(cache.counts), hot_reserve_bytes(header.unit_bytes, header.n_expert_used))
-        in_prompt = False
-        got = cache.access(r.layer, r.experts)
+    for r, got in decoded_accesses(cache, records, header.unit_bytes, header.n_expert_used):
         hits += len(got.hits)
         misses += len(got.misses)
         missed_bytes += len(got.misses) * header.unit_bytes[r.layer]
@@ -166,4 +174,4 @@ def format_rows(rows: list[ReplayRow], model: str, hash_layers: tuple[int, ...] 
 
 
 __all__ = ["ReplayRow", "OPTIMAL", "REPLAY_POLICIES", "HOT_ORACLE", "fitted_prompt", "run_order", "replay",
-           "replay_one", "cacheability", "format_rows", "min_cache_bytes"]
+           "replay_one", "decoded_accesses", "cacheability", "format_rows", "min_cache_bytes"]
