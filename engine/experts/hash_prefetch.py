@@ -6,7 +6,7 @@ row ``token`` of ``blk.N.ffn_gate_tid2eid`` (I32, ne [n_expert_used, n_vocab]) a
 before its decode starts: ``on_token`` reads them from the file's own table (a view of llama.cpp's
 mapping, dense bytes the streamer keeps resident) and puts their loads in flight on the streamer's
 loader threads, admitted into the expert cache like a speculation's guesses but never wrong, and
-the decode starts once they have landed (``_wait`` says why). The decode then meets them at
+the decode waits for them all at the first hash layer (``_wait`` says why). The decode then meets them at
 ``ffn_moe_topk-N`` as hits.
 
 Counted (decoded tokens only; the prompt pass loads its union at the layer as before):
@@ -77,6 +77,7 @@ class HashPrefetch:
             self.tables[layer] = raw.view(np.int32).reshape(n_vocab, k).copy()  # resident: no disk read
         self.counters = HashCounters()
         self._ahead: dict[int, tuple[set[int], set[int]]] = {}  # layer → (picks, experts loaded for them)
+        self._pending: list = []  # the loads on_token put in flight, waited for at the next topk (_wait)
         self._token_ready = True
         self._last = max(self.tables) if self.tables else -1
 
@@ -113,13 +114,16 @@ class HashPrefetch:
                     futures.append(s._submit(unit))
                     loaded.add(expert)
                 self._ahead[layer] = (set(picks), loaded)
-        self._wait(futures)
+        self._pending = futures
 
-    def _wait(self, futures) -> None:
-        """The decode starts once every hash layer's load has landed. The first hash layer runs
-        microseconds after the token is sampled, far sooner than a read; the layer-by-layer wait it
-        replaces read each layer's misses in turn, where these went out together, at the loader
-        threads' depth. The wait is the streamer's, counted as its waits at a layer are."""
+    def _wait(self) -> None:
+        """At the first hash layer's topk, every hash layer's prefetched load lands before the decode
+        goes on: that layer comes a few ms after the token is sampled, sooner than a read, and the
+        layer-by-layer wait this replaces read each layer's misses in turn, where these went out
+        together, at the loader threads' depth. Inside the decode, so the token's time holds it (a
+        wait in on_token would fall between two tokens' clocks); the streamer's wait, counted as its
+        waits at a layer are."""
+        futures, self._pending = self._pending, []
         if not futures:
             return
         s = self.streamer
@@ -136,6 +140,7 @@ class HashPrefetch:
     def before_topk(self, layer: int, ids) -> int:
         """Layer ``layer`` picked ``ids`` (before the streamer's on_topk): what was ready. Returns the
         misses the prefetch hid (for ``after_topk``)."""
+        self._wait()
         ahead = self._ahead.pop(layer, None)
         if ahead is None or layer not in self.tables:
             return 0
@@ -170,6 +175,7 @@ class HashPrefetch:
     def begin_round(self) -> None:
         self.counters = HashCounters()
         self._ahead.clear()
+        self._pending = []
 
     def figures(self) -> dict:
         """The round's ExpertRunSummary columns (metric_registry: hash_picks_ahead, hash_misses_hidden,
