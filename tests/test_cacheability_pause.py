@@ -8,6 +8,7 @@ eval counter, not from the pause flag.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -114,27 +115,35 @@ def _tokens(window) -> int:
     return window.worker.run.clock.n_tokens
 
 
-def _start(qtbot, window, moe_model) -> None:
-    window.open_model(moe_model)
-    qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == moe_model, timeout=20_000)
-    window.apply_settings(RunSettings(budget_mb=BUDGET_MB, n_gen=12, n_ctx=128, prompt=PROMPT))
-    window.start_run()
-    wait_for(qtbot, window, lambda: run_ready(window, lambda run: run.type_name == "ExpertRun"
-                                              and run.clock.n_tokens >= 12), timeout=90_000)
+@contextlib.contextmanager
+def _replaying(qtbot, tmp_path, moe_model, monkeypatch, cores):
+    """A window whose MoE run is decoding when the panel starts a held replay with ``cores(threads)`` cores."""
+    replay = HeldReplay()
+    monkeypatch.setattr(panel_module, "compute_in_process", replay)
+    window = make_window(qtbot, tmp_path / "config")
+    try:
+        window.open_model(moe_model)
+        qtbot.waitUntil(lambda: window.model_info is not None and window.model_info.path == moe_model,
+                        timeout=20_000)
+        window.apply_settings(RunSettings(budget_mb=BUDGET_MB, n_gen=12, n_ctx=128, prompt=PROMPT))
+        window.start_run()
+        wait_for(qtbot, window, lambda: run_ready(window, lambda run: run.type_name == "ExpertRun"
+                                                  and run.clock.n_tokens >= 12), timeout=90_000)
+        panel = window.expert_panel
+        threads = window.worker.settings.threads
+        panel.cores = lambda: cores(threads)  # the decision forced either way
+        panel.compute_from_session()
+        yield window, panel, replay
+    finally:
+        replay.release()
+        window.close()
 
 
 @pytest.mark.parametrize("free_core", [False, True], ids=["no-free-core", "free-core"])
 def test_the_panel_holds_the_run_while_it_replays_only_without_a_free_core(qtbot, tmp_path, moe_model,
                                                                              monkeypatch, free_core) -> None:
-    replay = HeldReplay()
-    monkeypatch.setattr(panel_module, "compute_in_process", replay)
-    window = make_window(qtbot, tmp_path / "config")
-    try:
-        _start(qtbot, window, moe_model)
-        panel = window.expert_panel
-        threads = window.worker.settings.threads
-        panel.cores = lambda: threads + (1 if free_core else 0)  # the decision forced either way
-        panel.compute_from_session()
+    with _replaying(qtbot, tmp_path, moe_model, monkeypatch,
+                    lambda threads: threads + (1 if free_core else 0)) as (window, panel, replay):
         qtbot.waitUntil(replay.entered.is_set, timeout=30_000)
         if free_core:
             n = _tokens(window)
@@ -152,22 +161,12 @@ def test_the_panel_holds_the_run_while_it_replays_only_without_a_free_core(qtbot
         assert not panel.pause_note.isVisible() and not panel.run_paused
         n = _tokens(window)
         wait_for(qtbot, window, lambda: _tokens(window) >= n + 5, timeout=60_000)  # going on
-    finally:
-        replay.release()
-        window.close()
 
 
 @pytest.mark.parametrize("how", ["stop", "close"], ids=["Stop", "close-as-Ctrl-C-does"])
 def test_stop_and_closing_end_a_run_held_for_the_replay(qtbot, tmp_path, moe_model, monkeypatch, how) -> None:
     """Ctrl-C closes the window as its close button does (app/window/main.py): closing stops the run."""
-    replay = HeldReplay()
-    monkeypatch.setattr(panel_module, "compute_in_process", replay)
-    window = make_window(qtbot, tmp_path / "config")
-    try:
-        _start(qtbot, window, moe_model)
-        panel = window.expert_panel
-        panel.cores = lambda: 1
-        panel.compute_from_session()
+    with _replaying(qtbot, tmp_path, moe_model, monkeypatch, lambda threads: 1) as (window, panel, replay):
         wait_for(qtbot, window, lambda: window.worker.run.clock.phase == "paused", timeout=30_000)
         process = window.runs.run_process
         if how == "stop":
@@ -180,6 +179,3 @@ def test_stop_and_closing_end_a_run_held_for_the_replay(qtbot, tmp_path, moe_mod
             window.close()
         assert process.isFinished() or process.wait(10_000)
         assert not process.worker.killed  # it stopped by itself, not killed for hanging
-    finally:
-        replay.release()
-        window.close()
