@@ -77,10 +77,11 @@ def test_cache_off_bytes_by_hand_and_flash_from_the_fitted_probe(published):
     _, projected, _ = published
     off = next(p for p in projected if p.calibration and p.run.model == "Qwen3-30B-A3B")
     assert off.mib_per_token == pytest.approx(1_097_072_640 / 2**20)
-    # 48 layers, each one batch of 8 experts x 3 slices on 4 lanes; the saturated device time per byte
-    # (1 / 2512.6 MiB/s) over the 1046.25 MiB is 0.4164 s, plus per request 34.2 us x 24 x 48 = 0.0394 s,
-    # plus each layer's first wait (~0.34 ms x 48 = 0.016 s): ~0.472 s; the phone waited 0.462 s
-    assert off.flash_s == pytest.approx(0.472, abs=0.005)
+    # 48 layers, each one batch of 8 experts x 3 slices of 0.9727 MiB on 4 lanes; the probe's saturated rate
+    # between its 576 KiB (2180) and 1 MiB (2251.4 MiB/s) rows, at ln(996/576) / ln(1024/576) = 0.952 of the
+    # way: 2248.0 MiB/s, over the 1046.25 MiB 0.4654 s, plus each layer's first wait (t1 - S = 776.0 - 432.7
+    # us, x 48 = 0.0165 s): ~0.482 s; the phone waited 0.462 s
+    assert off.flash_s == pytest.approx(0.482, abs=0.003)
     assert off.run.mib_per_token == 1050.75 and off.run.flash_s == 0.462  # what the phone read and waited
 
 
@@ -217,23 +218,23 @@ def test_cache_costs_are_fitted_over_the_six_serial_cache_runs_and_each_is_check
                                                * before.mib_per_token)
         # the arithmetic re-projection agrees with the engine's own at the preset's figures
         assert fit.flash_s(source, device.first_touch_us_per_mib) == pytest.approx(before.flash_s, rel=2e-3)
-    # the lane's first touch matters: without it the six would have read 11-39 % faster than they did
-    assert all(fit.flash_s(r.source, 0) < r.flash_s * 0.9 for r in fit.runs)
+    # the lane's first touch matters: without it the six would have read 9-36 % faster than they did
+    assert all(fit.flash_s(r.source, 0) < r.flash_s * 0.92 for r in fit.runs)
 
 
 def test_tok_s_between_the_two_figures_on_every_run_but_the_engine_artifacts(published):
     """Every run not calibrated on lies between its serial and overlapped figure or within 10 % of one,
-    but four whose published seconds hold what the model has no term for (docs/projection-validation.md):
-    qwen_stream_ov and gpt_kdef (their pre-2026-07-28 overlap hook spun on sched_yield while reads lagged:
-    compute 0.412 s against the same bytes' serial 0.123; 0.949 against 0.243 at half the bytes), the gpt-oss
-    trace run (6038 major faults a token on its page-cached dense weights: compute 1.705 s) and
-    gemma_c2000_l4 (Gemma's 4-lane reads, cache off included, slower than the probe-fitted flash: -13 / -17 %)."""
+    but three whose published seconds hold what the model has no term for (docs/projection-validation.md):
+    qwen_stream_ov (their pre-2026-07-28 overlap hook spun on sched_yield while reads lagged: compute 0.412 s
+    against the same bytes' serial 0.123), gpt_kdef (compute 0.949 s against 0.243 at half the bytes, rising
+    with the CPU from 46.7 to 82.2 C) and the gpt-oss trace run (6038 major faults a token on its page-cached
+    dense weights: compute 1.705 s)."""
     _, projected, _ = published
     misses = {run_stem(p) + (" trace" if "route-trace" in p.run.source else "")
               for p in projected if not p.calibration and abs(p.tok_s_error()) > 0.10}
-    assert misses <= {"qwen_stream_ov", "gpt_kdef", "gptoss trace", "gemma_c2000_l4"}
-    serial_cache = [p for p in projected if run_stem(p) in SERIAL_CACHE_RUNS[:5]]
-    assert len(serial_cache) == 5 and all(abs(p.tok_s_error()) <= 0.10 for p in serial_cache)
+    assert misses <= {"qwen_stream_ov", "gpt_kdef", "gptoss trace"}
+    serial_cache = [p for p in projected if run_stem(p) in SERIAL_CACHE_RUNS]
+    assert len(serial_cache) == 6 and all(abs(p.tok_s_error()) <= 0.10 for p in serial_cache)
 
 
 def test_replay_without_the_k_trend_misses_the_same_experts():

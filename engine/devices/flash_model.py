@@ -29,8 +29,12 @@ buffer never pays it; ``Device.cache_flash_model`` adds the preset's ``[first_to
 The fit (:func:`fit_flash_model`), once per preset when it is read: ``a`` and ``b`` by least
 squares through the one-reader rows (per-request time s / rate against s); ``c`` and ``B`` through
 each request size's best rate over its rows with more readers (past the knee more readers only
-queue: the best rate is the saturated one), or ``c = 0`` with one such size. A preset's
-``[flash_probe]`` holds the rows and their source.
+queue: the best rate is the saturated one), or ``c = 0`` with one such size. A probe that gives three
+sizes or more with several readers is followed size by size instead of by the line: ``S(s) = s / R(s)``,
+``R`` each probed size's best rate, linear in log(s) between them and the end's rate beyond them. A
+device's saturated rate need not grow with the request (the OnePlus 15R's sweep: 2251 MiB/s at 1 MiB,
+2155 at 2 MiB, 2460 at 4 MiB), and a line through such rows misplaces the sizes a layout actually reads.
+A preset's ``[flash_probe]`` holds the rows and their source.
 
 Units: bytes, seconds, MB/s = 10^6 bytes/s (the probe's rows are in KiB and MiB/s, as published).
 """
@@ -38,6 +42,7 @@ Units: bytes, seconds, MB/s = 10^6 bytes/s (the probe's rows are in KiB and MiB/
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
@@ -71,6 +76,9 @@ class FlashModel(SsdModel):
     request_s: float = 0.0
     source: str = ""
     fresh_page_s_per_byte: float = 0.0  # f: the lane's own cost of faulting in the pages it reads into
+    # ((request bytes, saturated MB/s), ...) by size, from a probe with three or more sizes read by several
+    # readers: S(s) follows the probe between its sizes instead of the line c + s / B (module doc)
+    device_rates: tuple[tuple[int, float], ...] = ()
 
     @property
     def _reader_b_s(self) -> float:
@@ -82,6 +90,8 @@ class FlashModel(SsdModel):
 
     def device_seconds(self, request_bytes: float) -> float:
         """S(s): the device's own time for one request, the part no other request hides."""
+        if self.device_rates:
+            return request_bytes / (_interpolated_rate(self.device_rates, request_bytes) * 1e6)
         return self.request_s + request_bytes / (self.mb_s * 1e6)
 
     def rate_mb_s(self, request_bytes: float, in_flight: int) -> float:
@@ -94,24 +104,44 @@ class FlashModel(SsdModel):
         """Seconds to read requests of ``sizes`` issued together on an idle device, ``queue_depth`` at a time."""
         if not sizes:
             return 0.0
-        inv_b, inv_big_b = 1.0 / self._reader_b_s, 1.0 / (self.mb_s * 1e6)
         lanes = [0.0] * max(1, int(self.queue_depth))
         device_free = finish = 0.0
         for size in sizes:
             start = heapq.heappop(lanes)
-            # the wait in the lane: t1 - S (a - c + s (1/b - 1/B)), never negative for a fitted model
-            ready = start + max(0.0, self.latency_s - self.request_s + size * (inv_b - inv_big_b))
+            held = self.device_seconds(size)
+            # the wait in the lane: t1 - S (a - c + s (1/b - 1/B) for the line), never negative
+            ready = start + max(0.0, self.one_reader_seconds(size) - held)
             ready += size * self.fresh_page_s_per_byte
-            device_free = max(ready, device_free) + self.request_s + size * inv_big_b
+            device_free = max(ready, device_free) + held
             heapq.heappush(lanes, device_free)
             finish = max(finish, device_free)
         return finish
 
     def describe(self) -> str:
+        if self.device_rates:
+            (s0, r0), (s1, r1) = self.device_rates[0], self.device_rates[-1]
+            return (f"one reader {self.latency_s * 1e6:.0f} µs + s / {self.reader_mb_s:.0f} MB/s a request; the device "
+                    f"at its probe's saturated rate for each size ({_size_words(s0)} {r0:.0f} … {_size_words(s1)} "
+                    f"{r1:.0f} MB/s, {len(self.device_rates)} sizes); {self.queue_depth} in flight")
         if not self.request_s and (not self.reader_mb_s or self.reader_mb_s == self.mb_s):
             return super().describe()
         return (f"one reader {self.latency_s * 1e6:.0f} µs + s / {self.reader_mb_s:.0f} MB/s a request; the device "
                 f"{self.request_s * 1e6:.0f} µs + s / {self.mb_s:.0f} MB/s (saturated); {self.queue_depth} in flight")
+
+
+def _size_words(request_bytes: int) -> str:
+    return f"{request_bytes / MIB:g} MiB" if request_bytes >= MIB else f"{request_bytes / 1024:g} KiB"
+
+
+def _interpolated_rate(table: tuple[tuple[int, float], ...], request_bytes: float) -> float:
+    """MB/s at ``request_bytes``: linear in log(size) between the probe's sizes, the end's rate beyond them."""
+    if request_bytes <= table[0][0]:
+        return table[0][1]
+    for (s0, r0), (s1, r1) in zip(table, table[1:]):
+        if request_bytes <= s1:
+            w = math.log(request_bytes / s0) / math.log(s1 / s0)
+            return r0 + w * (r1 - r0)
+    return table[-1][1]
 
 
 def plain_flash_model(mb_s: float, latency_s: float = 0.0, queue_depth: int = 32, source: str = "") -> FlashModel:
@@ -153,7 +183,11 @@ def fit_flash_model(reads: list[ProbeRead], lanes: int, where: str = "flash prob
     if a < 0 or c < 0:
         raise ShardscopeError(f"{where}: the rows give a negative cost per request ({a * 1e6:.0f} µs one reader, "
                               f"{c * 1e6:.0f} µs the device); check the rows")
-    return FlashModel(big_b / 1e6, a, lanes, reader_mb_s=b / 1e6, request_s=min(c, a), source=source)
+    # With three sizes or more the probe is followed size by size: its rates need not lie on one line (their
+    # read-size sweep dips at 2 MiB between 1 and 4 MiB), and a layout's requests sit between its sizes.
+    table = tuple(sorted((s, x * MIB / 1e6) for s, x in best.items())) if len(best) >= 3 else ()
+    return FlashModel(big_b / 1e6, a, lanes, reader_mb_s=b / 1e6, request_s=min(c, a), source=source,
+                      device_rates=table)
 
 
 def probe_reads(rows, where: str) -> list[ProbeRead]:
