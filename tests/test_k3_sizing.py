@@ -66,3 +66,12 @@ def test_the_worked_example_quotes_what_size_prints(capsys, device):
         assert "size --like kimi-k3" in text, page
         assert f"{minimum} MiB" in text, (page, minimum)
         assert s_per_token in text, (page, device, s_per_token)
+
+
+def test_the_refusal_names_the_larger_limit_only_where_it_would_fit(capsys):
+    assert main(["size", "--like", "kimi-k3", "--device", "iphone-16-pro"]) == 2
+    assert "--extended-limit sizes with the preset's 6,144 MiB app limit" in capsys.readouterr().err
+    # already at the larger limit, or a budget given below the minimum: nothing more to offer
+    assert main(["size", "--like", "kimi-k3", "--device", "iphone-16-pro", "--extended-limit", "--budget-mb",
+                 "1000"]) == 2
+    assert "--extended-limit" not in capsys.readouterr().err

@@ -225,6 +225,16 @@ class SizingResult:
         return self.projection.bound
 
 
+def _larger_limit_hint(device: Device, minimum: float) -> str:
+    """Where the preset records a larger limit the default one does not use, the refusal names the flag
+    that sizes with it (the headline, Kimi K3 on the iPhone, needs it)."""
+    extended = device.app_memory_limit_extended_mb
+    if extended is None or extended <= device.app_memory_limit_mb or extended * MIB < minimum:
+        return ""
+    needs = f" ({device.extended_limit_requires})" if device.extended_limit_requires else ""
+    return f"; --extended-limit sizes with the preset's {extended:,.0f} MiB app limit{needs}"
+
+
 def size_number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
     sign = (ZERO_OR_MORE if allow_zero else POSITIVE) if positive else ANY
     return finite_number(value, "size", key, sign=sign)
@@ -314,7 +324,7 @@ def size_shape(
     elif budget < minimum:
         raise ShardscopeError(
             f"size: budget {budget_mb:,.0f} MiB is below the minimum of {whole_mb(minimum):,} MiB for "
-            f"{shape.label} on {device.name} ({parts})"
+            f"{shape.label} on {device.name} ({parts}){_larger_limit_hint(device, minimum)}"
         )
     elif moe and T > 0 and budget < resident_dense + staging:
         # The budget cannot hold the trunk: it streams by layer beside the experts (budget_split.split_budget)
