@@ -5,9 +5,10 @@ carries the picked expert ids *before* the layer's expert matmuls are even sched
 so the decode thread blocks there (``on_topk``) until the picks are resident. The
 ExpertCache decides hits, misses and victims; this class decides when to load and evict:
 
-- load (loader threads, all of a layer's misses in flight at once) and evict (decode thread,
-  between layers) are engine/experts/expert_io.py's kernel work: O_DIRECT into our own pages
-  swapped into the mapping where the file allows it, else the page cache.
+- load and evict (loader threads: a layer's victims' drops and every slice of its misses in flight
+  at once, each miss's reads after the drops that make its room) are
+  engine/experts/expert_io.py's kernel work: O_DIRECT into our own pages swapped into the mapping
+  where the file allows it, else the page cache.
 - cold start: one eviction of the whole file right after load (the load's large folios
   straddle expert slices, so per-expert eviction would leave pieces), then the dense
   bytes (attention, norms, router, shared experts, embeddings) are read back and stay.
@@ -72,6 +73,36 @@ class ExpertCounters:
         return ExpertCounters(**self.__dict__)
 
 
+class _UnitLoad:
+    """One unit's slices, loaded as separate jobs: its future is done when the last one is (with
+    the first error, if any), and ``on_done`` runs once, before the future is."""
+
+    def __init__(self, parts: int, on_done):
+        self.future: Future = Future()
+        self._left = parts
+        self._error: BaseException | None = None
+        self._on_done = on_done
+        self._lock = threading.Lock()
+        if parts == 0:
+            self._finish()
+
+    def part_done(self, error: BaseException | None) -> None:
+        with self._lock:
+            if error is not None and self._error is None:
+                self._error = error
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._on_done(self._error)
+        if self._error is None:
+            self.future.set_result(None)
+        else:
+            self.future.set_exception(self._error)
+
+
 class ExpertStreamer:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, *, budget_bytes: int,
                  cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 16, trace=None,
@@ -105,6 +136,7 @@ class ExpertStreamer:
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
         self._lock = threading.Lock()
         self._loads: dict[Unit, Future] = {}
+        self._evicting: dict[Unit, Future] = {}  # victims whose drop runs on a loader (decode thread's books)
         self._previous: dict[int, tuple[int, ...]] = {}  # layer → last decoded token's picks
         self._guessed: dict[int, set[int]] = {}
         self._routers: dict[int, np.ndarray] = {}
@@ -333,22 +365,29 @@ class ExpertStreamer:
             pending = [self._loads[u] for u in late_units if u in self._loads]
             late = len(pending)
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
-            # The victims are dropped before the reads go out: reads first put RAM over the
-            # budget by one layer's misses while the drops ran (12-71 MiB over 2,048 on a
-            # 28.9 GB MoE, outside watch, both I/O paths: docs/benchmarks.md); a drop is ~6
-            # syscalls a unit, microseconds against the reads' milliseconds.
-            for victim in access.evicted:
-                self._evict_unit(victim)
-            futures = [self._submit(unit) for unit in access.misses]
+            # The victims are dropped on the loader threads, beside the reads, and each miss's reads
+            # wait for the drops that make its room (_room_waits): RAM never passes the budget (reads
+            # first put it 12-71 MiB over 2,048 on a 28.9 GB MoE: docs/benchmarks.md), and the drops
+            # no longer run one after another on this thread before any read went out (0.44 ms a
+            # unit, ~40 % of a layer's wait at 8 KiB slices: docs/decisions.md).
+            claims = [self.io.claim_unit(*unit) for unit in access.misses]  # before any drop: shared pages stay
+            drops = [self._evict_later(victim) for victim in access.evicted]
+            waits = self._room_waits(access.misses, access.evicted, drops)
+            futures = [self._submit(unit, after, ranges)
+                       for unit, after, ranges in zip(access.misses, waits, claims)]
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
         try:
-            for future in futures + pending:
+            for future in futures + pending + drops:
                 future.result()
         except OSError as exc:
             self._error = f"{self.moe.path}: loading experts failed ({exc.strerror or exc})"
             return False
+        with self._state_lock:
+            for victim, drop in zip(access.evicted, drops):
+                if self._evicting.get(victim) is drop:
+                    del self._evicting[victim]
         waited = time.perf_counter() - started
         with self._lock:
             c = self.counters
@@ -395,23 +434,81 @@ class ExpertStreamer:
             self.counters.spec_issued += len(guessed)
 
     # ------------------------------------------------------------ kernel work
-    def _submit(self, unit: Unit) -> Future:
+    def _room_waits(self, misses: list[Unit], victims: list[Unit], drops: list[Future]) -> list[list[Future]]:
+        """Per miss, the drops its reads wait for: the room free before this access first, then the
+        victims in order, so at every moment the bytes read are no more than the bytes dropped plus
+        that room (the cache's books; edge pages included)."""
+        booked = self.cache.unit_bytes
+        before = self.cache.used_bytes + sum(booked[v[0]] for v in victims) - sum(booked[u[0]] for u in misses)
+        free = self.cache.capacity_bytes - before
+        waits, k = [], 0
+        for unit in misses:
+            mine = []
+            while free < booked[unit[0]] and k < len(victims):
+                free += booked[victims[k][0]]
+                mine.append(drops[k])
+                k += 1
+            free -= booked[unit[0]]
+            waits.append(mine)
+        return waits
+
+    def _submit(self, unit: Unit, after=(), ranges=None) -> Future:
+        """Load ``unit`` on the loader threads, each slice a job of its own, after the futures
+        ``after`` (drops that make its room) and any drop of this same unit still pending; returns a
+        future done when every slice is in. Every wait is on a job submitted earlier, and the pool
+        starts jobs in order, so a waiting job never waits on one queued behind it."""
         self._resident_grid[self._row[unit[0]], unit[1]] = 1
         with self._lock:
             self._in_flight.add(unit)
-        future = self._pool.submit(self._load_unit, unit)
-        self._loads[unit] = future
-        return future
+        pending = self._evicting.get(unit)
+        if pending is not None and not pending.done():  # re-admitted while its drop waits: after it
+            after = (*after, pending)
+        if ranges is None:
+            ranges = self.io.claim_unit(*unit)
+        load = _UnitLoad(len(ranges), lambda error: self._unit_done(unit, error))
+        for start, end in ranges:
+            self._pool.submit(self._load_slice, unit, start, end, tuple(after), load)
+        self._loads[unit] = load.future
+        return load.future
 
-    def _load_unit(self, unit: Unit) -> None:
+    def _load_slice(self, unit: Unit, start: int, end: int, after: tuple, load: "_UnitLoad") -> None:
         try:
-            read = self.io.load_unit(*unit)  # whole pages: what the kernel counts, edge pages included
-        finally:
-            with self._lock:
-                self._in_flight.discard(unit)
+            for drop in after:
+                drop.exception()  # waits; a failed drop's error is its own future's (on_topk sees it)
+            read = self.io.load_slice(unit[0], unit[1], start, end)  # whole pages, edge pages included
+        except BaseException as exc:  # noqa: BLE001 - handed to the unit's future
+            load.part_done(exc)
+            return
         with self._lock:
-            self.counters.loads += 1
             self.counters.loaded_bytes += read
+        load.part_done(None)
+
+    def _unit_done(self, unit: Unit, error: BaseException | None) -> None:
+        with self._lock:
+            self._in_flight.discard(unit)
+            if error is None:
+                self.counters.loads += 1
+
+    def _evict_later(self, unit: Unit) -> Future:
+        """Drop ``unit`` on a loader thread (after its load, if a guess is still loading); the books
+        (grid, loads) change here, on the decode thread."""
+        load = self._loads.pop(unit, None)
+        self._resident_grid[self._row[unit[0]], unit[1]] = 0
+        drop = self._pool.submit(self._drop_unit, unit, load)
+        self._evicting[unit] = drop
+        return drop
+
+    def _drop_unit(self, unit: Unit, load: Future | None) -> None:
+        if load is not None and not load.done():
+            try:
+                load.result()  # a guess still loading: let it land before dropping it
+            except OSError:
+                pass
+        residue = self.io.evict_unit(*unit)
+        with self._lock:
+            self.counters.evictions += 1
+            self.counters.evicted_bytes += self.unit_bytes[unit[0]]
+            self.counters.residue_bytes += residue
 
     def _evict_unit(self, unit: Unit) -> None:
         future = self._loads.pop(unit, None)
@@ -420,6 +517,9 @@ class ExpertStreamer:
                 future.result()  # a guess still loading: let it land before dropping it
             except OSError:
                 pass
+        pending = self._evicting.pop(unit, None)  # an earlier drop of it (re-admitted since): lands first
+        if pending is not None:
+            pending.exception()
         self._resident_grid[self._row[unit[0]], unit[1]] = 0
         residue = self.io.evict_unit(*unit)
         with self._lock:
