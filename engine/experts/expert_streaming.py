@@ -24,10 +24,11 @@ ExpertCache decides hits, misses and victims; this class decides when to load an
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 import time
 from collections import Counter, deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,71 @@ class ExpertCounters:
 
     def copy(self) -> "ExpertCounters":
         return ExpertCounters(**self.__dict__)
+
+
+class _Loaders:
+    """``n`` loader threads taking jobs from one FIFO queue, in the order they were put. A layer puts
+    a job per slice and per victim: ThreadPoolExecutor.submit (a Future with its condition, a work
+    item, the idle-thread semaphore) was ~40 % of the decode thread's own GIL time in on_topk
+    (py-spy, docs/decisions.md), so a slice's job carries no future (its unit's _UnitLoad is one)."""
+
+    def __init__(self, n: int, name: str):
+        self._n, self._name = max(1, n), name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._start_lock = threading.Lock()
+
+    def run(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on a loader (it reports its own errors)."""
+        if self._closed:
+            raise RuntimeError("the expert loaders are shut down")
+        if not self._threads:
+            self._start()
+        self._queue.put((fn, args))
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self.run(self._call, future, fn, args)
+        return future
+
+    @staticmethod
+    def _call(future: Future, fn, args) -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - the future's waiter sees it
+            future.set_exception(exc)
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._threads or self._closed:
+                return
+            for i in range(self._n):
+                thread = threading.Thread(target=self._work, name=f"{self._name}_{i}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - jobs report their own errors; a stray one must not end a loader
+                pass
+
+    def shutdown(self) -> None:
+        """Run the jobs queued (at most a layer's reads and drops: no waiter is left hanging on an
+        unstarted one), then end the threads."""
+        with self._start_lock:
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)  # after every job: the queue is FIFO
+        for thread in threads:
+            thread.join()
 
 
 class _UnitLoad:
@@ -144,7 +210,7 @@ class ExpertStreamer:
         self._hidden: tuple[int, np.ndarray] | None = None
         self._error: str | None = None
         self._stopped = False
-        self._pool = ThreadPoolExecutor(max(1, n_loaders), thread_name_prefix="shardscope-expert-loader")
+        self._pool = _Loaders(n_loaders, "shardscope-expert-loader")
         # The window reads the cache from its own thread: cache and load books change under this lock.
         self._state_lock = threading.RLock()
         self.records: deque[TraceRecord] = deque(maxlen=MAX_RECORDS)
@@ -206,7 +272,7 @@ class ExpertStreamer:
         self._stopped = True
         if self.trunk is not None:
             self.trunk.close()  # its loaders first: the slots they read into close below
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown()
         self.io.close()
 
     # ------------------------------------------------------------ live changes (decode thread, between tokens)
@@ -467,7 +533,7 @@ class ExpertStreamer:
             ranges = self.io.claim_unit(*unit)
         load = _UnitLoad(len(ranges), lambda error: self._unit_done(unit, error))
         for start, end in ranges:
-            self._pool.submit(self._load_slice, unit, start, end, tuple(after), load)
+            self._pool.run(self._load_slice, unit, start, end, tuple(after), load)
         self._loads[unit] = load.future
         return load.future
 
