@@ -123,33 +123,23 @@ class ExpertIO:
                 memory_calls.populate(span[0], span[1])
         return sum(hi - lo for lo, hi in ranges), False  # a slice already in a slot is not read again
 
-    def claim_unit(self, layer: int, expert: int) -> list[tuple[int, int]]:
-        """Claim the unit's edge pages (before any read: a neighbour evicted meanwhile must not drop a
-        shared page, and a shared page goes only when no resident range covers it); returns its slices,
-        each for ``load_slice``."""
+    def load_unit(self, layer: int, expert: int) -> int:
+        """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
+        whose slices are not page-aligned (Kimi-shaped) counts the edge pages the disk really read."""
         ranges = self.moe.unit_ranges(layer, expert)
+        # claimed before the read, on both paths: a neighbour evicted meanwhile must not drop a
+        # shared page, and a shared page goes only when no resident range covers it
         with self._lock:
             for start, end in ranges:
                 for page in _edge_pages(start, end):
                     self._holders[page] += 1
-        return list(ranges)
-
-    def load_slice(self, layer: int, expert: int, start: int, end: int) -> int:
-        """Read one claimed slice in (page-outward); returns the bytes asked of the disk. Slices of a
-        unit are independent reads: the streamer runs them on separate loader threads, so a layer's
-        reads keep every loader busy (a unit's slices one after another left a loader per miss)."""
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
-        with self.limiter.pacing((end - start,)):
-            read, own = self._read_in([memory_calls.page_outward(start, end)])
+        with self.limiter.pacing(end - start for start, end in ranges):
+            read, own = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
         if self.slots and not own:
             with self._lock:
                 self._cached.add((layer, expert))
         return read
-
-    def load_unit(self, layer: int, expert: int) -> int:
-        """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
-        whose slices are not page-aligned (Kimi-shaped) counts the edge pages the disk really read."""
-        return sum(self.load_slice(layer, expert, start, end) for start, end in self.claim_unit(layer, expert))
 
     def _release_edges(self, start: int, end: int) -> list[int]:
         """Edge pages no resident range holds any more after this one goes: the caller drops them."""
@@ -173,25 +163,19 @@ class ExpertIO:
         with self._lock:
             cached = (layer, expert) in self._cached
             self._cached.discard((layer, expert))
-        for start, end, inner, _ in self._inner_spans(layer, expert):
+        for start, end, inner, span in self._inner_spans(layer, expert):
+            if span:
+                self._drop(inner[0], inner[1], span)
+                if self.slots and cached:  # read through the page cache: those pages go too
+                    memory_calls.evict(span[0], span[1], self.fd, inner[0])
             with self._lock:
                 freed = self._release_edges(start, end)
-            # An edge page no resident range covers any more (32-byte-aligned files) lies right beside
-            # the inner range: one drop covers both, where a drop each cost two more mapping calls a
-            # slice (each mmap/madvise pair ~50 µs with the loaders running: docs/decisions.md).
-            pieces = sorted([(p, p + memory_calls.PAGE) for p in freed] + ([inner] if inner else []))
-            merged: list[list[int]] = []
-            for lo, hi in pieces:
-                if merged and merged[-1][1] == lo:
-                    merged[-1][1] = hi
-                else:
-                    merged.append([lo, hi])
-            for lo, hi in merged:
-                span = self.mapping.clip(lo, hi)
-                if span:
-                    self._drop(lo, hi, span)
-                    if self.slots and cached:  # read through the page cache: those pages go too
-                        memory_calls.evict(span[0], span[1], self.fd, lo)
+            for page in freed:  # an edge page no resident range covers any more (32-byte-aligned files)
+                edge = self.mapping.clip(page, page + memory_calls.PAGE)
+                if edge:
+                    self._drop(page, page + memory_calls.PAGE, edge)
+                    if self.slots and cached:
+                        memory_calls.evict(edge[0], edge[1], self.fd, page)
         return self.unit_resident_bytes(layer, expert)
 
     def _drop(self, file_lo: int, file_hi: int, span: tuple[int, int]) -> None:

@@ -5,10 +5,9 @@ carries the picked expert ids *before* the layer's expert matmuls are even sched
 so the decode thread blocks there (``on_topk``) until the picks are resident. The
 ExpertCache decides hits, misses and victims; this class decides when to load and evict:
 
-- load and evict (loader threads: a layer's victims' drops and every slice of its misses in flight
-  at once, each miss's reads after the drops that make its room) are
-  engine/experts/expert_io.py's kernel work: O_DIRECT into our own pages swapped into the mapping
-  where the file allows it, else the page cache.
+- load (loader threads, all of a layer's misses in flight at once) and evict (decode thread,
+  between layers) are engine/experts/expert_io.py's kernel work: O_DIRECT into our own pages
+  swapped into the mapping where the file allows it, else the page cache.
 - cold start: one eviction of the whole file right after load (the load's large folios
   straddle expert slices, so per-expert eviction would leave pieces), then the dense
   bytes (attention, norms, router, shared experts, embeddings) are read back and stay.
@@ -24,11 +23,10 @@ ExpertCache decides hits, misses and victims; this class decides when to load an
 from __future__ import annotations
 
 import ctypes
-import queue
 import threading
 import time
 from collections import Counter, deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,101 +72,6 @@ class ExpertCounters:
         return ExpertCounters(**self.__dict__)
 
 
-class _Loaders:
-    """``n`` loader threads taking jobs from one FIFO queue, in the order they were put. A layer puts
-    a job per slice and per victim: ThreadPoolExecutor.submit (a Future with its condition, a work
-    item, the idle-thread semaphore) was ~40 % of the decode thread's own GIL time in on_topk
-    (py-spy, docs/decisions.md), so a slice's job carries no future (its unit's _UnitLoad is one)."""
-
-    def __init__(self, n: int, name: str):
-        self._n, self._name = max(1, n), name
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._closed = False
-        self._start_lock = threading.Lock()
-
-    def run(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on a loader (it reports its own errors)."""
-        if self._closed:
-            raise RuntimeError("the expert loaders are shut down")
-        if not self._threads:
-            self._start()
-        self._queue.put((fn, args))
-
-    def submit(self, fn, *args) -> Future:
-        future: Future = Future()
-        self.run(self._call, future, fn, args)
-        return future
-
-    @staticmethod
-    def _call(future: Future, fn, args) -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - the future's waiter sees it
-            future.set_exception(exc)
-
-    def _start(self) -> None:
-        with self._start_lock:
-            if self._threads or self._closed:
-                return
-            for i in range(self._n):
-                thread = threading.Thread(target=self._work, name=f"{self._name}_{i}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
-
-    def _work(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            fn, args = job
-            try:
-                fn(*args)
-            except Exception:  # noqa: BLE001 - jobs report their own errors; a stray one must not end a loader
-                pass
-
-    def shutdown(self) -> None:
-        """Run the jobs queued (at most a layer's reads and drops: no waiter is left hanging on an
-        unstarted one), then end the threads."""
-        with self._start_lock:
-            self._closed = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)  # after every job: the queue is FIFO
-        for thread in threads:
-            thread.join()
-
-
-class _UnitLoad:
-    """One unit's slices, loaded as separate jobs: its future is done when the last one is (with
-    the first error, if any), and ``on_done`` runs once, before the future is."""
-
-    def __init__(self, parts: int, on_done):
-        self.future: Future = Future()
-        self._left = parts
-        self._error: BaseException | None = None
-        self._on_done = on_done
-        self._lock = threading.Lock()
-        if parts == 0:
-            self._finish()
-
-    def part_done(self, error: BaseException | None) -> None:
-        with self._lock:
-            if error is not None and self._error is None:
-                self._error = error
-            self._left -= 1
-            last = self._left == 0
-        if last:
-            self._finish()
-
-    def _finish(self) -> None:
-        self._on_done(self._error)
-        if self._error is None:
-            self.future.set_result(None)
-        else:
-            self.future.set_exception(self._error)
-
-
 class ExpertStreamer:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, *, budget_bytes: int,
                  cache_bytes: int, policy: str, speculation: bool = False, n_loaders: int = 16, trace=None,
@@ -202,7 +105,6 @@ class ExpertStreamer:
         self._next_layer = {a: b for a, b in zip(moe.layers, moe.layers[1:])}
         self._lock = threading.Lock()
         self._loads: dict[Unit, Future] = {}
-        self._evicting: dict[Unit, Future] = {}  # victims whose drop runs on a loader (decode thread's books)
         self._previous: dict[int, tuple[int, ...]] = {}  # layer → last decoded token's picks
         self._guessed: dict[int, set[int]] = {}
         self._routers: dict[int, np.ndarray] = {}
@@ -210,7 +112,7 @@ class ExpertStreamer:
         self._hidden: tuple[int, np.ndarray] | None = None
         self._error: str | None = None
         self._stopped = False
-        self._pool = _Loaders(n_loaders, "shardscope-expert-loader")
+        self._pool = ThreadPoolExecutor(max(1, n_loaders), thread_name_prefix="shardscope-expert-loader")
         # The window reads the cache from its own thread: cache and load books change under this lock.
         self._state_lock = threading.RLock()
         self.records: deque[TraceRecord] = deque(maxlen=MAX_RECORDS)
@@ -272,7 +174,7 @@ class ExpertStreamer:
         self._stopped = True
         if self.trunk is not None:
             self.trunk.close()  # its loaders first: the slots they read into close below
-        self._pool.shutdown()
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self.io.close()
 
     # ------------------------------------------------------------ live changes (decode thread, between tokens)
@@ -431,29 +333,22 @@ class ExpertStreamer:
             pending = [self._loads[u] for u in late_units if u in self._loads]
             late = len(pending)
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
-            # The victims are dropped on the loader threads, beside the reads, and each miss's reads
-            # wait for the drops that make its room (_room_waits): RAM never passes the budget (reads
-            # first put it 12-71 MiB over 2,048 on a 28.9 GB MoE: docs/benchmarks.md), and the drops
-            # no longer run one after another on this thread before any read went out (0.44 ms a
-            # unit, ~40 % of a layer's wait at 8 KiB slices: docs/decisions.md).
-            claims = [self.io.claim_unit(*unit) for unit in access.misses]  # before any drop: shared pages stay
-            drops = [self._evict_later(victim) for victim in access.evicted]
-            waits = self._room_waits(access.misses, access.evicted, drops)
-            futures = [self._submit(unit, after, ranges)
-                       for unit, after, ranges in zip(access.misses, waits, claims)]
+            # The victims are dropped before the reads go out: reads first put RAM over the
+            # budget by one layer's misses while the drops ran (12-71 MiB over 2,048 on a
+            # 28.9 GB MoE, outside watch, both I/O paths: docs/benchmarks.md); a drop is ~6
+            # syscalls a unit, microseconds against the reads' milliseconds.
+            for victim in access.evicted:
+                self._evict_unit(victim)
+            futures = [self._submit(unit) for unit in access.misses]
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
         try:
-            for future in futures + pending + drops:
+            for future in futures + pending:
                 future.result()
         except OSError as exc:
             self._error = f"{self.moe.path}: loading experts failed ({exc.strerror or exc})"
             return False
-        with self._state_lock:
-            for victim, drop in zip(access.evicted, drops):
-                if self._evicting.get(victim) is drop:
-                    del self._evicting[victim]
         waited = time.perf_counter() - started
         with self._lock:
             c = self.counters
@@ -500,81 +395,23 @@ class ExpertStreamer:
             self.counters.spec_issued += len(guessed)
 
     # ------------------------------------------------------------ kernel work
-    def _room_waits(self, misses: list[Unit], victims: list[Unit], drops: list[Future]) -> list[list[Future]]:
-        """Per miss, the drops its reads wait for: the room free before this access first, then the
-        victims in order, so at every moment the bytes read are no more than the bytes dropped plus
-        that room (the cache's books; edge pages included)."""
-        booked = self.cache.unit_bytes
-        before = self.cache.used_bytes + sum(booked[v[0]] for v in victims) - sum(booked[u[0]] for u in misses)
-        free = self.cache.capacity_bytes - before
-        waits, k = [], 0
-        for unit in misses:
-            mine = []
-            while free < booked[unit[0]] and k < len(victims):
-                free += booked[victims[k][0]]
-                mine.append(drops[k])
-                k += 1
-            free -= booked[unit[0]]
-            waits.append(mine)
-        return waits
-
-    def _submit(self, unit: Unit, after=(), ranges=None) -> Future:
-        """Load ``unit`` on the loader threads, each slice a job of its own, after the futures
-        ``after`` (drops that make its room) and any drop of this same unit still pending; returns a
-        future done when every slice is in. Every wait is on a job submitted earlier, and the pool
-        starts jobs in order, so a waiting job never waits on one queued behind it."""
+    def _submit(self, unit: Unit) -> Future:
         self._resident_grid[self._row[unit[0]], unit[1]] = 1
         with self._lock:
             self._in_flight.add(unit)
-        pending = self._evicting.get(unit)
-        if pending is not None and not pending.done():  # re-admitted while its drop waits: after it
-            after = (*after, pending)
-        if ranges is None:
-            ranges = self.io.claim_unit(*unit)
-        load = _UnitLoad(len(ranges), lambda error: self._unit_done(unit, error))
-        for start, end in ranges:
-            self._pool.run(self._load_slice, unit, start, end, tuple(after), load)
-        self._loads[unit] = load.future
-        return load.future
+        future = self._pool.submit(self._load_unit, unit)
+        self._loads[unit] = future
+        return future
 
-    def _load_slice(self, unit: Unit, start: int, end: int, after: tuple, load: "_UnitLoad") -> None:
+    def _load_unit(self, unit: Unit) -> None:
         try:
-            for drop in after:
-                drop.exception()  # waits; a failed drop's error is its own future's (on_topk sees it)
-            read = self.io.load_slice(unit[0], unit[1], start, end)  # whole pages, edge pages included
-        except BaseException as exc:  # noqa: BLE001 - handed to the unit's future
-            load.part_done(exc)
-            return
+            read = self.io.load_unit(*unit)  # whole pages: what the kernel counts, edge pages included
+        finally:
+            with self._lock:
+                self._in_flight.discard(unit)
         with self._lock:
+            self.counters.loads += 1
             self.counters.loaded_bytes += read
-        load.part_done(None)
-
-    def _unit_done(self, unit: Unit, error: BaseException | None) -> None:
-        with self._lock:
-            self._in_flight.discard(unit)
-            if error is None:
-                self.counters.loads += 1
-
-    def _evict_later(self, unit: Unit) -> Future:
-        """Drop ``unit`` on a loader thread (after its load, if a guess is still loading); the books
-        (grid, loads) change here, on the decode thread."""
-        load = self._loads.pop(unit, None)
-        self._resident_grid[self._row[unit[0]], unit[1]] = 0
-        drop = self._pool.submit(self._drop_unit, unit, load)
-        self._evicting[unit] = drop
-        return drop
-
-    def _drop_unit(self, unit: Unit, load: Future | None) -> None:
-        if load is not None and not load.done():
-            try:
-                load.result()  # a guess still loading: let it land before dropping it
-            except OSError:
-                pass
-        residue = self.io.evict_unit(*unit)
-        with self._lock:
-            self.counters.evictions += 1
-            self.counters.evicted_bytes += self.unit_bytes[unit[0]]
-            self.counters.residue_bytes += residue
 
     def _evict_unit(self, unit: Unit) -> None:
         future = self._loads.pop(unit, None)
@@ -583,9 +420,6 @@ class ExpertStreamer:
                 future.result()  # a guess still loading: let it land before dropping it
             except OSError:
                 pass
-        pending = self._evicting.pop(unit, None)  # an earlier drop of it (re-admitted since): lands first
-        if pending is not None:
-            pending.exception()
         self._resident_grid[self._row[unit[0]], unit[1]] = 0
         residue = self.io.evict_unit(*unit)
         with self._lock:

@@ -244,12 +244,7 @@ class DirectSlots:
     def _take_slot(self, length: int) -> int:
         """A slot of ``length`` bytes, made of a spare one's pages where there is one: the same size,
         else the smallest larger one cut down (mremap shrinks in place), else the largest smaller one
-        grown (only the added tail is fresh memory); a new mapping only when nothing is spare.
-        A range too small to be recycled (an expert's slice, an edge page) takes fresh memory: cutting a
-        shard's spare down to it would free the rest of that spare's pages, and the pool's lock and
-        sort are the small read's own cost again."""
-        if length < MIN_RECYCLED:
-            return self._fresh_slot(length)
+        grown (only the added tail is fresh memory); a new mapping only when nothing is spare."""
         with self._pool_lock:
             sizes = sorted(size for size, spares in self._pool.items() if spares)
             if not sizes:
