@@ -46,6 +46,7 @@ import math
 from dataclasses import dataclass
 
 from shardscope.engine.base.errors import ShardscopeError
+from shardscope.engine.base.quantity_text import mib_text
 from shardscope.engine.base.units import MIB
 from shardscope.engine.stream.ssd_rate_limiter import SsdModel
 
@@ -118,19 +119,16 @@ class FlashModel(SsdModel):
         return finish
 
     def describe(self) -> str:
+        if not self.device_rates and not self.request_s and (not self.reader_mb_s or self.reader_mb_s == self.mb_s):
+            return super().describe()
         if self.device_rates:
             (s0, r0), (s1, r1) = self.device_rates[0], self.device_rates[-1]
-            return (f"one reader {self.latency_s * 1e6:.0f} µs + s / {self.reader_mb_s:.0f} MB/s a request; the device "
-                    f"at its probe's saturated rate for each size ({_size_words(s0)} {r0:.0f} … {_size_words(s1)} "
-                    f"{r1:.0f} MB/s, {len(self.device_rates)} sizes); {self.queue_depth} in flight")
-        if not self.request_s and (not self.reader_mb_s or self.reader_mb_s == self.mb_s):
-            return super().describe()
+            device = (f"at its probe's saturated rate for each size ({mib_text(s0)} {r0:.0f} … {mib_text(s1)} "
+                      f"{r1:.0f} MB/s, {len(self.device_rates)} sizes)")
+        else:
+            device = f"{self.request_s * 1e6:.0f} µs + s / {self.mb_s:.0f} MB/s (saturated)"
         return (f"one reader {self.latency_s * 1e6:.0f} µs + s / {self.reader_mb_s:.0f} MB/s a request; the device "
-                f"{self.request_s * 1e6:.0f} µs + s / {self.mb_s:.0f} MB/s (saturated); {self.queue_depth} in flight")
-
-
-def _size_words(request_bytes: int) -> str:
-    return f"{request_bytes / MIB:g} MiB" if request_bytes >= MIB else f"{request_bytes / 1024:g} KiB"
+                f"{device}; {self.queue_depth} in flight")
 
 
 def _interpolated_rate(table: tuple[tuple[int, float], ...], request_bytes: float) -> float:
