@@ -75,3 +75,10 @@ def test_the_refusal_names_the_larger_limit_only_where_it_would_fit(capsys):
     assert main(["size", "--like", "kimi-k3", "--device", "iphone-16-pro", "--extended-limit", "--budget-mb",
                  "1000"]) == 2
     assert "--extended-limit" not in capsys.readouterr().err
+
+
+def test_a_given_budget_below_the_minimum_is_not_answered_with_the_larger_limit(capsys):
+    # the user chose the budget: the preset's larger limit would not change it
+    assert main(["size", "--like", "kimi-k3", "--device", "iphone-16-pro", "--budget-mb", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "below the minimum of" in err and "--extended-limit" not in err

@@ -225,14 +225,13 @@ class SizingResult:
         return self.projection.bound
 
 
-def _larger_limit_hint(device: Device, minimum: float) -> str:
-    """Where the preset records a larger limit the default one does not use, the refusal names the flag
-    that sizes with it (the headline, Kimi K3 on the iPhone, needs it)."""
-    extended = device.app_memory_limit_extended_mb
-    if extended is None or extended <= device.app_memory_limit_mb or extended * MIB < minimum:
+def _larger_limit_hint(device: Device, larger_budget_mb: float | None, minimum: float) -> str:
+    """Where the preset's larger limit would give a default budget that holds the minimum, the refusal
+    names the flag that sizes with it (the headline, Kimi K3 on the iPhone, needs it)."""
+    if larger_budget_mb is None or larger_budget_mb * MIB < minimum:
         return ""
     needs = f" ({device.extended_limit_requires})" if device.extended_limit_requires else ""
-    return f"; --extended-limit sizes with the preset's {extended:,.0f} MiB app limit{needs}"
+    return f"; --extended-limit sizes with the preset's {device.app_memory_limit_extended_mb:,.0f} MiB app limit{needs}"
 
 
 def size_number(value, key: str, *, positive: bool = True, allow_zero: bool = False) -> float:
@@ -270,10 +269,14 @@ def size_shape(
         device = device.with_ssd(size_number(ssd_mb_s, "ssd_mb_s"))
         unverified.add("ssd_read_mb_s")
 
+    larger_budget_mb = None  # a default budget under the preset's larger limit, where it has one
     if budget_mb is None:
         o = dict(DEFAULT_OVERHEAD_MB)
         o["kv_cache_mb"] = round(o["kv_cache_mb"] + shape.state_bytes / MIB)  # + the recurrent state
         budget_mb = weight_budget_mb(device, **o)
+        extended = device.app_memory_limit_extended_mb
+        if extended is not None and extended > device.app_memory_limit_mb:  # what --extended-limit would give
+            larger_budget_mb = weight_budget_mb(device.with_extended_limit(), **o)
         if shape.state_bytes:
             assumptions.append(f"KV cache booked with the model's {shape.state_note}: "
                                f"{shape.state_bytes / MIB:,.0f} MiB (fixed, whatever the context length)")
@@ -324,7 +327,7 @@ def size_shape(
     elif budget < minimum:
         raise ShardscopeError(
             f"size: budget {budget_mb:,.0f} MiB is below the minimum of {whole_mb(minimum):,} MiB for "
-            f"{shape.label} on {device.name} ({parts}){_larger_limit_hint(device, minimum)}"
+            f"{shape.label} on {device.name} ({parts}){_larger_limit_hint(device, larger_budget_mb, minimum)}"
         )
     elif moe and T > 0 and budget < resident_dense + staging:
         # The budget cannot hold the trunk: it streams by layer beside the experts (budget_split.split_budget)
