@@ -7,6 +7,7 @@ are written once per session by the project's own writer.
 
 from __future__ import annotations
 
+import mmap
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -153,12 +154,15 @@ _IO_RECORD: dict[str, list[str]] = {"ran": [], "asserted": []}
 HAS_PROC_MAPS = sys.platform == "linux" and not os.environ.get("SHARDSCOPE_TESTS_AS_MACOS")
 
 
-def own_slot_bytes(pid: int, model_path: str) -> int:
+def own_slot_bytes(pid: int, model_path: str, hulls: dict[int, tuple[int, int]] | None = None) -> int:
     """Bytes of anonymous VMAs lying inside a mapping of ``model_path`` in /proc/<pid>/maps: the
     streamer's own slots (the page cache path leaves only the file's VMAs there). A mapping is told
-    apart from another mapping of the same file by its base (VMA start − file offset)."""
+    apart from another mapping of the same file by its base (VMA start − file offset); its range
+    runs to the file's end. ``hulls`` (base → range) keeps the ranges seen in earlier readings: once
+    own slots and regions (direct_slots.py) cover the whole model, no file VMA is left to find it by."""
     real = os.path.realpath(model_path)
-    file_vmas: dict[int, list[tuple[int, int]]] = {}
+    size = -(-os.path.getsize(real) // mmap.PAGESIZE) * mmap.PAGESIZE
+    hulls = {} if hulls is None else hulls
     anon: list[tuple[int, int]] = []
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
@@ -166,11 +170,12 @@ def own_slot_bytes(pid: int, model_path: str) -> int:
             lo, hi = (int(x, 16) for x in words[0].split("-"))
             path = words[5].strip() if len(words) > 5 else ""
             if path == real:
-                file_vmas.setdefault(lo - int(words[2], 16), []).append((lo, hi))
+                base = lo - int(words[2], 16)
+                known = hulls.get(base, (lo, base + size))
+                hulls[base] = (min(known[0], lo), max(known[1], hi))
             elif not path and words[4] == "0":
                 anon.append((lo, hi))
-    hulls = [(min(v[0] for v in vmas), max(v[1] for v in vmas)) for vmas in file_vmas.values()]
-    return sum(hi - lo for lo, hi in anon if any(a <= lo and hi <= b for a, b in hulls))
+    return sum(hi - lo for lo, hi in anon if any(a <= lo and hi <= b for a, b in hulls.values()))
 
 
 class IOPathWitness:
@@ -181,12 +186,13 @@ class IOPathWitness:
         self.wanted, self.nodeid = wanted, nodeid
         self.seen_bytes = 0
         self.asserted = False
+        self._hulls: dict[int, tuple[int, int]] = {}  # the model's mappings as first seen (own_slot_bytes)
 
     def look(self, model_path: str, pid: int | None = None) -> int:
         """One reading of the own-slot bytes now (keeps the largest seen)."""
         if not HAS_PROC_MAPS:
             return 0
-        self.seen_bytes = max(self.seen_bytes, own_slot_bytes(pid or os.getpid(), model_path))
+        self.seen_bytes = max(self.seen_bytes, own_slot_bytes(pid or os.getpid(), model_path, self._hulls))
         return self.seen_bytes
 
     def watch(self, model_path: str, pid: int | None = None, every_s: float = 0.02):
@@ -207,6 +213,10 @@ class IOPathWitness:
                     except (OSError, ValueError):  # the process ended, or a line changed under us
                         pass
 
+            try:  # at once: the model's mapping is found while its file VMAs are still there
+                witness.look(model_path, pid)
+            except (OSError, ValueError):
+                pass
             thread = threading.Thread(target=loop, daemon=True)
             thread.start()
             try:
@@ -227,12 +237,25 @@ class IOPathWitness:
 
 
 @pytest.fixture
-def io_path(request) -> IOPathWitness:
+def io_path(request, monkeypatch) -> IOPathWitness:
     """The own-slot I/O path this pass streams through (engine/stream/io_path.py: $SHARDSCOPE_IO, else
     mremap where it exists) and its witness. A test marked ``io_paths`` must call ``check``."""
+    from shardscope.engine.stream import direct_slots
     from shardscope.engine.stream import io_path as paths
 
     witness = IOPathWitness(paths.wanted(), request.node.nodeid)
+    adopt = direct_slots.DirectSlots.adopt
+
+    def adopt_then_look(self, *args, **kwargs):
+        # A run in this process: the kernel's view of the model's mapping just after the file is
+        # mapped over all of it, before own slots and regions may cover every page of it.
+        adopt(self, *args, **kwargs)
+        try:
+            witness.look(self.path)
+        except (OSError, ValueError):
+            pass
+
+    monkeypatch.setattr(direct_slots.DirectSlots, "adopt", adopt_then_look)
     yield witness
     call = getattr(request.node, "rep_call", None)
     if request.node.get_closest_marker("io_paths") is not None and call is not None and not call.skipped:

@@ -54,7 +54,8 @@ def mixtral(tmp_path_factory) -> str:
 def _verified(path: str, cache_share: float = 0.35):
     moe = read_moe_layout(read_layout(path))
     budget = int((moe.dense_bytes + cache_share * moe.expert_bytes) / MIB) + 4
-    report, _ = verified_run(RunSettings(model_path=path, budget_mb=budget, n_gen=5, n_ctx=128, threads=2))
+    # 12 tokens: at 5 the decode could end (~0.1 s) before the timeline's samples saw a read
+    report, _ = verified_run(RunSettings(model_path=path, budget_mb=budget, n_gen=12, n_ctx=128, threads=2))
     print("\n".join(format_report(report)))
     return report, moe
 
@@ -137,7 +138,9 @@ def test_bench_verify_on_a_kimi_shaped_file_at_60_mb_checks_the_timeline_reads(k
     n = len(pairs)
     assert n >= 15 and verdict_line(proc.stdout) == f"verify     {n} of {n} checked, {n} agree", out
     total = next(line for line in pairs if line.split("  ")[1].strip() == "read_mb_total (timeline)")
-    assert " agrees " in total and float(total.split()[2]) > 5, total  # 15 decoded tokens' reads, in MiB
+    # more than one token's reads (~0.8-1.9 MiB): how many of the 15 fall between the timeline's
+    # first and last points depends on the run's speed (3.6-5.7 MiB seen with regions, direct_slots.py)
+    assert " agrees " in total and float(total.split()[2]) > 2, total
     for line in pairs:
         for engine, outside in EQUALS.findall(line.split("[")[0]):
             assert engine == outside, line  # never two different numbers joined by "="

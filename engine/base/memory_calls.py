@@ -181,6 +181,30 @@ def resident_bytes(start: int, end: int) -> int:
     return resident_pages(start, end) * PAGE
 
 
+HULL_BYTES = 64 * 1024 * 1024  # spans this close share one mincore call (a 16 KiB vector)
+
+
+def spans_resident_bytes(spans) -> int:
+    """resident_bytes summed over many page-aligned address spans, with one mincore over each group
+    of spans that lie within HULL_BYTES of each other (a layer's victims: dozens of small slices of
+    a few tensors) instead of one call a span."""
+    total = 0
+    ordered = sorted(spans)
+    i = 0
+    while i < len(ordered):
+        j = i + 1
+        while j < len(ordered) and ordered[j][1] - ordered[i][0] <= HULL_BYTES:
+            j += 1
+        group = ordered[i:j]
+        try:
+            base, bits = _mincore_vector(group[0][0], max(hi for _, hi in group))
+            total += sum(int(bits[(lo - base) // PAGE:(hi - base) // PAGE].sum()) for lo, hi in group) * PAGE
+        except OSError:  # a hole between them (not one mapping): span by span
+            total += sum(resident_bytes(lo, hi) for lo, hi in group)
+        i = j
+    return total
+
+
 def cached_file_bytes(fd: int, offset: int, length: int) -> int | None:
     """Page-cache bytes of a file range (cachestat on Linux), None where the call does not exist
     (macOS: residency by mincore only)."""

@@ -18,6 +18,12 @@ are full, an expert is read through the page cache instead and evicted that way 
 
 A page an expert's slice shares with a neighbour (slices not page-aligned) is read with the
 slice and dropped only when no resident range covers it any more.
+
+Small slices (under REGION_SLICE) go in regions of the mremap slots (direct_slots.py): an expert
+tensor's own pages become anonymous memory of ours at start, and a slice is then read in place
+and dropped by one madvise, with no mapping call. Their bytes are zeros until loaded, which is
+safe because llama.cpp reads a routed expert only after its layer's topk, where the decode waits
+for the load (expert_streaming.py).
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ MADV_RANDOM = 1
 POSIX_FADV_WILLNEED = 3
 PAGE_CACHE_MECHANISM = "FADV_WILLNEED (≤ 8 MiB calls) + MADV_POPULATE_READ, MADV_RANDOM mapping"
 DROP_MECHANISM = "file mapped back over the range (MAP_FIXED), the pages recycled for the next load"
+# Slices under this size are read into regions (one preadv, one madvise to drop); larger ones keep
+# recycled slots, whose pages come back without a fresh fault. 16 threads loading and dropping
+# random slices (.dev-style micro-bench, 2-core VM): regions 1.8-2.5x the slots' rate up to 128 KiB,
+# equal within the noise from 512 KiB (docs/decisions.md).
+REGION_SLICE = 512 * 1024
 
 
 def _edge_pages(start: int, end: int) -> list[int]:
@@ -53,6 +64,34 @@ def _edge_pages(start: int, end: int) -> list[int]:
     if inner is None:
         return list(range(lo, hi, memory_calls.PAGE))
     return [p for p in (lo, hi - memory_calls.PAGE) if p < inner[0] or p >= inner[1]]
+
+
+def expert_regions(moe: MoeLayout, mapped: tuple[int, int]) -> list[tuple[int, int]]:
+    """The file ranges made regions at start: each expert tensor of slices under REGION_SLICE, its
+    whole pages only (a page it shares with a dense tensor stays the file's: read at start or
+    streamed with the trunk), within the mapped part of the file."""
+    regions = []
+    for layer in moe.layers:
+        for offset, per in moe.expert_tensors[layer]:
+            inner = memory_calls.page_inward(max(offset, mapped[0]), min(offset + moe.n_expert * per, mapped[1]))
+            if per < REGION_SLICE and inner:
+                regions.append(inner)
+    return regions
+
+
+def _with_edges(inner: tuple[int, int] | None, freed: list[int]) -> list[tuple[int, int]]:
+    """A slice's page-inward range and its freed edge pages as few ranges as they make (an edge
+    page lies just before or just after the inner range: one drop call covers all three)."""
+    pages = sorted((p, p + memory_calls.PAGE) for p in freed)
+    if inner:
+        pages = sorted(pages + [inner])
+    merged: list[list[int]] = []
+    for lo, hi in pages:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
 
 
 class ExpertIO:
@@ -82,6 +121,9 @@ class ExpertIO:
             self.evict_mechanism = evicted
         else:  # ranges mapped back merge with their neighbours again (direct_slots.py: mappings)
             self.slots.adopt(MADV_RANDOM)
+            if self.slots.supports_regions:
+                for lo, hi in expert_regions(self.moe, (m.file_offset, m.file_offset + (m.end - m.start))):
+                    self.slots.make_region(lo, hi)
         total = 0
         mapped_lo, mapped_hi = m.file_offset, m.file_offset + (m.end - m.start)
         for lo, hi in self.resident_pages:
@@ -115,13 +157,25 @@ class ExpertIO:
                 return done, True
             except SlotsFull:
                 pass  # a slice already in a slot stays there; the populate below only touches it
+            # a region's pieces are read in place (never refused); only the rest goes through the page cache
+            in_place, rest = 0, []
+            for lo, hi in ranges:
+                for a, b, inside in self.slots.region_pieces(lo, hi):
+                    if inside:
+                        in_place += self.slots.load(a, b)
+                    else:
+                        rest.append((a, b))
+            return in_place + self._read_through_cache(rest), False
+        return self._read_through_cache(ranges), False
+
+    def _read_through_cache(self, ranges: list[tuple[int, int]]) -> int:
         for lo, hi in ranges:
             self._ask_disk(lo, hi)
         for lo, hi in ranges:
             span = self.mapping.clip(lo, hi)
             if span:
                 memory_calls.populate(span[0], span[1])
-        return sum(hi - lo for lo, hi in ranges), False  # a slice already in a slot is not read again
+        return sum(hi - lo for lo, hi in ranges)  # a slice already in a slot is not read again
 
     def load_unit(self, layer: int, expert: int) -> int:
         """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
@@ -160,33 +214,48 @@ class ExpertIO:
 
     def evict_unit(self, layer: int, expert: int) -> int:
         """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
-        with self._lock:
-            cached = (layer, expert) in self._cached
-            self._cached.discard((layer, expert))
-        for start, end, inner, span in self._inner_spans(layer, expert):
-            if span:
-                self._drop(inner[0], inner[1], span)
-                if self.slots and cached:  # read through the page cache: those pages go too
-                    memory_calls.evict(span[0], span[1], self.fd, inner[0])
-            with self._lock:
-                freed = self._release_edges(start, end)
-            for page in freed:  # an edge page no resident range covers any more (32-byte-aligned files)
-                edge = self.mapping.clip(page, page + memory_calls.PAGE)
-                if edge:
-                    self._drop(page, page + memory_calls.PAGE, edge)
-                    if self.slots and cached:
-                        memory_calls.evict(edge[0], edge[1], self.fd, page)
+        self.evict_units([(layer, expert)])
         return self.unit_resident_bytes(layer, expert)
 
-    def _drop(self, file_lo: int, file_hi: int, span: tuple[int, int]) -> None:
-        if self.slots:
-            self.slots.drop(file_lo, file_hi)
-        else:
-            self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, file_lo)
+    def evict_units(self, units) -> None:
+        """Drop these experts' pages (an access's victims) in one pass: their region pieces go in one
+        call (direct_slots.py drop_many), since one call each was most of a layer's wait on 8 KiB slices."""
+        drops: list[tuple[int, int]] = []
+        cached_drops: list[tuple[int, int]] = []
+        with self._lock:
+            for layer, expert in units:
+                cached = (layer, expert) in self._cached
+                self._cached.discard((layer, expert))
+                for start, end, inner, _span in self._inner_spans(layer, expert):
+                    freed = self._release_edges(start, end)
+                    (cached_drops if cached else drops).extend(_with_edges(inner, freed))
+            # Dropped under the lock a load claims its edge pages under: a neighbour that claimed a
+            # shared page first kept it from being freed, one that claims it after reads it again. A
+            # page dropped after the neighbour's read would be gone under it (in a region: zeros).
+            self._drop_all(drops, cached_drops)
+
+    def _drop_all(self, drops, cached_drops) -> None:
+        if not self.slots:
+            for lo, hi in drops + cached_drops:
+                span = self.mapping.clip(lo, hi)
+                if span:
+                    self.evict_mechanism = memory_calls.evict(span[0], span[1], self.fd, lo)
+            return
+        # ranges llama.cpp unmapped (GPU layers' ends, issue #35) hold nothing to drop
+        self.slots.drop_many([(lo, hi) for lo, hi in drops + cached_drops if self.mapping.clip(lo, hi)])
+        for lo, hi in cached_drops:  # read through the page cache (slots full): those pages go too
+            span = self.mapping.clip(lo, hi)
+            if span:
+                memory_calls.evict(span[0], span[1], self.fd, lo)
 
     def unit_resident_bytes(self, layer: int, expert: int) -> int:
         """mincore over the unit's page-inward ranges: the independent check."""
-        return sum(memory_calls.resident_bytes(*span) for _, _, _, span in self._inner_spans(layer, expert) if span)
+        return self.units_resident_bytes([(layer, expert)])
+
+    def units_resident_bytes(self, units) -> int:
+        """mincore over these units' page-inward ranges (a layer's victims: a few calls, not one a slice)."""
+        return memory_calls.spans_resident_bytes(
+            [span for layer, expert in units for _, _, _, span in self._inner_spans(layer, expert) if span])
 
     def close(self) -> None:
         if self.slots:

@@ -184,8 +184,7 @@ class ExpertStreamer:
             self.budget_bytes = budget_bytes
             self.cache.capacity_bytes = int(cache_bytes)
             self._repin()
-            for victim in self.cache.make_room(0, protected=set()):
-                self._evict_unit(victim)
+            self._evict_units(self.cache.make_room(0, protected=set()))
 
     def set_policy(self, policy: str) -> None:
         with self._state_lock:
@@ -335,11 +334,12 @@ class ExpertStreamer:
             hidden = len(({(layer, e) for e in guessed} & set(access.hits)) - set(late_units))
             # The victims are dropped before the reads go out: reads first put RAM over the
             # budget by one layer's misses while the drops ran (12-71 MiB over 2,048 on a
-            # 28.9 GB MoE, outside watch, both I/O paths: docs/benchmarks.md); a drop is ~6
-            # syscalls a unit, microseconds against the reads' milliseconds.
-            for victim in access.evicted:
-                self._evict_unit(victim)
+            # 28.9 GB MoE, outside watch, both I/O paths: docs/benchmarks.md). All of them in
+            # one pass: a unit's drops one call at a time were 0.2-0.47 ms a unit on the decode
+            # thread, most of an 8 KiB-slice layer's wait (docs/decisions.md).
+            self._evict_units(access.evicted, check=False)
             futures = [self._submit(unit) for unit in access.misses]
+            self._check_residue(access.evicted)  # while the reads run
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
@@ -386,8 +386,7 @@ class ExpertStreamer:
             evicted = self.cache.admit(unit, protected | {(nxt, e) for e in guessed})
             if evicted is None:
                 break
-            for victim in evicted:
-                self._evict_unit(victim)
+            self._evict_units(evicted)
             self._submit(unit)
             guessed.add(expert)
         self._guessed[nxt] = guessed
@@ -413,18 +412,31 @@ class ExpertStreamer:
             self.counters.loads += 1
             self.counters.loaded_bytes += read
 
-    def _evict_unit(self, unit: Unit) -> None:
-        future = self._loads.pop(unit, None)
-        if future is not None and not future.done():
-            try:
-                future.result()  # a guess still loading: let it land before dropping it
-            except OSError:
-                pass
-        self._resident_grid[self._row[unit[0]], unit[1]] = 0
-        residue = self.io.evict_unit(*unit)
+    def _evict_units(self, units, check: bool = True) -> None:
+        """Drop these units together (one pass of kernel calls, expert_io.py evict_units); ``check``
+        False leaves mincore's residue check to ``_check_residue`` once the next reads are out."""
+        if not units:
+            return
+        for unit in units:
+            future = self._loads.pop(unit, None)
+            if future is not None and not future.done():
+                try:
+                    future.result()  # a guess still loading: let it land before dropping it
+                except OSError:
+                    pass
+            self._resident_grid[self._row[unit[0]], unit[1]] = 0
+        self.io.evict_units(units)
         with self._lock:
-            self.counters.evictions += 1
-            self.counters.evicted_bytes += self.unit_bytes[unit[0]]
+            self.counters.evictions += len(units)
+            self.counters.evicted_bytes += sum(self.unit_bytes[u[0]] for u in units)
+        if check:
+            self._check_residue(units)
+
+    def _check_residue(self, units) -> None:
+        """mincore over the dropped units' own pages (none of them is read again before its next
+        admission, which comes after this): what it still finds counts as residue."""
+        residue = self.io.units_resident_bytes(units) if units else 0
+        with self._lock:
             self.counters.residue_bytes += residue
 
     # ------------------------------------------------------------ readout

@@ -109,8 +109,7 @@ class HashPrefetch:
                     evicted = s.cache.admit(unit, protected)
                     if evicted is None:  # no room beside what this token still needs: loaded at the layer
                         continue
-                    for victim in evicted:
-                        s._evict_unit(victim)
+                    s._evict_units(evicted)
                     futures.append(s._submit(unit))
                     loaded.add(expert)
                 self._ahead[layer] = (set(picks), loaded)

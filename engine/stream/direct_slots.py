@@ -28,6 +28,15 @@ The ranges must be page-aligned (the loader passes page-outward ranges to load a
 page-inward ones to evict, so a boundary page shared with a neighbour is never dropped
 under it). Reads past the end of the file leave zeros, which nothing reads.
 ``mincore`` reports the anonymous pages as resident, so every residency check stays valid.
+
+Regions (``make_region``): for small ranges the mapping calls are the cost, not the read — a slot
+costs a load an mmap and an mremap and its drop an mmap and a madvise, each under the process's
+mmap lock that every loader and every O_DIRECT page pin queue on (8 KiB slices read 0.35 of the
+bare reads' rate, docs/decisions.md). A region is a page-aligned range turned into anonymous
+memory of our own once, for the run: a load inside it is one ``preadv`` into place, a drop one
+``MADV_DONTNEED`` (the pages freed at once: the next load reads the disk), no mapping call, and
+the region is one mapping however many ranges it holds. Its pages read as zeros until loaded, so
+only ranges nothing reads before it waits for their load may be regions (routed experts' own pages).
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ MADV_HUGEPAGE = 14
 MIN_RECYCLED = 64 * 1024  # smaller ranges (edge pages) are simply mapped over
 POOL_BYTES = 128 * 1024 * 1024  # spare slots kept for reuse (a layer's worth of evictions)
 MADV_RANDOM = 1
+MADV_NOHUGEPAGE = 15
 MAP_FAILED = ctypes.c_void_p(-1).value
 # Mappings left to the rest of the process (libraries, thread stacks, malloc arenas, Qt, spare slots):
 # own slots hold at most (max_map_count - MAP_HEADROOM) // 2 ranges, each at most 2 mappings.
@@ -63,9 +73,62 @@ libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_i
 libc.mmap.restype = ctypes.c_void_p
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.syscall.restype = ctypes.c_long
 if platform_calls.has_mremap():  # Linux only: macOS takes the portable path (portable_slots.py)
     libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
     libc.mremap.restype = ctypes.c_void_p
+
+
+MADV_DONTNEED = 4
+_SYS_PIDFD_OPEN, _SYS_PROCESS_MADVISE = 434, 440  # the generic syscall table: x86_64 and arm64 alike
+IOV_MAX = 1024
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _Vector:
+    """process_madvise(2) on this process: many ranges advised in one call (Linux ≥ 6.13 takes
+    MADV_DONTNEED there for the caller's own pidfd; older kernels refuse it, and madvise goes range
+    by range). The pidfd is this process's: opened again after a fork."""
+
+    def __init__(self):
+        self.pid = -1
+        self.pidfd = -1
+        self.works = True
+        self.lock = threading.Lock()
+
+    def advise(self, ranges: list[tuple[int, int]], advice: int) -> bool:
+        """True when the kernel took every range in vector calls."""
+        if not self.works:
+            return False
+        with self.lock:
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                self.pidfd = libc.syscall(_SYS_PIDFD_OPEN, self.pid, 0)
+                if self.pidfd < 0:
+                    self.works = False
+                    return False
+        for i in range(0, len(ranges), IOV_MAX):
+            part = ranges[i:i + IOV_MAX]
+            vec = (_Iovec * len(part))(*[_Iovec(lo, hi - lo) for lo, hi in part])
+            done = libc.syscall(_SYS_PROCESS_MADVISE, self.pidfd, vec, len(part), advice, 0)
+            if done != sum(hi - lo for lo, hi in part):
+                self.works = False  # refused (an older kernel): range by range from now on
+                return False
+        return True
+
+
+_VECTOR = _Vector()
+
+
+def free_anonymous(ranges: list[tuple[int, int]]) -> None:
+    """Free the pages of these private anonymous address ranges now (MADV_DONTNEED)."""
+    if _VECTOR.advise(ranges, MADV_DONTNEED):
+        return
+    for lo, hi in ranges:  # again where a vector call stopped part way: freeing twice is harmless
+        libc.madvise(lo, hi - lo, MADV_DONTNEED)
 
 
 class SlotsFull(OSError):
@@ -104,6 +167,12 @@ class OwnRanges:
                 if b > a:                            # lands at i and is passed over next round)
                     self._insert(a, b)
 
+    def overlaps(self, lo: int, hi: int) -> bool:
+        i = bisect.bisect_right(self._starts, lo) - 1
+        if i >= 0 and self.ends[self._starts[i]] > lo:
+            return True
+        return i + 1 < len(self._starts) and self._starts[i + 1] < hi
+
     def add(self, lo: int, hi: int) -> None:
         """[lo, hi) now holds one new piece of our pages (replacing whatever part of others it covers)."""
         self.cut(lo, hi)
@@ -130,6 +199,7 @@ class DirectSlots:
     io_path = "mremap"
     mechanism = MECHANISM
     recycles = True  # evicted pages go to the pool for the next load
+    supports_regions = True  # make_region
 
     def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES, max_ranges: int | None = None):
         self.path = path
@@ -144,6 +214,10 @@ class DirectSlots:
         # Pieces this object swapped in and not out yet: only those hold our pages, so only a whole
         # one may move to the pool (a file-backed range there would be read into: never).
         self._own = OwnRanges()
+        # Regions (make_region): sorted address ranges of anonymous memory of ours, and the pieces of
+        # them holding the file's bytes now (the books: loaded, not yet dropped).
+        self._regions: list[tuple[int, int]] = []
+        self._in_place = OwnRanges()
         self.mapping = mapping
         if mapping.start % PAGE or (mapping.file_offset % PAGE):
             raise OSError(errno.EINVAL, "the model mapping is not page-aligned")
@@ -178,7 +252,7 @@ class DirectSlots:
     @property
     def own_bytes(self) -> int:
         """Bytes of the mapping now backed by our pages (every one of them read in: resident)."""
-        return self._own.bytes
+        return self._own.bytes + self._in_place.bytes
 
     @property
     def held_ranges(self) -> int:
@@ -191,12 +265,56 @@ class DirectSlots:
         Call before anything is loaded (the bytes are the file's either way)."""
         m = self.mapping
         with self._pool_lock:
-            if len(self._own):
-                raise ValueError("adopt() after a load would map the file over loaded ranges")
+            if len(self._own) or self._regions:
+                raise ValueError("adopt() after a load or a region would map the file over them")
         check_mapped(libc.mmap(m.start, m.end - m.start, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, m.file_offset),
                "mmap of the model range")
         libc.madvise(m.start, m.end - m.start, advice)
         self._back_advice = advice
+
+    def make_region(self, file_lo: int, file_hi: int) -> None:
+        """Make [file_lo, file_hi) (page-aligned, holding nothing of ours yet) anonymous memory of our
+        own for the rest of the run; its bytes read as zeros until a load puts the file's there."""
+        address, end = self._span(file_lo, file_hi)
+        with self._pool_lock:
+            if self._own.overlaps(address, end) or any(lo < end and address < hi for lo, hi in self._regions):
+                raise ValueError(f"range {file_lo}-{file_hi} already holds our pages")
+        check_mapped(libc.mmap(address, end - address, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                               -1, 0), "mmap of a region")
+        # 4 KiB pages: a huge page would fault 2 MiB in (and count it resident) for one small slice
+        libc.madvise(address, end - address, MADV_NOHUGEPAGE)
+        with self._pool_lock:
+            bisect.insort(self._regions, (address, end))
+
+    def _pieces(self, address: int, end: int) -> list[tuple[int, int, bool]]:
+        """[address, end) cut where regions begin and end: (lo, hi, inside a region?) in order."""
+        regions = self._regions
+        if not regions:
+            return [(address, end, False)]
+        pieces, at = [], address
+        i = max(0, bisect.bisect_right(regions, (address, end)) - 1)
+        while at < end and i < len(regions):
+            lo, hi = regions[i]
+            if hi <= at:
+                i += 1
+                continue
+            if lo >= end:
+                break
+            if lo > at:
+                pieces.append((at, lo, False))
+            pieces.append((max(at, lo), min(end, hi), True))
+            at = min(end, hi)
+            i += 1
+        if at < end:
+            pieces.append((at, end, False))
+        return pieces
+
+    def region_pieces(self, file_lo: int, file_hi: int) -> list[tuple[int, int, bool]]:
+        """[file_lo, file_hi) (page-aligned) as file ranges cut at the regions' edges, each with
+        whether it lies inside one (a region's piece is never refused and never goes through the page cache)."""
+        address, end = self._span(file_lo, file_hi)
+        base = self.mapping.base
+        return [(lo - base, hi - base, inside) for lo, hi, inside in self._pieces(address, end)]
 
     def _span(self, file_lo: int, file_hi: int) -> tuple[int, int]:
         span = self.mapping.clip(file_lo, file_hi)
@@ -205,8 +323,23 @@ class DirectSlots:
         return span
 
     def load(self, file_lo: int, file_hi: int) -> int:
-        """Read [file_lo, file_hi) (page-aligned) and swap it into the mapping; returns bytes read."""
+        """Read [file_lo, file_hi) (page-aligned) into the mapping — a region's pieces in place, the
+        rest swapped in from a slot; returns bytes read."""
         address, end = self._span(file_lo, file_hi)
+        done = 0
+        for lo, hi, inside in self._pieces(address, end):
+            done += self._fill_in_place(lo, hi) if inside else self._load_slot(lo, hi)
+        return done
+
+    def _fill_in_place(self, address: int, end: int) -> int:
+        """A region's piece: the file's bytes read straight into it (no mapping call)."""
+        done = self._read_into(address, end - address, address - self.mapping.base)
+        with self._pool_lock:
+            self._in_place.add(address, end)
+        return done
+
+    def _load_slot(self, address: int, end: int) -> int:
+        """A piece outside the regions: read into a slot, swapped into the mapping."""
         length = end - address
         offset = address - self.mapping.base
         with self._pool_lock:
@@ -303,8 +436,28 @@ class DirectSlots:
                 self._pool.setdefault(length, []).append(moved)
 
     def drop(self, file_lo: int, file_hi: int) -> None:
-        """Map the file back over [file_lo, file_hi) (page-aligned); its pages go to a spare slot or are freed."""
-        address, end = self._span(file_lo, file_hi)
+        """Drop [file_lo, file_hi) (page-aligned): a region's pieces are freed in place; elsewhere the file
+        is mapped back over it and its pages go to a spare slot or are freed."""
+        self.drop_many([(file_lo, file_hi)])
+
+    def drop_many(self, ranges) -> None:
+        """Drop these page-aligned file ranges; their region pieces freed together, in one call
+        where the kernel takes a vector of ranges (process_madvise), else one madvise each."""
+        in_place = []
+        for file_lo, file_hi in ranges:
+            address, end = self._span(file_lo, file_hi)
+            for lo, hi, inside in self._pieces(address, end):
+                if inside:
+                    in_place.append((lo, hi))
+                else:
+                    self._drop_slot(lo, hi)
+        if in_place:
+            with self._pool_lock:
+                for lo, hi in in_place:
+                    self._in_place.cut(lo, hi)
+            free_anonymous(in_place)  # private anonymous pages: freed now
+
+    def _drop_slot(self, address: int, end: int) -> None:
         offset = address - self.mapping.base
         self._keep_pages(address, end - address)
         with self._pool_lock:
