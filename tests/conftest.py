@@ -178,6 +178,31 @@ def own_slot_bytes(pid: int, model_path: str, hulls: dict[int, tuple[int, int]] 
     return sum(hi - lo for lo, hi in anon if any(a <= lo and hi <= b for a, b in hulls.values()))
 
 
+def slots_over_blob(tmp_path, slots_class, n_bytes: int):
+    """A generator for fixtures: a file of random bytes mapped read-only and shared, as llama.cpp
+    maps a model, its pages out of the cache, and ``slots_class`` over that mapping; yields (path,
+    bytes, mapping, slots). Skips where the file takes no uncached reads (a tmpfs /tmp)."""
+    from shardscope.engine.base.memory_calls import FileMapping
+    from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, libc
+
+    path = tmp_path / "blob.bin"
+    data = os.urandom(n_bytes)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    addr = libc.mmap(None, n_bytes, PROT_READ, MAP_SHARED, fd, 0)
+    os.close(fd)
+    drop_from_page_cache(str(path))
+    mapping = FileMapping(str(path), addr, addr + n_bytes, 0)
+    slots = slots_class.probe(str(path), mapping)
+    if isinstance(slots, str):
+        libc.munmap(addr, n_bytes)
+        pytest.skip(slots)  # the run says so and uses the page cache
+    yield str(path), data, mapping, slots
+    slots.close()
+    libc.munmap(addr, n_bytes)
+
+
 class IOPathWitness:
     """What a test marked ``io_paths`` gets from the ``io_path`` fixture: the path this pass asks for
     (``wanted``), a watch of /proc/<pid>/maps while the run streams, and ``check`` of both sides."""

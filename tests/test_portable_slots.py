@@ -14,11 +14,11 @@ import threading
 
 import pytest
 
-from conftest import drop_from_page_cache
+from conftest import slots_over_blob
 from shardscope.engine.base import memory_calls, platform_calls
 from shardscope.engine.base.errors import ShardscopeError
 from shardscope.engine.stream import io_path
-from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, libc
+from shardscope.engine.stream.direct_slots import DirectSlots
 from shardscope.engine.stream.portable_slots import PortableSlots
 
 MIB = 1024 * 1024
@@ -39,21 +39,7 @@ def _anon_spans() -> list[tuple[int, int]]:
 
 @pytest.fixture()
 def mapped(tmp_path):
-    path = tmp_path / "blob.bin"
-    data = os.urandom(16 * MIB)
-    path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    addr = libc.mmap(None, len(data), PROT_READ, MAP_SHARED, fd, 0)
-    os.close(fd)
-    drop_from_page_cache(str(path))
-    mapping = memory_calls.FileMapping(str(path), addr, addr + len(data), 0)
-    slots = PortableSlots.probe(str(path), mapping)
-    if isinstance(slots, str):
-        pytest.skip(slots)  # a tmpfs /tmp takes no uncached reads: the run says so and uses the page cache
-    yield str(path), data, mapping, slots
-    slots.close()
-    libc.munmap(addr, len(data))
+    yield from slots_over_blob(tmp_path, PortableSlots, 16 * MIB)
 
 
 @pytest.mark.skipif(not platform_calls.IS_LINUX, reason="reads /proc/self/maps")

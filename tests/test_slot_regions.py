@@ -6,16 +6,15 @@ which ranges an expert run makes regions (engine/experts/expert_io.py expert_reg
 from __future__ import annotations
 
 import ctypes
-import os
 
 import pytest
 
-from conftest import drop_from_page_cache
+from conftest import slots_over_blob
 from shardscope.engine.base import memory_calls, platform_calls
 from shardscope.engine.experts.expert_io import REGION_SLICE, expert_regions
 from shardscope.engine.layout.budget_minimum import dense_pages
 from shardscope.engine.layout.moe_layout import MoeLayout
-from shardscope.engine.stream.direct_slots import MAP_SHARED, PROT_READ, DirectSlots, libc
+from shardscope.engine.stream.direct_slots import DirectSlots
 
 MIB = 1024 * 1024
 PAGE = memory_calls.PAGE
@@ -36,21 +35,9 @@ def _vmas_inside(lo: int, hi: int) -> list[tuple[int, int, bool]]:
 
 @pytest.fixture()
 def mapped(tmp_path):
-    path = tmp_path / "blob.bin"
-    data = os.urandom(8 * MIB)
-    path.write_bytes(data)
-    fd = os.open(path, os.O_RDONLY)
-    addr = libc.mmap(None, len(data), PROT_READ, MAP_SHARED, fd, 0)
-    os.close(fd)
-    drop_from_page_cache(str(path))
-    mapping = memory_calls.FileMapping(str(path), addr, addr + len(data), 0)
-    slots = DirectSlots.probe(str(path), mapping)
-    if isinstance(slots, str):
-        pytest.skip(slots)  # a tmpfs /tmp takes no uncached reads
-    slots.adopt()
-    yield data, mapping, slots
-    slots.close()
-    libc.munmap(addr, len(data))
+    for _path, data, mapping, slots in slots_over_blob(tmp_path, DirectSlots, 8 * MIB):
+        slots.adopt()
+        yield data, mapping, slots
 
 
 def test_loads_in_a_region_are_the_files_bytes_with_no_mapping_of_their_own(mapped):
