@@ -89,9 +89,9 @@ class _Iovec(ctypes.Structure):
 
 
 class _Vector:
-    """process_madvise(2) on this process: many ranges advised in one call (Linux ≥ 6.13 takes
-    MADV_DONTNEED there for the caller's own pidfd; older kernels refuse it, and madvise goes range
-    by range). The pidfd is this process's: opened again after a fork."""
+    """process_madvise(2) on this process: many ranges advised in one call (recent kernels take
+    MADV_DONTNEED there for the caller's own pidfd, 6.18 here does; older ones refuse it, and
+    madvise goes range by range). The pidfd is this process's: opened again after a fork."""
 
     def __init__(self):
         self.pid = -1
