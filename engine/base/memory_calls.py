@@ -40,6 +40,18 @@ def page_inward(start: int, end: int) -> tuple[int, int] | None:
     lo, hi = -(-start // PAGE) * PAGE, end // PAGE * PAGE
     return (lo, hi) if hi > lo else None
 
+
+def merge_ranges(ranges) -> list[tuple[int, int]]:
+    """Ranges sorted, the ones that overlap or touch joined into one."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
 MADV_WILLNEED = 3
 MADV_DONTNEED = 4
 MADV_PAGEOUT = 21

@@ -82,16 +82,8 @@ def expert_regions(moe: MoeLayout, mapped: tuple[int, int]) -> list[tuple[int, i
 def _with_edges(inner: tuple[int, int] | None, freed: list[int]) -> list[tuple[int, int]]:
     """A slice's page-inward range and its freed edge pages as few ranges as they make (an edge
     page lies just before or just after the inner range: one drop call covers all three)."""
-    pages = sorted((p, p + memory_calls.PAGE) for p in freed)
-    if inner:
-        pages = sorted(pages + [inner])
-    merged: list[list[int]] = []
-    for lo, hi in pages:
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi) for lo, hi in merged]
+    pages = [(p, p + memory_calls.PAGE) for p in freed]
+    return memory_calls.merge_ranges(pages + [inner] if inner else pages)
 
 
 class ExpertIO:

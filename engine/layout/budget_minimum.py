@@ -58,14 +58,7 @@ def edge_bytes(moe: MoeLayout, layer: int) -> int:
 
 def dense_pages(moe: MoeLayout) -> list[tuple[int, int]]:
     """The dense ranges widened to whole pages and merged: what stays resident for the whole run."""
-    merged: list[list[int]] = []
-    for start, end in sorted(moe.dense_ranges):
-        lo, hi = memory_calls.page_outward(start, end)
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi) for lo, hi in merged]
+    return memory_calls.merge_ranges(memory_calls.page_outward(start, end) for start, end in moe.dense_ranges)
 
 
 def pages_without(pages: list[tuple[int, int]], streamed) -> list[tuple[int, int]]:
