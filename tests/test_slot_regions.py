@@ -115,3 +115,18 @@ def test_expert_regions_hold_small_slices_whole_pages_and_no_dense_byte():
     assert covered == (inner0[1] - inner0[0]) + (inner1[1] - inner1[0])
     # only the mapped part of the file
     assert expert_regions(moe, (t1, 64 * MIB)) == [r for r in regions if r[0] >= t1]
+
+
+def test_a_refused_range_reads_none_of_its_region_piece(mapped):
+    from shardscope.engine.stream.direct_slots import SlotsFull
+
+    _data, mapping, slots = mapped
+    slots.make_region(2 * MIB, 3 * MIB)
+    slots.max_ranges = 0  # no slot may be held: the outside piece is refused
+    lo, hi = 3 * MIB - 2 * PAGE, 3 * MIB + 2 * PAGE  # the region's piece comes first
+    with pytest.raises(SlotsFull):
+        slots.load(lo, hi)
+    # the caller reads this range another way: its region piece was not read here for nothing
+    assert slots.own_bytes == 0
+    assert memory_calls.resident_bytes(mapping.address(lo), mapping.address(3 * MIB)) == 0
+    assert slots.load(lo, 3 * MIB) == 3 * MIB - lo  # a range wholly inside is never refused

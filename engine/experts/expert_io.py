@@ -142,22 +142,25 @@ class ExpertIO:
         no slots, or the slots hold as many ranges as they may). Page-cache path: all reads are queued
         at the disk before waiting on any, so one expert's slices overlap."""
         if self.slots:
-            done = 0
+            done = loaded = 0
             try:
                 for lo, hi in ranges:
                     done += self.slots.load(lo, hi)
+                    loaded += 1
                 return done, True
             except SlotsFull:
-                pass  # a slice already in a slot stays there; the populate below only touches it
-            # a region's pieces are read in place (never refused); only the rest goes through the page cache
-            in_place, rest = 0, []
-            for lo, hi in ranges:
+                pass
+            # The ranges already in stay there. Of the rest, a region's pieces are read in place (never
+            # refused; the refused range's were not read yet, slots.load takes its slot pieces first)
+            # and only the others go through the page cache.
+            rest = []
+            for lo, hi in ranges[loaded:]:
                 for a, b, inside in self.slots.region_pieces(lo, hi):
                     if inside:
-                        in_place += self.slots.load(a, b)
+                        done += self.slots.load(a, b)
                     else:
                         rest.append((a, b))
-            return in_place + self._read_through_cache(rest), False
+            return done + self._read_through_cache(rest), False
         return self._read_through_cache(ranges), False
 
     def _read_through_cache(self, ranges: list[tuple[int, int]]) -> int:
@@ -167,7 +170,7 @@ class ExpertIO:
             span = self.mapping.clip(lo, hi)
             if span:
                 memory_calls.populate(span[0], span[1])
-        return sum(hi - lo for lo, hi in ranges)  # a slice already in a slot is not read again
+        return sum(hi - lo for lo, hi in ranges)  # whole pages: what the kernel counts as read
 
     def load_unit(self, layer: int, expert: int) -> int:
         """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model

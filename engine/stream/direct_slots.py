@@ -327,7 +327,8 @@ class DirectSlots:
         rest swapped in from a slot; returns bytes read."""
         address, end = self._span(file_lo, file_hi)
         done = 0
-        for lo, hi, inside in self._pieces(address, end):
+        # the slot pieces first: one refused (SlotsFull) leaves no region piece read for nothing
+        for lo, hi, inside in sorted(self._pieces(address, end), key=lambda piece: piece[2]):
             done += self._fill_in_place(lo, hi) if inside else self._load_slot(lo, hi)
         return done
 
