@@ -90,14 +90,14 @@ class Sim:
         self.evicting.extend([index, self.evict_steps] for index in victims)
 
     def check(self) -> None:
-        budget, shard = self.book.budget_bytes, self.plan.max_shard_bytes
+        budget = self.book.budget_bytes
         kernel = self.kernel_bytes()
         self.peak_kernel = max(self.peak_kernel, kernel)
         assert self.book.accounted <= budget, f"step {self.steps}: books over budget"
         if self.draining and not self.evicting:
             self.draining = False
         if not self.draining:
-            assert kernel <= budget + shard, f"step {self.steps}: kernel {kernel / MIB:.1f} MB"
+            assert kernel <= budget, f"step {self.steps}: kernel {kernel / MIB:.1f} MB"
 
     def layer(self, pos: int) -> None:
         missing = self.book.access(pos)
@@ -163,7 +163,7 @@ def test_budget_is_never_exceeded_in_any_step(policy, depth, load_steps, compute
     for plan, budget_mb in ((SMALL_LAYERS, 64), (EVEN, 40), (fake_plan([2.0, 6.0, 3.0] * 6, 10), 44)):
         sim = Sim(plan, budget_mb, depth, policy, load_steps, compute_steps, evict_steps, in_flight)
         for _ in range(4):
-            sim.token()  # Sim.check asserts books ≤ budget and kernel ≤ budget + one shard every step
+            sim.token()  # Sim.check asserts books and kernel ≤ budget every step
         assert sim.peak_kernel >= plan.globals_bytes + 2 * min(s.n_bytes for s in plan.shards)  # it streamed
 
 
@@ -180,15 +180,15 @@ def test_budget_cut_mid_token_evicts_before_it_loads(policy):
     assert victims and sim.book.accounted <= 64 * MIB
     sim.queue(victims)
     sim.draining = True
-    # No load starts until the evictor brought the kernel down to budget + one shard.
+    # No load starts until the evictor brought the kernel down to the budget with it.
     if target is not None:
-        assert sim.kernel_bytes() + plan.shards[target].n_bytes <= 64 * MIB + plan.max_shard_bytes
+        assert sim.kernel_bytes() + plan.shards[target].n_bytes <= 64 * MIB
     while sim.evicting:
         before = {i for i, st in enumerate(sim.book.state) if st == LOADING}
         sim.step()
         started = {i for i, st in enumerate(sim.book.state) if st == LOADING} - before
         if started:
-            assert sim.kernel_bytes() <= 64 * MIB + plan.max_shard_bytes
+            assert sim.kernel_bytes() <= 64 * MIB
     for pos in range(12, 30):
         sim.layer(pos)  # and from here every step is checked against the new budget
     sim.token()

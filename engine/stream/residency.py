@@ -80,8 +80,8 @@ class ResidencyController:
         self.evict_mechanism = "MADV_DONTNEED+FADV_DONTNEED" if mapping else "none (no file mapping found)"
         self._thread = threading.Thread(target=self._loader, name="shardscope-loader", daemon=True)
         # Eviction on its own thread overlaps the next load instead of idling the disk;
-        # the book counts shards still waiting to leave, so what the kernel holds stays
-        # ≤ budget + one shard.
+        # the book counts shards still waiting to leave, and a load that would pass the budget
+        # beside them waits for their drops, so what the kernel holds stays ≤ budget.
         self._evictor = threading.Thread(target=self._evict_loop, name="shardscope-evictor", daemon=True)
         self._mapper = threading.Thread(target=self._map_loop, name="shardscope-mapper", daemon=True)
         self._evict_queue: list[int] = []

@@ -144,7 +144,7 @@ class ResidencyBook:
 
     ``accounted`` is globals + shards loading or resident; ``evict_pending`` is what
     was given up but not yet dropped by the evictor. What the kernel holds is at most
-    their sum, which ``next_step`` keeps ≤ budget + one shard.
+    their sum, which ``next_step`` keeps ≤ budget: a load waits for the evictor.
     """
 
     def __init__(self, plan: ShardPlan, budget_bytes: int, depth: int, policy: str):
@@ -289,7 +289,7 @@ class ResidencyBook:
         """(shards to evict, shard to load next or None): evictions always come first.
 
         A load starts only when it fits the budget next to what is accounted, and when
-        the kernel — accounted + still waiting to leave — stays ≤ budget + one shard.
+        the kernel — accounted + still waiting to leave — stays ≤ budget with it.
         """
         budget = self.budget_bytes
         front, pins = self.wanted()
@@ -317,8 +317,12 @@ class ResidencyBook:
         urgent = self.current is not None and target in self.plan.layer_shards[self.current]
         if self.accounted + need > budget and not urgent:
             return victims, None  # no room yet: wait for compute to move on
-        if self.accounted + need + self.evict_pending > budget + self.plan.max_shard_bytes:
-            return victims, None  # let the evictor catch up first
+        # Let the evictor catch up first: a load beside shards still leaving put the kernel up to
+        # a shard over the budget, and a trunk shares its budget with the expert cache, which
+        # has no shard of slack to lend (docs/decisions.md).
+        pending = self.evict_pending
+        if pending and self.accounted + need + pending > budget:
+            return victims, None
         self.state[target] = LOADING
         self.accounted += need
         self.reads[target] += 1
