@@ -105,6 +105,42 @@ def test_a_live_switch_to_auto_and_a_shrink_keep_the_shadows_in_step():
     assert cache.used_bytes <= 8 * MIB
 
 
+def test_the_shadows_search_after_the_live_cache_decides_and_decide_alike():
+    """The expert streamer sends a layer's reads before auto's shadow directories search for their own
+    victims (ExpertCache.settle after the submits): an access scores the shadows by the picks they
+    hold, and their accesses run at settle. The live decisions are those of shadows that took every
+    access at once (ShadowDirectories.access, as before), settled early or not."""
+    trace = _trace(8, 24, 3, **BURSTS)
+
+    def run(settle_every: int | None, eager: bool):
+        cache = ExpertCache("auto", 8 * 3 * MIB, trace.header.unit_bytes, 3)
+        calls = []
+        for name, shadow in cache._shadows.caches.items():
+            shadow_access = shadow.access
+            shadow.access = lambda *a, _f=shadow_access: calls.append(a[:2]) or _f(*a)
+        if eager:  # every shadow searched inside the access, the way auto ran before
+            cache._shadows.decide = lambda *a, _s=cache._shadows, _d=cache._shadows.decide: (
+                _d(*a), _s.settle())[0]
+        seen = []
+        for i, r in enumerate(trace.records):
+            before = len(calls)
+            got = cache.access(r.layer, r.experts, dict(zip(r.experts, r.counts)) if r.prompt else None)
+            this = sum(1 for a in calls[before:] if a == (r.layer, list(dict.fromkeys(r.experts))))
+            if not eager:  # at most the leader's (a twin's victims, once a token its state): never all four
+                assert this <= 1, "the shadows searched before the live cache's reads went out"
+            if settle_every and i % settle_every == 0:
+                cache.settle()
+                assert len(calls) == 4 * (i + 1)  # every shadow took every access, in order, once
+            seen.append((got.hits, got.misses, got.evicted, cache.order))
+        return seen, cache.shadows.switches
+
+    reference = run(None, eager=True)
+    assert reference[1] >= 1  # the leader moved: a switch's timing is part of what is compared
+    assert run(None, eager=False) == reference
+    assert run(1, eager=False) == reference
+    assert run(3, eager=False) == reference
+
+
 def test_auto_is_the_default_and_bench_help_names_it(capsys):
     from shardscope.engine.cli.cli import main
 

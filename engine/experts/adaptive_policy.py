@@ -52,34 +52,60 @@ class ShadowDirectories:
         self.hits = dict.fromkeys(self.names, 0)  # decoded hits over the whole run, per candidate
         self.leader = self.names[0]
         self.got: dict = {}  # candidate → its shadow's Access for the last access (the leader's is mirrored)
+        self._pending: tuple | None = None  # the access decided and not yet applied to every shadow
         self.switches = 0
 
     def access(self, layer: int, experts: list[int], weights: Mapping[int, int] | None) -> str:
         """Replay one access through every shadow; the order to evict by from now on."""
+        leader = self.decide(layer, experts, weights)
+        self.settle()
+        return leader
+
+    def decide(self, layer: int, experts: list[int], weights: Mapping[int, int] | None) -> str:
+        """Score one access (``experts`` distinct) and return the order to evict by from now on; the
+        shadows take the access itself at ``settle``. A shadow's hits are the picks it holds before
+        the access, so scoring needs no search for victims: the live cache decides, and its reads go
+        out, before the four shadows' searches run (they were most of auto's cost a layer)."""
+        self.settle()
         keep = self.keep
         score = self.score
-        got_by = self.got
-        for name, cache in self.caches.items():
-            got = got_by[name] = cache.access(layer, experts, weights)
-            if weights is None:  # decoded passes only: a prompt's union hits nothing useful
-                n = len(got.hits)
+        if weights is None:  # decoded passes only: a prompt's union hits nothing useful
+            for name, cache in self.caches.items():
+                resident = cache.resident
+                n = sum(1 for e in experts if (layer, e) in resident)
                 self.hits[name] += n
                 score[name] = score[name] * keep + n
-        if weights is None:
             self.picks = self.picks * keep + len(experts)
             best = max(self.names, key=score.__getitem__)
             lead = score[self.leader]
             if best != self.leader and score[best] > lead + self.margin * self.picks + self.noise * lead ** 0.5:
                 self.leader = best
                 self.switches += 1
+        self._pending = (layer, experts, weights)
+        self.got = {}
         return self.leader
+
+    def settle(self, name: str | None = None):
+        """Apply the decided access to every shadow, or to ``name``'s alone (then its Access); a
+        later ``decide`` settles first, so the shadows see every access in order either way."""
+        pending = self._pending
+        if pending is None:
+            return self.got.get(name) if name else None
+        for candidate, cache in self.caches.items():
+            if (name is None or candidate == name) and candidate not in self.got:
+                self.got[candidate] = cache.access(*pending)
+        if len(self.got) == len(self.caches):
+            self._pending = None
+        return self.got.get(name) if name else None
 
     def seed(self, resident: Mapping[tuple[int, int], int]) -> None:
         """Start every shadow from the live cache's units (a switch to auto mid-run)."""
+        self.settle()
         for cache in self.caches.values():
             cache.seed(resident)
 
     def set_capacity(self, capacity_bytes: int) -> None:
+        self.settle()
         for cache in self.caches.values():
             cache.capacity_bytes = capacity_bytes
 

@@ -111,7 +111,14 @@ class ExpertCache:
 
     @property
     def shadows(self) -> ShadowDirectories | None:
+        self.settle()
         return self._shadows
+
+    def settle(self) -> None:
+        """Let auto's shadow directories take the last access now (the expert streamer calls it once
+        a layer's reads are out; otherwise the next access or a look at the shadows does)."""
+        if self._shadows is not None:
+            self._shadows.settle()
 
     @property
     def capacity_bytes(self) -> int:
@@ -123,6 +130,7 @@ class ExpertCache:
         self._capacity = int(capacity)
         self._mirror = False
         if self._shadows is not None:
+            self._shadows.settle()
             for cache in self._shadows.caches.values():
                 cache.capacity_bytes = self._capacity
                 cache.make_room(0, protected=set())
@@ -198,6 +206,7 @@ class ExpertCache:
         ``weights`` counts how many tokens picked each expert (a prompt pass); 1 each
         otherwise. Raises ValueError when the picks cannot fit however much is evicted.
         """
+        self.settle()  # the shadows take the last access before the trackers move on
         picked = [(layer, e) for e in dict.fromkeys(experts)]
         size = self.unit_bytes[layer]
         self._tick += 1
@@ -208,13 +217,13 @@ class ExpertCache:
             self.ranks.picked(layer, [u[1] for u in picked], bool(weights))
         mirror = None
         if self._shadows is not None:
-            leader = self._shadows.access(layer, [u[1] for u in picked], weights)
+            leader = self._shadows.decide(layer, [u[1] for u in picked], weights)
             if leader != self._order:
                 self._order = leader
                 self._mirror = False
                 self._rebuild()
             elif self._mirror:
-                mirror = self._shadows.got[leader]
+                mirror = self._shadows.settle(leader)
         # The picks become the most recent in router order, hits and misses alike: units touched
         # by one access tie on the tick, and their touch order breaks the tie.
         touch = {unit: self._seq + i for i, unit in enumerate(picked)}
@@ -246,6 +255,7 @@ class ExpertCache:
             for unit in result.misses:
                 self._insert(unit, self._tick, touch[unit])
         if self._shadows is not None and not self._mirror and self.decaying.position.get(layer) == 0:
+            self._shadows.settle(self._order)
             twin = self._shadows.caches[self._order]  # once a token: has this cache become the leader's twin?
             self._mirror = self.resident == twin.resident and self._since == twin._since
         return result

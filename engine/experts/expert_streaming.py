@@ -339,6 +339,7 @@ class ExpertStreamer:
             # thread, most of an 8 KiB-slice layer's wait (docs/decisions.md).
             self._evict_units(access.evicted, check=False)
             futures = [self._submit(unit) for unit in access.misses]
+            self.cache.settle()  # auto's shadow directories take the access while the reads run
             self._check_residue(access.evicted)  # while the reads run
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
