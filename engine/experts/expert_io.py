@@ -100,6 +100,9 @@ class ExpertIO:
         self.evict_mechanism = (DROP_MECHANISM if slots.recycles else PORTABLE_DROP) if slots else \
             "MADV_DONTNEED+FADV_DONTNEED"
         self._holders: Counter = Counter()  # edge page → resident ranges covering it
+        # (layer, expert) → its slices' fixed geometry, worked out at its first load: a layer's
+        # victims are dropped on the decode thread before its reads go out, so none of it is redone there
+        self._slices: dict[tuple[int, int], tuple] = {}
         self._cached: set[tuple[int, int]] = set()  # units read through the page cache (slots full)
         self._lock = threading.Lock()
 
@@ -175,25 +178,26 @@ class ExpertIO:
     def load_unit(self, layer: int, expert: int) -> int:
         """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
         whose slices are not page-aligned (Kimi-shaped) counts the edge pages the disk really read."""
-        ranges = self.moe.unit_ranges(layer, expert)
+        slices = self._unit_slices(layer, expert)
         # claimed before the read, on both paths: a neighbour evicted meanwhile must not drop a
         # shared page, and a shared page goes only when no resident range covers it
         with self._lock:
-            for start, end in ranges:
-                for page in _edge_pages(start, end):
+            for piece in slices:
+                for page in piece[5]:
                     self._holders[page] += 1
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
-        with self.limiter.pacing(end - start for start, end in ranges):
-            read, own = self._read_in([memory_calls.page_outward(start, end) for start, end in ranges])
+        with self.limiter.pacing(piece[1] - piece[0] for piece in slices):
+            read, own = self._read_in([piece[4] for piece in slices])
         if self.slots and not own:
             with self._lock:
                 self._cached.add((layer, expert))
         return read
 
-    def _release_edges(self, start: int, end: int) -> list[int]:
-        """Edge pages no resident range holds any more after this one goes: the caller drops them."""
+    def _release_edges(self, edges) -> list[int]:
+        """Of a slice's ``edges``, the pages no resident range holds any more after it goes: the caller
+        drops them."""
         freed = []
-        for page in _edge_pages(start, end):
+        for page in edges:
             if self._holders[page] > 0:
                 self._holders[page] -= 1
                 if self._holders[page] == 0:
@@ -201,11 +205,18 @@ class ExpertIO:
                     freed.append(page)
         return freed
 
-    def _inner_spans(self, layer: int, expert: int):
-        """Per slice: (start, end, page-inward file range or None, its address span or None)."""
-        for start, end in self.moe.unit_ranges(layer, expert):
-            inner = memory_calls.page_inward(start, end)
-            yield start, end, inner, self.mapping.clip(*inner) if inner else None
+    def _unit_slices(self, layer: int, expert: int) -> tuple:
+        """Per slice: (start, end, page-inward file range or None, its address span or None, its
+        page-outward file range, its edge pages), computed once a unit."""
+        slices = self._slices.get((layer, expert))
+        if slices is None:
+            slices = []
+            for start, end in self.moe.unit_ranges(layer, expert):
+                inner = memory_calls.page_inward(start, end)
+                slices.append((start, end, inner, self.mapping.clip(*inner) if inner else None,
+                               memory_calls.page_outward(start, end), tuple(_edge_pages(start, end))))
+            slices = self._slices[(layer, expert)] = tuple(slices)
+        return slices
 
     def evict_unit(self, layer: int, expert: int) -> int:
         """Drop the expert's pages; returns the bytes mincore still sees resident afterwards."""
@@ -221,9 +232,13 @@ class ExpertIO:
             for layer, expert in units:
                 cached = (layer, expert) in self._cached
                 self._cached.discard((layer, expert))
-                for start, end, inner, _span in self._inner_spans(layer, expert):
-                    freed = self._release_edges(start, end)
-                    (cached_drops if cached else drops).extend(_with_edges(inner, freed))
+                for piece in self._unit_slices(layer, expert):
+                    freed = self._release_edges(piece[5])
+                    inner = piece[2]
+                    if freed:
+                        (cached_drops if cached else drops).extend(_with_edges(inner, freed))
+                    elif inner:
+                        (cached_drops if cached else drops).append(inner)
             # Dropped under the lock a load claims its edge pages under: a neighbour that claimed a
             # shared page first kept it from being freed, one that claims it after reads it again. A
             # page dropped after the neighbour's read would be gone under it (in a region: zeros).
@@ -250,7 +265,7 @@ class ExpertIO:
     def units_resident_bytes(self, units) -> int:
         """mincore over these units' page-inward ranges (a layer's victims: a few calls, not one a slice)."""
         return memory_calls.spans_resident_bytes(
-            [span for layer, expert in units for _, _, _, span in self._inner_spans(layer, expert) if span])
+            [piece[3] for layer, expert in units for piece in self._unit_slices(layer, expert) if piece[3]])
 
     def close(self) -> None:
         if self.slots:

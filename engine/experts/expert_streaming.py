@@ -93,6 +93,8 @@ class ExpertStreamer:
         self.cache = ExpertCache(policy, cache_bytes, {layer: b + edge[layer] for layer, b in self.unit_bytes.items()},
                                  moe.n_expert_used)  # as replay does: decay reads a prompt pass as shares of its tokens
         self.counters = ExpertCounters()
+        self._unchecked: set[Unit] = set()  # victims dropped since the last residue check
+        self._check_layer = moe.layers[0]  # the residue check runs once a token, at this layer
         # O_DIRECT into our own pages where the file allows it (direct_slots.py says why), else the page cache.
         self.limiter = trunk.limiter if trunk is not None else SsdRateLimiter(ssd_mb_s)  # one emulated disk
         # trunk_ranges: the trunk's shards, streamed beside the experts by self.trunk (engine/stream/residency.py)
@@ -340,7 +342,8 @@ class ExpertStreamer:
             self._evict_units(access.evicted, check=False)
             futures = [self._submit(unit) for unit in access.misses]
             self.cache.settle()  # auto's shadow directories take the access while the reads run
-            self._check_residue(access.evicted)  # while the reads run
+            if layer == self._check_layer:
+                self._check_residue()  # while the reads run
             if self.speculation and not prompt:
                 self._speculate(layer, picks)
             self._note_picks(layer, picks, prompt)
@@ -387,7 +390,7 @@ class ExpertStreamer:
             evicted = self.cache.admit(unit, protected | {(nxt, e) for e in guessed})
             if evicted is None:
                 break
-            self._evict_units(evicted)
+            self._evict_units(evicted, check=False)
             self._submit(unit)
             guessed.add(expert)
         self._guessed[nxt] = guessed
@@ -415,7 +418,7 @@ class ExpertStreamer:
 
     def _evict_units(self, units, check: bool = True) -> None:
         """Drop these units together (one pass of kernel calls, expert_io.py evict_units); ``check``
-        False leaves mincore's residue check to ``_check_residue`` once the next reads are out."""
+        False leaves mincore's residue check to the next token's (``_check_residue``)."""
         if not units:
             return
         for unit in units:
@@ -427,15 +430,21 @@ class ExpertStreamer:
                     pass
             self._resident_grid[self._row[unit[0]], unit[1]] = 0
         self.io.evict_units(units)
+        self._unchecked.update(units)
         with self._lock:
             self.counters.evictions += len(units)
             self.counters.evicted_bytes += sum(self.unit_bytes[u[0]] for u in units)
         if check:
-            self._check_residue(units)
+            self._check_residue()
 
-    def _check_residue(self, units) -> None:
-        """mincore over the dropped units' own pages (none of them is read again before its next
-        admission, which comes after this): what it still finds counts as residue."""
+    def _check_residue(self) -> None:
+        """mincore over the own pages of the units dropped since the last check and still out (not
+        re-admitted, no read of theirs in flight): what it still finds counts as residue. Once a
+        token, not once a layer: each call takes the mapping's lock that every read's page pins and
+        the trunk's slot swaps take too, and a layer's victims cost as much as a token's."""
+        with self._lock:
+            units = [u for u in self._unchecked if u not in self.cache.resident and u not in self._in_flight]
+        self._unchecked.clear()
         residue = self.io.units_resident_bytes(units) if units else 0
         with self._lock:
             self.counters.residue_bytes += residue
