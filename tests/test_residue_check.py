@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from shardscope.engine.base import memory_calls
-from shardscope.engine.experts.expert_run import ExpertRun
 from shardscope.engine.experts.expert_io import ExpertIO
+from shardscope.engine.experts.expert_run import ExpertRun
 from shardscope.engine.knobs.settings import RunSettings
 from shardscope.engine.layout import budget_minimum as bm
 
