@@ -294,8 +294,16 @@ def test_budget_below_the_model_restarts_a_layer_streamed_moe_as_expert_streamin
         window.mark = lambda label: (marks.append(label), mark(label))  # what the chart is told
         window.controls.commit("budget_mb", BUDGET_MB)  # as the slider would
         assert window.last_error is None, window.last_error
-        wait_for(qtbot, window, lambda: engine_ready_moe(window) and window.worker.run is not first, timeout=90_000)
-        run = window.worker.run
+        restarted: list = []  # the new run as the condition saw it: it may end before the next line reads it
+
+        def new_run() -> bool:
+            run = window.worker.run if window.worker is not None else None
+            if engine_ready_moe(window) and run is not None and run is not first:
+                restarted.append(run)
+            return bool(restarted)
+
+        wait_for(qtbot, window, new_run, timeout=90_000)
+        run = restarted[0]
         assert run.type_name == "ExpertRun" and run.settings.budget_mb == BUDGET_MB
         wait_for(qtbot, window, lambda: window.expert_panel.isVisible() and 2 in window.expert_panel.map.states(),
                  timeout=30_000)
