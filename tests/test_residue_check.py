@@ -42,7 +42,7 @@ def test_the_residue_check_runs_once_a_token_over_victims_still_out(kimi_file, m
             assert unit not in streamer.cache.resident and unit not in streamer._in_flight, unit
         checked.update(units)
         found = original(io, units)
-        spans = [p[3] for u in units for p in io._unit_slices(*u) if p[3]]
+        spans = [p.span for u in units for p in io._unit_slices(*u) if p.span]
         assert found == sum(memory_calls.resident_bytes(lo, hi) for lo, hi in spans)
         calls.append(streamer.in_prompt)
         return found

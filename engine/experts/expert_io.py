@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from typing import NamedTuple
 
 from shardscope.engine.base import memory_calls
 from shardscope.engine.base.units import MIB
@@ -82,8 +83,21 @@ def expert_regions(moe: MoeLayout, mapped: tuple[int, int]) -> list[tuple[int, i
 def _with_edges(inner: tuple[int, int] | None, freed: list[int]) -> list[tuple[int, int]]:
     """A slice's page-inward range and its freed edge pages as few ranges as they make (an edge
     page lies just before or just after the inner range: one drop call covers all three)."""
+    if not freed:  # most drops: a neighbour still holds the edge pages
+        return [inner] if inner else []
     pages = [(p, p + memory_calls.PAGE) for p in freed]
     return memory_calls.merge_ranges(pages + [inner] if inner else pages)
+
+
+class _Slice(NamedTuple):
+    """One slice of an expert's tensors, its fixed geometry."""
+
+    start: int
+    end: int
+    inner: tuple[int, int] | None  # page-inward file range (None: it holds no whole page)
+    span: tuple[int, int] | None  # the inner range's addresses in the mapping (None: not mapped)
+    outward: tuple[int, int]  # page-outward file range: what a load reads
+    edges: tuple[int, ...]  # pages it may share with a neighbour
 
 
 class ExpertIO:
@@ -100,9 +114,9 @@ class ExpertIO:
         self.evict_mechanism = (DROP_MECHANISM if slots.recycles else PORTABLE_DROP) if slots else \
             "MADV_DONTNEED+FADV_DONTNEED"
         self._holders: Counter = Counter()  # edge page → resident ranges covering it
-        # (layer, expert) → its slices' fixed geometry, worked out at its first load: a layer's
-        # victims are dropped on the decode thread before its reads go out, so none of it is redone there
-        self._slices: dict[tuple[int, int], tuple] = {}
+        # (layer, expert) → its slices, worked out at its first use: a layer's victims are dropped
+        # on the decode thread before its reads go out, so none of it is redone there
+        self._slices: dict[tuple[int, int], tuple[_Slice, ...]] = {}
         self._cached: set[tuple[int, int]] = set()  # units read through the page cache (slots full)
         self._lock = threading.Lock()
 
@@ -183,11 +197,11 @@ class ExpertIO:
         # shared page, and a shared page goes only when no resident range covers it
         with self._lock:
             for piece in slices:
-                for page in piece[5]:
+                for page in piece.edges:
                     self._holders[page] += 1
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
-        with self.limiter.pacing(piece[1] - piece[0] for piece in slices):
-            read, own = self._read_in([piece[4] for piece in slices])
+        with self.limiter.pacing(piece.end - piece.start for piece in slices):
+            read, own = self._read_in([piece.outward for piece in slices])
         if self.slots and not own:
             with self._lock:
                 self._cached.add((layer, expert))
@@ -205,17 +219,16 @@ class ExpertIO:
                     freed.append(page)
         return freed
 
-    def _unit_slices(self, layer: int, expert: int) -> tuple:
-        """Per slice: (start, end, page-inward file range or None, its address span or None, its
-        page-outward file range, its edge pages), computed once a unit."""
+    def _unit_slices(self, layer: int, expert: int) -> tuple[_Slice, ...]:
+        """The unit's slices, worked out once a unit."""
         slices = self._slices.get((layer, expert))
         if slices is None:
-            slices = []
+            pieces = []
             for start, end in self.moe.unit_ranges(layer, expert):
                 inner = memory_calls.page_inward(start, end)
-                slices.append((start, end, inner, self.mapping.clip(*inner) if inner else None,
-                               memory_calls.page_outward(start, end), tuple(_edge_pages(start, end))))
-            slices = self._slices[(layer, expert)] = tuple(slices)
+                pieces.append(_Slice(start, end, inner, self.mapping.clip(*inner) if inner else None,
+                                     memory_calls.page_outward(start, end), tuple(_edge_pages(start, end))))
+            slices = self._slices[(layer, expert)] = tuple(pieces)
         return slices
 
     def evict_unit(self, layer: int, expert: int) -> int:
@@ -233,12 +246,8 @@ class ExpertIO:
                 cached = (layer, expert) in self._cached
                 self._cached.discard((layer, expert))
                 for piece in self._unit_slices(layer, expert):
-                    freed = self._release_edges(piece[5])
-                    inner = piece[2]
-                    if freed:
-                        (cached_drops if cached else drops).extend(_with_edges(inner, freed))
-                    elif inner:
-                        (cached_drops if cached else drops).append(inner)
+                    freed = self._release_edges(piece.edges)
+                    (cached_drops if cached else drops).extend(_with_edges(piece.inner, freed))
             # Dropped under the lock a load claims its edge pages under: a neighbour that claimed a
             # shared page first kept it from being freed, one that claims it after reads it again. A
             # page dropped after the neighbour's read would be gone under it (in a region: zeros).
@@ -265,7 +274,7 @@ class ExpertIO:
     def units_resident_bytes(self, units) -> int:
         """mincore over these units' page-inward ranges (a layer's victims: a few calls, not one a slice)."""
         return memory_calls.spans_resident_bytes(
-            [piece[3] for layer, expert in units for piece in self._unit_slices(layer, expert) if piece[3]])
+            [piece.span for layer, expert in units for piece in self._unit_slices(layer, expert) if piece.span])
 
     def close(self) -> None:
         if self.slots:
