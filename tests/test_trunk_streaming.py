@@ -28,7 +28,7 @@ from shardscope.engine.layout.moe_layout import read_moe_layout
 from shardscope.engine.runs.run_factory import open_run
 from shardscope.engine.runs.verify import verified_run
 
-N_GEN = 8
+N_GEN = 16
 SHARD_MB = 1
 
 
