@@ -9,13 +9,13 @@ over the shares interleaved so the host's drift falls on every share alike. Per 
 trunk and expert MiB read per token, the expert hit rate.
 
 Then the disk: the run's read rate while it waits (bytes the kernel read per token ÷ the seconds a
-token waited for weights) beside the disk's own rate for the same pattern, by O_DIRECT preads from 16
-threads as the run's loaders read: per token the trunk shards the run re-read (its trunk MiB per
-token, the plan's last shards), then per MoE layer as many random experts as the run missed there
-(k × its miss rate), a layer's reads together — measured right after each pass's default run, from
-that run's own figures. A latency-bound disk reads a burst of ten slices at a lower rate than one of
-sixteen, so the cold pattern (every shard, all k picks a layer) overstates what it gives this run;
-its rate, measured before and after the runs, is printed beside it.
+token waited for weights) beside the disk's own rate for the same pattern, O_DIRECT reads sent as
+the run's loaders send them (pattern_rate): per token the trunk shards the run re-read (its trunk
+MiB per token, the plan's last shards), then per MoE layer as many random experts as the run
+missed there (k × its miss rate), a layer's reads together — measured right after each pass's
+default run, from that run's own figures. A latency-bound disk reads a burst of ten slices at a
+lower rate than one of sixteen, so the cold pattern (every shard, all k picks a layer) overstates
+what it gives this run; its rate, measured before and after the runs, is printed beside it.
 
     .venv/bin/python -m bench.goals.trunk_split [--model FILE] [--budget-mb N] [--shares 1,25,50,75,100]
 
@@ -27,6 +27,7 @@ run's read rate while waiting ≥ 0.8 × the disk's rate for the pattern.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import mmap
 import os
 import random
@@ -36,6 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from bench.lib.cold_cache import drop_from_cache
+from shardscope.engine.base.batch_reads import BatchReader
 from shardscope.engine.base.errors import RunStopped
 from shardscope.engine.base.units import MIB
 from shardscope.engine.base.user_dirs import cache_dir
@@ -81,7 +83,9 @@ def pattern_rate(path: str, settings: RunSettings, n_tokens: int, seed: int = 1,
                  experts_per_layer: int | None = None) -> float:
     """MB/s (10^6 B/s) of the disk for a read pattern: per token the trunk's last shards in order until
     ``trunk_bytes`` (default: every shard), then each MoE layer's ``experts_per_layer`` random experts
-    (default k; their slices page-outward), a layer's reads together, 16 in flight, O_DIRECT."""
+    (default k; their slices page-outward), O_DIRECT, read as the run's loaders read them: a shard's
+    ranges together and a layer's slices together, each group sent in one call where the kernel takes
+    batches (engine/base/batch_reads.py), else by 16 threads."""
     layout = load_layout(path)
     moe = read_moe_layout(layout)
     trunk = bm.trunk_plan_for(layout, moe, settings)
@@ -97,31 +101,44 @@ def pattern_rate(path: str, settings: RunSettings, n_tokens: int, seed: int = 1,
     k = moe.n_expert_used if experts_per_layer is None else experts_per_layer
     rng = random.Random(seed)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    buffers: dict[int, mmap.mmap] = {}
-
-    def read(span: tuple[int, int]) -> int:
-        lo, hi = span
-        buf = buffers.setdefault(hi - lo, mmap.mmap(-1, hi - lo))
-        return os.preadv(fd, [buf], lo)
+    batches = BatchReader.open(fd, path, os.fstat(fd).st_size)
+    buffers: dict[int, list[mmap.mmap]] = {}
 
     def outward(start: int, end: int) -> tuple[int, int]:
         return start // PAGE * PAGE, -(-end // PAGE) * PAGE
 
+    def group(spans: list[tuple[int, int]]) -> int:
+        """One group of reads, each into a buffer of its own."""
+        seen: dict[int, int] = {}
+        bufs = []
+        for lo, hi in spans:
+            spare = buffers.setdefault(hi - lo, [])
+            i = seen[hi - lo] = seen.get(hi - lo, -1) + 1
+            if i == len(spare):
+                spare.append(mmap.mmap(-1, hi - lo))
+            bufs.append(spare[i])
+        if batches is not None:
+            reads = [(ctypes.addressof(ctypes.c_char.from_buffer(b)), hi - lo, lo) for b, (lo, hi) in zip(bufs, spans)]
+            return batches.send(reads).wait()
+        return sum(threads.map(lambda a: os.preadv(fd, [a[0]], a[1][0]), zip(bufs, spans)))
+
     done = 0
     started = time.perf_counter()
     try:
-        with ThreadPoolExecutor(16) as pool:
+        with ThreadPoolExecutor(16) as threads:
             for _ in range(n_tokens):
-                for shard in shards:  # one shard at a time, its ranges together (the run's slots.load)
-                    done += sum(pool.map(read, [outward(*r) for r in shard.ranges]))
+                for shard in shards:  # one shard at a time, its ranges together (the run's slots.load_many)
+                    done += group([outward(*r) for r in shard.ranges])
                 for layer in moe.layers:
                     picks = rng.sample(range(moe.n_expert), k)
-                    spans = [outward(*r) for e in picks for r in moe.unit_ranges(layer, e)]
-                    done += sum(pool.map(read, spans))
+                    done += group([outward(*r) for e in picks for r in moe.unit_ranges(layer, e)])
     finally:
+        if batches is not None:
+            batches.close()
         os.close(fd)
-        for buf in buffers.values():
-            buf.close()
+        for spare in buffers.values():
+            for buf in spare:
+                buf.close()
     return done / (time.perf_counter() - started) / 1e6
 
 
@@ -206,7 +223,7 @@ def main(argv=None) -> int:
         print(f"\nauto's split is share {twin[0]}'s (the same trunk and cache bytes); their rounds ran "
               f"{min(spread):.2f}-{max(spread):.2f} tok/s: the host's spread")
     read_ratio = waiting[0] / disk
-    print(f"\ndisk       {disk:.0f} MB/s for the default run's own pattern (O_DIRECT, 16 in flight; "
+    print(f"\ndisk       {disk:.0f} MB/s for the default run's own pattern (O_DIRECT, read as the run reads; "
           f"{', '.join(f'{x:.0f}' for x in own_pattern)} after its runs); the cold pattern {cold:.0f} "
           f"({disk_before:.0f} before the runs, {disk_after:.0f} after): the default read {waiting[0] / cold:.2f}"
           " of that")

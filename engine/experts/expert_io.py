@@ -100,6 +100,19 @@ class _Slice(NamedTuple):
     edges: tuple[int, ...]  # pages it may share with a neighbour
 
 
+class _UnitsLoading:
+    """Experts' reads sent together (ExpertIO.send_units)."""
+
+    def __init__(self, loading, pacing):
+        self._loading, self._pacing = loading, pacing
+
+    def wait(self) -> int:
+        try:
+            return self._loading.wait()
+        finally:
+            self._pacing.__exit__(None, None, None)  # done no sooner than the emulated SSD
+
+
 class ExpertIO:
     def __init__(self, moe: MoeLayout, mapping: memory_calls.FileMapping, fd: int, slots: DirectSlots | None,
                  limiter: SsdRateLimiter, trunk_ranges=()):
@@ -206,6 +219,32 @@ class ExpertIO:
             with self._lock:
                 self._cached.add((layer, expert))
         return read
+
+    def send_units(self, units) -> "_UnitsLoading | None":
+        """Start reading these experts in, all their slices sent to the disk in one call (direct_slots.py
+        load_many); the answer's ``wait`` returns the bytes read (load_unit's count) once they are in.
+        None where the slots take no batches or hold as many ranges as they may: load them one by one
+        (load_unit), which reads through the page cache what the slots refuse."""
+        if not (self.slots and self.slots.batched and units):
+            return None
+        slices = [piece for unit in units for piece in self._unit_slices(*unit)]
+        with self._lock:  # claimed before the read, as load_unit does
+            for piece in slices:
+                for page in piece.edges:
+                    self._holders[page] += 1
+        pacing = self.limiter.pacing(piece.end - piece.start for piece in slices)  # the emulated SSD, as one burst
+        pacing.__enter__()
+        try:
+            loading = self.slots.load_many([piece.outward for piece in slices])
+        except SlotsFull:
+            loading = None
+        if loading is None:  # nothing was read: the claims go back (a page no range holds was never in)
+            pacing.__exit__(None, None, None)
+            with self._lock:
+                for piece in slices:
+                    self._release_edges(piece.edges)
+            return None
+        return _UnitsLoading(loading, pacing)
 
     def _release_edges(self, edges) -> list[int]:
         """Of a slice's ``edges``, the pages no resident range holds any more after it goes: the caller

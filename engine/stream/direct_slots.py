@@ -50,6 +50,7 @@ import os
 import threading
 
 from shardscope.engine.base import platform_calls
+from shardscope.engine.base.batch_reads import BatchReader
 from shardscope.engine.base.memory_calls import PAGE, FileMapping
 
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
@@ -191,6 +192,34 @@ def check_mapped(result, what: str):
     return result
 
 
+class _Loading:
+    """A batch of loads sent (DirectSlots.load_many): ``wait`` puts the slot pieces in place and books
+    every piece, once all reads have landed."""
+
+    def __init__(self, slots: "DirectSlots", pending, in_place, slotted):
+        self._slots, self._pending, self._in_place, self._slotted = slots, pending, in_place, slotted
+
+    def wait(self) -> int:
+        slots, placed = self._slots, 0
+        try:
+            done = self._pending.wait()
+            for slot, (lo, hi) in self._slotted:
+                check_mapped(libc.mremap(slot, hi - lo, hi - lo, MREMAP_MAYMOVE | MREMAP_FIXED, lo), "mremap")
+                placed += 1
+        except BaseException:
+            for slot, (lo, hi) in self._slotted[placed:]:
+                libc.munmap(slot, hi - lo)
+            raise
+        finally:
+            with slots._pool_lock:
+                for _, (lo, hi) in self._slotted[:placed]:  # in the mapping now: our pages
+                    slots._own.add(lo, hi)
+        with slots._pool_lock:
+            for lo, hi in self._in_place:
+                slots._in_place.add(lo, hi)
+        return done
+
+
 class DirectSlots:
     """Loads and drops page-aligned file ranges of one model mapping (thread-safe: no shared state).
 
@@ -200,6 +229,7 @@ class DirectSlots:
     mechanism = MECHANISM
     recycles = True  # evicted pages go to the pool for the next load
     supports_regions = True  # make_region
+    takes_batches = True  # load_many, where the kernel has batch reads (batch_reads.py)
 
     def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = POOL_BYTES, max_ranges: int | None = None):
         self.path = path
@@ -224,6 +254,7 @@ class DirectSlots:
         self._direct = self._open_direct(path)
         self._plain = os.open(path, os.O_RDONLY)
         self.size = os.fstat(self._plain).st_size
+        self._batches = BatchReader.open(self._direct, path, self.size) if self.takes_batches else None
 
     @staticmethod
     def _open_direct(path: str) -> int:
@@ -331,6 +362,38 @@ class DirectSlots:
         for lo, hi, inside in sorted(self._pieces(address, end), key=lambda piece: piece[2]):
             done += self._fill_in_place(lo, hi) if inside else self._load_slot(lo, hi)
         return done
+
+    @property
+    def batched(self) -> bool:
+        """Whether load_many works here (batch reads in this kernel, this path)."""
+        return self._batches is not None
+
+    def load_many(self, ranges) -> _Loading:
+        """Start reading these page-aligned file ranges, every read sent in one call (batch_reads.py;
+        only where ``batched``); ``wait`` on the answer for the bytes read, once they are in the
+        mapping. Raises SlotsFull, before anything is read, when the slot pieces would pass ``max_ranges``."""
+        in_place, slotted = [], []
+        for file_lo, file_hi in ranges:
+            address, end = self._span(file_lo, file_hi)
+            for lo, hi, inside in self._pieces(address, end):
+                (in_place if inside else slotted).append((lo, hi))
+        if slotted:
+            with self._pool_lock:
+                held = len(self._own) + sum(self._own.ends.get(lo) != hi for lo, hi in slotted)
+                if held > self.max_ranges:
+                    self.refused += 1
+                    raise SlotsFull(errno.ENOMEM, f"{self.max_ranges} ranges held (vm.max_map_count {max_map_count()})")
+        slots = [self._take_slot(hi - lo) for lo, hi in slotted]
+        base = self.mapping.base
+        reads = [(lo, hi - lo, lo - base) for lo, hi in in_place]
+        reads += [(slot, hi - lo, lo - base) for slot, (lo, hi) in zip(slots, slotted)]
+        try:
+            pending = self._batches.send(reads)
+        except BaseException:
+            for slot, (lo, hi) in zip(slots, slotted):
+                libc.munmap(slot, hi - lo)
+            raise
+        return _Loading(self, pending, in_place, list(zip(slots, slotted)))
 
     def _fill_in_place(self, address: int, end: int) -> int:
         """A region's piece: the file's bytes read straight into it (no mapping call)."""
@@ -475,6 +538,8 @@ class DirectSlots:
                     libc.munmap(spare, length)
             self._pool.clear()
             self._pooled = 0
+        if self._batches is not None:
+            self._batches.close()
         for fd in (self._direct, self._plain):
             try:
                 os.close(fd)

@@ -50,6 +50,7 @@ class PortableSlots(DirectSlots):
     recycles = False
     # its load places fresh memory over each range; and macOS's MADV_DONTNEED need not free pages at once
     supports_regions = False
+    takes_batches = False  # its loads wait for overlapping ones piece by piece (load)
 
     def __init__(self, path: str, mapping: FileMapping, pool_bytes: int = 0, max_ranges: int | None = None):
         super().__init__(path, mapping, pool_bytes=0, max_ranges=max_ranges)

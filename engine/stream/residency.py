@@ -391,7 +391,10 @@ class ResidencyController:
         """Wait for a shard's asked-for reads (paced by the rate limiter when emulating)."""
         shard = self.plan.shards[index]
         started = time.perf_counter()
-        if self.mapping and self.slots:
+        if self.mapping and self.slots and self.slots.batched:
+            with self._limiter.pacing([hi - lo for lo, hi in shard.ranges]):  # the emulated SSD, as one burst
+                self.slots.load_many(shard.ranges).wait()  # every range sent in one call (batch_reads.py)
+        elif self.mapping and self.slots:
             def load(span: tuple[int, int]) -> None:
                 with self._limiter.pacing([span[1] - span[0]]):  # done no sooner than the emulated SSD
                     self.slots.load(*span)
