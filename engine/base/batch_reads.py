@@ -149,12 +149,12 @@ class BatchReader:
 
     def _context(self) -> ctypes.c_ulong:
         ctx = getattr(self._local, "ctx", None)
-        if ctx is None:
+        if ctx is None or self._local.pid != os.getpid():  # a context is its process's: not a fork's
             ctx = ctypes.c_ulong(0)
             _call(_NUMBERS[0], DEPTH, ctypes.byref(ctx))
             with self._lock:
                 self._contexts.append(ctx)
-            self._local.ctx = ctx
+            self._local.ctx, self._local.pid = ctx, os.getpid()
         return ctx
 
     def send(self, reads: list[tuple[int, int, int]]) -> Pending:
