@@ -101,6 +101,19 @@ def test_load_many_puts_region_and_slot_pieces_in_place(mapped):
     assert slots.own_bytes == 0 and memory_calls.resident_bytes(mapping.start, mapping.end) == 0
 
 
+
+def test_region_pieces_are_booked_from_the_send_as_the_kernel_holds_them(mapped):
+    """O_DIRECT pins a read's pages when it is submitted: a reading of the books taken while the
+    batch is in flight (the sampler gets the GIL while the decode thread waits) must count them."""
+    data, mapping, slots = mapped
+    slots.make_region(1 * MIB, 3 * MIB)
+    ranges = [(1 * MIB + i * 3 * PAGE, 1 * MIB + i * 3 * PAGE + 2 * PAGE) for i in range(40)]
+    loading = slots.load_many(ranges)
+    in_flight = memory_calls.resident_bytes(mapping.address(1 * MIB), mapping.address(3 * MIB))
+    assert slots.own_bytes == in_flight == 40 * 2 * PAGE
+    loading.wait()
+    assert slots.own_bytes == memory_calls.resident_bytes(mapping.start, mapping.end) == 40 * 2 * PAGE
+
 def test_load_many_refuses_before_reading_when_the_slots_are_full(mapped):
     data, mapping, slots = mapped
     slots.max_ranges = 3

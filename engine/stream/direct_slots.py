@@ -194,10 +194,10 @@ def check_mapped(result, what: str):
 
 class _Loading:
     """A batch of loads sent (DirectSlots.load_many): ``wait`` puts the slot pieces in place and books
-    every piece, once all reads have landed."""
+    them, once all reads have landed (the region pieces were booked at the send)."""
 
-    def __init__(self, slots: "DirectSlots", pending, in_place, slotted):
-        self._slots, self._pending, self._in_place, self._slotted = slots, pending, in_place, slotted
+    def __init__(self, slots: "DirectSlots", pending, slotted):
+        self._slots, self._pending, self._slotted = slots, pending, slotted
 
     def wait(self) -> int:
         slots, placed = self._slots, 0
@@ -206,17 +206,12 @@ class _Loading:
             for slot, (lo, hi) in self._slotted:
                 check_mapped(libc.mremap(slot, hi - lo, hi - lo, MREMAP_MAYMOVE | MREMAP_FIXED, lo), "mremap")
                 placed += 1
+                with slots._pool_lock:  # in the mapping now: our pages, booked before the next swap
+                    slots._own.add(lo, hi)
         except BaseException:
             for slot, (lo, hi) in self._slotted[placed:]:
                 libc.munmap(slot, hi - lo)
             raise
-        finally:
-            with slots._pool_lock:
-                for _, (lo, hi) in self._slotted[:placed]:  # in the mapping now: our pages
-                    slots._own.add(lo, hi)
-        with slots._pool_lock:
-            for lo, hi in self._in_place:
-                slots._in_place.add(lo, hi)
         return done
 
 
@@ -393,7 +388,14 @@ class DirectSlots:
             for slot, (lo, hi) in zip(slots, slotted):
                 libc.munmap(slot, hi - lo)
             raise
-        return _Loading(self, pending, in_place, list(zip(slots, slotted)))
+        # A region piece's pages are in the mapping from the send on: O_DIRECT pins (faults in) a
+        # read's pages when it is submitted. Booked now, so a reading taken while the decode thread
+        # waits (when the sampler gets the GIL) counts what the kernel holds; a slot's pages enter
+        # the mapping only at its mremap, after the wait.
+        with self._pool_lock:
+            for lo, hi in in_place:
+                self._in_place.add(lo, hi)
+        return _Loading(self, pending, list(zip(slots, slotted)))
 
     def _fill_in_place(self, address: int, end: int) -> int:
         """A region's piece: the file's bytes read straight into it (no mapping call)."""
@@ -516,18 +518,18 @@ class DirectSlots:
                 else:
                     self._drop_slot(lo, hi)
         if in_place:
-            with self._pool_lock:
+            free_anonymous(in_place)  # private anonymous pages: freed now
+            with self._pool_lock:  # out of the books once freed: a reading meanwhile counts them still
                 for lo, hi in in_place:
                     self._in_place.cut(lo, hi)
-            free_anonymous(in_place)  # private anonymous pages: freed now
 
     def _drop_slot(self, address: int, end: int) -> None:
         offset = address - self.mapping.base
         self._keep_pages(address, end - address)
-        with self._pool_lock:
-            self._own.cut(address, end)
         check_mapped(libc.mmap(address, end - address, PROT_READ, MAP_SHARED | MAP_FIXED, self._plain, offset),
                "mmap of the file back")
+        with self._pool_lock:  # out of the books once out of the mapping (the sampler reads them meanwhile)
+            self._own.cut(address, end)
         if self._back_advice is not None:  # the flags its neighbours have: the kernel merges them
             libc.madvise(address, end - address, self._back_advice)
 
