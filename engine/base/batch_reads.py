@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import mmap
 import os
 import platform
 import threading
@@ -141,10 +142,14 @@ class BatchReader:
         if _NUMBERS is None or os.environ.get("SHARDSCOPE_BATCH_READS", "1") == "0":
             return None
         reader = cls(fd, path, size)
-        try:
-            reader._context()
+        page = mmap.mmap(-1, mmap.PAGESIZE)
+        try:  # one real read: a filesystem may take the descriptor and refuse its batches
+            reader.send([(ctypes.addressof(ctypes.c_char.from_buffer(page)), mmap.PAGESIZE, 0)]).wait()
         except OSError:
+            reader.close()
             return None
+        finally:
+            page.close()
         return reader
 
     def _context(self) -> ctypes.c_ulong:
