@@ -211,11 +211,12 @@ def plan_trunk(layout: ModelLayout, moe, shard_mb: float, keep_routers: bool = F
     routed experts that the expert cache streams. The plan's bytes are the trunk's (the experts are
     another streamer's), so its globals are the dense bytes no shard holds.
 
-    What stays with the globals is chosen by name, not only by size: norms, biases and residual
-    scores (llama.cpp may touch them before the layer's hook: the hook fires after ``attn_norm-N``
-    computed), and with ``keep_routers`` (speculation on: it reads the next layer's router while this
-    layer computes) the routers; otherwise a router streams with its layer (Kimi K3's FP32 routers
-    are 2.4 GB, more than a phone's budget holds beside the head).
+    What stays with the globals is chosen by name, not only by size: norms, biases, residual
+    scores and DeepSeek V4's attention hyper-connections (llama.cpp may touch them before the
+    layer's hook: the hook fires after ``attn_norm-N`` computed), and with ``keep_routers``
+    (speculation on: it reads the next layer's router while this layer computes) the routers;
+    otherwise a router streams with its layer (Kimi K3's FP32 routers are 2.4 GB, more than a
+    phone's budget holds beside the head).
     The matrices then stream down to TRUNK_SMALL_TENSOR_BYTES, so a latent-MoE trunk of small
     matrices (Kimi K3's shape at test size) streams too."""
     skip = frozenset(t.name for t in layout.tensors if t.layer is not None and (
@@ -229,4 +230,7 @@ _EXPERT_PARTS = tuple(f".{name}.weight" for name in EXPERT_TENSORS)
 
 
 def _stays_with_globals(name: str) -> bool:
-    return (name.endswith(_EXPERT_PARTS) or not name.endswith(".weight") or "norm" in name or "score" in name)
+    # ".hc_attn_": DeepSeek V4's hyper-connection mix of the layer's input streams (hc_mixes-N,
+    # hc_pre-N) runs before attn_norm-N, so before the hook that would have loaded its shard
+    return (name.endswith(_EXPERT_PARTS) or not name.endswith(".weight") or "norm" in name or "score" in name
+            or ".hc_attn_" in name)
