@@ -67,6 +67,9 @@ class MetricsSample:
     expert_cache_mb: float = math.nan
     progress: Progress | None = None  # the long phase under way (load, prompt pass), else None
     gpu_mb: float = 0.0  # GPU memory in use (engine/measure/gpu_memory.py); 0 on a CPU build
+    # Of resident_weights_mb's moment: own-slot bytes being read in place, their pages appearing as
+    # the read lands (the kernel holds between resident_weights_mb and it plus this; --verify's bracket)
+    arriving_weights_mb: float = 0.0
 
 
 @dataclass
@@ -115,6 +118,7 @@ class MetricsSampler:
         self.streamer = streamer  # a ResidencyController (layers) or an ExpertStreamer: its snapshot()
         self.mapping = mapping
         self._weights: int | None = None
+        self._arriving = 0  # of the last reading: bytes being read into the mapping, not yet in the books
         self._weights_due = 0.0
         self._fd: int | None = None
         self._fd_path = ""
@@ -155,6 +159,7 @@ class MetricsSampler:
         mincore looks every unmapped page up in the page cache, 57 ms of kernel time per call for a 28 GB model
         (measured: the sampler alone took 67 % of a core at 10 Hz and slowed compute 3x). A
         model that size is read every few samples and the last reading held in between."""
+        self._arriving = 0
         weights = self._weights_from_books()
         if weights is not None:
             self._weights = weights
@@ -191,7 +196,10 @@ class MetricsSampler:
         except OSError:  # the model file was deleted or replaced under the run: the guard reports it
             return None
         cached = memory_calls.cached_file_bytes(fd, mapping.file_offset, mapping.end - mapping.start)
-        return None if cached is None else slots.own_bytes + cached
+        if cached is None:
+            return None
+        own, self._arriving = slots.books()
+        return own + cached
 
     def _model_fd(self, mapping) -> int:
         """A descriptor of the mapped file for cachestat, opened once (closed with the sampler)."""
@@ -298,6 +306,7 @@ class MetricsSampler:
             t_s=now - self._t0,
             rss_mb=rss / MIB,
             resident_weights_mb=weights_b / MIB,
+            arriving_weights_mb=self._arriving / MIB,
             other_rss_mb=max(0, rss - weights_b) / MIB,  # readahead can be cached, not mapped
             ssd_mb_s=ssd,
             read_mb_total=read_total / MIB,

@@ -98,6 +98,16 @@ def _bracket(engine: float, a: float, b: float, floor: float = 0.0) -> float:
     return relative_difference(engine, lo if engine < lo else hi, floor)
 
 
+def _bracket_span(engine: float, arriving: float, a: float, b: float) -> float:
+    """``_bracket`` for a level the engine knows as a span: its books, and up to ``arriving`` more
+    that reads under way are putting into the mapping as they land. 0 when the span meets the two
+    readings' range; else the distance of its nearer end, relative."""
+    lo, hi = min(a, b), max(a, b)
+    if engine + arriving < lo:
+        return relative_difference(engine + arriving, lo)
+    return _bracket(engine, a, b) if engine > hi else 0.0
+
+
 def _above(engine: float, a: float, b: float) -> float:
     """How far the engine's value lies above a subset counted before (a) and after (b)
     it: negative only when it is below both readings, 0 inside them."""
@@ -398,6 +408,11 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
         return [(getattr(p.sample, field), p.before[key] / scale, p.after[key] / scale) for p in gen
                 if p.before.get(key) is not None and p.after.get(key) is not None]
 
+    def landing(key: str) -> list[float]:
+        """level()'s points' reads landing in the mapping as the engine read its books (MiB)."""
+        return [p.sample.arriving_weights_mb for p in gen
+                if p.before.get(key) is not None and p.after.get(key) is not None]
+
     def beyond(points) -> float:
         return max((max(min(a, b) - e, e - max(a, b), 0.0) for e, a, b in points), default=0.0)
 
@@ -409,7 +424,8 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
         p.before["weights_bytes"], p.after["weights_bytes"] = _weights(p.before), _weights(p.after)
     cache = level("resident_weights_mb", "weights_bytes")
     checks.append(Check(verify_label("resident_weights_mb", "timeline"), _source("resident_weights_mb"),
-                        cache[-1][0], max(cache[-1][1:]), [_bracket(e, a, b) for e, a, b in cache], "MiB",
+                        cache[-1][0], max(cache[-1][1:]),
+                        [_bracket_span(e, r, a, b) for (e, a, b), r in zip(cache, landing("weights_bytes"))], "MiB",
                         outside_lo=min(cache[-1][1:]), allowance_mb=allowance_mb, excess_mb=beyond(cache),
                         note=allowed(cache)) if cache else
                   _not_checked(verify_label("resident_weights_mb", "timeline"), _source("resident_weights_mb"),
@@ -417,7 +433,7 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
     smaps = level("resident_weights_mb", "smaps_rss")
     checks.append(Check("resident_weights_mb vs mapped (timeline)", "smaps Rss of the mapping, another process",
                         smaps[-1][0] if smaps else math.nan, smaps[-1][2] if smaps else math.nan,
-                        [_above(e, a, b) for e, a, b in smaps], "MiB", relation="≥",
+                        [_above(e + r, a, b) for (e, a, b), r in zip(smaps, landing("smaps_rss"))], "MiB", relation="≥",
                         allowance_mb=allowance_mb, excess_mb=beyond(smaps),
                         note=("cached, not yet mapped: " + allowed(smaps)) if smaps else "smaps not readable"))
     rss = level("rss_mb", "vmrss")

@@ -243,6 +243,7 @@ class DirectSlots:
         # them holding the file's bytes now (the books: loaded, not yet dropped).
         self._regions: list[tuple[int, int]] = []
         self._in_place = OwnRanges()
+        self._arriving = 0  # bytes being read in place now: their pages appear as the read lands
         self.mapping = mapping
         if mapping.start % PAGE or (mapping.file_offset % PAGE):
             raise OSError(errno.EINVAL, "the model mapping is not page-aligned")
@@ -279,6 +280,13 @@ class DirectSlots:
     def own_bytes(self) -> int:
         """Bytes of the mapping now backed by our pages (every one of them read in: resident)."""
         return self._own.bytes + self._in_place.bytes
+
+    def books(self) -> tuple[int, int]:
+        """(own_bytes, bytes being read into the mapping in place now), read together: the kernel
+        holds between the first and their sum (a read's pages appear as it lands, the books take
+        them once it has)."""
+        with self._pool_lock:
+            return self._own.bytes + self._in_place.bytes, self._arriving
 
     @property
     def held_ranges(self) -> int:
@@ -399,7 +407,13 @@ class DirectSlots:
 
     def _fill_in_place(self, address: int, end: int) -> int:
         """A region's piece: the file's bytes read straight into it (no mapping call)."""
-        done = self._read_into(address, end - address, address - self.mapping.base)
+        with self._pool_lock:
+            self._arriving += end - address
+        try:
+            done = self._read_into(address, end - address, address - self.mapping.base)
+        finally:
+            with self._pool_lock:
+                self._arriving -= end - address
         with self._pool_lock:
             self._in_place.add(address, end)
         return done

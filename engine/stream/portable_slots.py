@@ -117,6 +117,11 @@ class PortableSlots(DirectSlots):
                 self._filled.wait(0.05)
         return done
 
+    def books(self) -> tuple[int, int]:
+        """As the mremap slots' (direct_slots.py): every piece being read lands in the mapping."""
+        with self._filled:
+            return self._own.bytes + self._in_place.bytes, sum(hi - lo for lo, hi in self._filling)
+
     def _fill(self, address: int, end: int) -> int:
         length = end - address
         offset = address - self.mapping.base
