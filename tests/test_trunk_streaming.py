@@ -32,11 +32,12 @@ N_GEN = 16
 SHARD_MB = 1
 
 
-@pytest.fixture(scope="module", params=["qwen3moe", "kimi-k3", "deepseek4"])
+@pytest.fixture(scope="module", params=["qwen3moe", "kimi-k3", "deepseek2", "deepseek4"])
 def moe_file(request, tmp_path_factory) -> str:
     """~50 MB: qwen3moe with 16 experts top-2 (a trunk of 0.5 MiB matrices), kimi-k3 with 256 experts
-    top-16 in MXFP4 (KDA and gated MLA layers, a latent MoE: a trunk of small matrices), deepseek4
-    (DeepSeek V4's layers: MLA, hash-routed first layers, a shared expert) with 16 experts top-2."""
+    top-16 in MXFP4 (KDA and gated MLA layers, a latent MoE: a trunk of small matrices), deepseek2
+    (MLA, a dense first layer, a shared expert) and deepseek4 (DeepSeek V4's layers: MLA with a
+    compressor, hash-routed first layers, hyper-connections) with 16 experts top-2."""
     from shardscope.engine.cli.cli import main
 
     path = tmp_path_factory.mktemp(request.param) / f"{request.param}.gguf"
