@@ -206,12 +206,7 @@ class ExpertIO:
         """Read one expert in; returns the bytes read: its slices widened to whole pages, so a model
         whose slices are not page-aligned (Kimi-shaped) counts the edge pages the disk really read."""
         slices = self._unit_slices(layer, expert)
-        # claimed before the read, on both paths: a neighbour evicted meanwhile must not drop a
-        # shared page, and a shared page goes only when no resident range covers it
-        with self._lock:
-            for piece in slices:
-                for page in piece.edges:
-                    self._holders[page] += 1
+        self._claim_edges(slices)
         # the emulated SSD (bandwidth, latency, queue depth; one request a slice): done no sooner than it
         with self.limiter.pacing(piece.end - piece.start for piece in slices):
             read, own = self._read_in([piece.outward for piece in slices])
@@ -228,15 +223,12 @@ class ExpertIO:
         if not (self.slots and self.slots.batched and units):
             return None
         slices = [piece for unit in units for piece in self._unit_slices(*unit)]
-        with self._lock:  # claimed before the read, as load_unit does
-            for piece in slices:
-                for page in piece.edges:
-                    self._holders[page] += 1
+        self._claim_edges(slices)
         pacing = self.limiter.pacing(piece.end - piece.start for piece in slices)  # the emulated SSD, as one burst
         pacing.__enter__()
         try:
             loading = self.slots.load_many([piece.outward for piece in slices])
-        except SlotsFull:
+        except OSError:  # SlotsFull, or the kernel refused the batch: nothing was sent
             loading = None
         if loading is None:  # nothing was read: the claims go back (a page no range holds was never in)
             pacing.__exit__(None, None, None)
@@ -245,6 +237,14 @@ class ExpertIO:
                     self._release_edges(piece.edges)
             return None
         return _UnitsLoading(loading, pacing)
+
+    def _claim_edges(self, slices) -> None:
+        """Claimed before the read, on both paths: a neighbour evicted meanwhile must not drop a
+        shared page, and a shared page goes only when no resident range covers it."""
+        with self._lock:
+            for piece in slices:
+                for page in piece.edges:
+                    self._holders[page] += 1
 
     def _release_edges(self, edges) -> list[int]:
         """Of a slice's ``edges``, the pages no resident range holds any more after it goes: the caller

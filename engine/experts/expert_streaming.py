@@ -414,20 +414,12 @@ class ExpertStreamer:
     def _send(self, units: list[Unit]):
         """Send the units' reads together (expert_io.py send_units): the batch, or None where the
         slots take none (or the kernel refused it): the pool loads them one by one."""
-        if not units:
-            return None
-        with self._lock:
-            self._in_flight.update(units)
-        try:
-            batch = self.io.send_units(units)
-        except OSError:
-            batch = None
-        if batch is None:
+        batch = self.io.send_units(units)
+        if batch is not None:
             with self._lock:
-                self._in_flight.difference_update(units)
-            return None
-        for unit in units:
-            self._resident_grid[self._row[unit[0]], unit[1]] = 1
+                self._in_flight.update(units)
+            for unit in units:
+                self._resident_grid[self._row[unit[0]], unit[1]] = 1
         return batch
 
     def _land(self, batch, units: list[Unit]) -> None:

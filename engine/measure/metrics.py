@@ -118,7 +118,6 @@ class MetricsSampler:
         self.streamer = streamer  # a ResidencyController (layers) or an ExpertStreamer: its snapshot()
         self.mapping = mapping
         self._weights: int | None = None
-        self._arriving = 0  # of the last reading: bytes being read into the mapping, not yet in the books
         self._weights_due = 0.0
         self._fd: int | None = None
         self._fd_path = ""
@@ -152,23 +151,23 @@ class MetricsSampler:
         self._expert_counters = getattr(streamer, "snapshot_counters", None)
         self.streamer = streamer
 
-    def _resident_weights(self, now: float) -> int | None:
-        """The streamer's own books where it keeps them exactly (own slots: every byte it swapped
+    def _resident_weights(self, now: float) -> tuple[int | None, int]:
+        """(weights in RAM, of them bytes being read in and not yet in the books: 0 but from the books).
+        The streamer's own books where it keeps them exactly (own slots: every byte it swapped
         in, plus the file's page cache by cachestat) — a scan per sample took 39 % of a core at
         Kimi's 70k expert slices (issue #24). Else mincore over the whole mapping, at most WEIGHTS_DUTY of one core:
         mincore looks every unmapped page up in the page cache, 57 ms of kernel time per call for a 28 GB model
         (measured: the sampler alone took 67 % of a core at 10 Hz and slowed compute 3x). A
         model that size is read every few samples and the last reading held in between."""
-        self._arriving = 0
-        weights = self._weights_from_books()
-        if weights is not None:
-            self._weights = weights
-            return weights
+        books = self._weights_from_books()
+        if books is not None:
+            self._weights = books[0]
+            return books
         mapping = self.mapping
         if mapping is None and self._model_path is not None:
             mapping = memory_calls.find_mapping(self._model_path)  # the load maps it meanwhile
         if mapping is None:
-            return None
+            return None, 0
         small = mapping.end - mapping.start < HELD_FROM_BYTES  # cheap to read: fresh at every sample
         if small or self._weights is None or now >= self._weights_due:
             started = time.perf_counter()
@@ -179,15 +178,16 @@ class MetricsSampler:
                 self._weights = weights if weights is not None else \
                     memory_calls.resident_bytes(mapping.start, mapping.end)
             except OSError:  # unmapped under us (a failed load, the header trimmed): the next sample
-                return self._weights
+                return self._weights, 0
             self._weights_due = now + min(MAX_HOLD_S, (time.perf_counter() - started) / WEIGHTS_DUTY)
-        return self._weights
+        return self._weights, 0
 
-    def _weights_from_books(self) -> int | None:
+    def _weights_from_books(self) -> tuple[int, int] | None:
         """Own slots' bytes (each page of them read in: resident, and counted exactly as they come
         and go, direct_slots.py) plus the file's page cache over the mapped range (cachestat: its
-        cost follows what is cached). None without slots or cachestat. --verify and the tests check
-        it against mincore from another process."""
+        cost follows what is cached), and the bytes being read in place beside them (slots.books).
+        None without slots or cachestat. --verify and the tests check it against mincore from
+        another process."""
         slots, mapping = getattr(self.streamer, "slots", None), self.mapping
         if slots is None or mapping is None or not hasattr(slots, "own_bytes"):
             return None
@@ -198,8 +198,8 @@ class MetricsSampler:
         cached = memory_calls.cached_file_bytes(fd, mapping.file_offset, mapping.end - mapping.start)
         if cached is None:
             return None
-        own, self._arriving = slots.books()
-        return own + cached
+        own, arriving = slots.books()
+        return own + cached, arriving
 
     def _model_fd(self, mapping) -> int:
         """A descriptor of the mapped file for cachestat, opened once (closed with the sampler)."""
@@ -277,7 +277,7 @@ class MetricsSampler:
         # accounts every page of the mapping (5 ms of kernel time for 1 GB, 10x mincore)
         # and, measured, compute layers that overlapped it were 7x likelier to stall.
         # The two agree within the readahead window; tests cross-check them.
-        weights = self._resident_weights(now)
+        weights, arriving = self._resident_weights(now)
         read_now = process_read_bytes(self._proc)
         read_total = read_now - self._read0
         snap = self.streamer.snapshot() if self.streamer else None
@@ -306,7 +306,7 @@ class MetricsSampler:
             t_s=now - self._t0,
             rss_mb=rss / MIB,
             resident_weights_mb=weights_b / MIB,
-            arriving_weights_mb=self._arriving / MIB,
+            arriving_weights_mb=arriving / MIB,
             other_rss_mb=max(0, rss - weights_b) / MIB,  # readahead can be cached, not mapped
             ssd_mb_s=ssd,
             read_mb_total=read_total / MIB,

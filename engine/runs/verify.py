@@ -404,14 +404,15 @@ def _series_checks(pairs: list[_Pair], gen: list[_Pair], window: int, allowance_
                                                "saw a read from outside" if windows else
                                                "no sample while generating with an outside reading before its window")))
 
+    def read_around(key: str) -> list[_Pair]:
+        return [p for p in gen if p.before.get(key) is not None and p.after.get(key) is not None]
+
     def level(field: str, key: str, scale: float = mib):
-        return [(getattr(p.sample, field), p.before[key] / scale, p.after[key] / scale) for p in gen
-                if p.before.get(key) is not None and p.after.get(key) is not None]
+        return [(getattr(p.sample, field), p.before[key] / scale, p.after[key] / scale) for p in read_around(key)]
 
     def landing(key: str) -> list[float]:
         """level()'s points' reads landing in the mapping as the engine read its books (MiB)."""
-        return [p.sample.arriving_weights_mb for p in gen
-                if p.before.get(key) is not None and p.after.get(key) is not None]
+        return [p.sample.arriving_weights_mb for p in read_around(key)]
 
     def beyond(points) -> float:
         return max((max(min(a, b) - e, e - max(a, b), 0.0) for e, a, b in points), default=0.0)

@@ -386,13 +386,15 @@ class DirectSlots:
                 if held > self.max_ranges:
                     self.refused += 1
                     raise SlotsFull(errno.ENOMEM, f"{self.max_ranges} ranges held (vm.max_map_count {max_map_count()})")
-        slots = [self._take_slot(hi - lo) for lo, hi in slotted]
-        base = self.mapping.base
-        reads = [(lo, hi - lo, lo - base) for lo, hi in in_place]
-        reads += [(slot, hi - lo, lo - base) for slot, (lo, hi) in zip(slots, slotted)]
+        slots: list[int] = []
         try:
+            for lo, hi in slotted:
+                slots.append(self._take_slot(hi - lo))
+            base = self.mapping.base
+            reads = [(lo, hi - lo, lo - base) for lo, hi in in_place]
+            reads += [(slot, hi - lo, lo - base) for slot, (lo, hi) in zip(slots, slotted)]
             pending = self._batches.send(reads)
-        except BaseException:
+        except BaseException:  # nothing was sent: the slots taken so far go
             for slot, (lo, hi) in zip(slots, slotted):
                 libc.munmap(slot, hi - lo)
             raise
@@ -411,10 +413,12 @@ class DirectSlots:
             self._arriving += end - address
         try:
             done = self._read_into(address, end - address, address - self.mapping.base)
-        finally:
+        except BaseException:
             with self._pool_lock:
                 self._arriving -= end - address
-        with self._pool_lock:
+            raise
+        with self._pool_lock:  # from landing to booked in one step: no reading between sees neither
+            self._arriving -= end - address
             self._in_place.add(address, end)
         return done
 
